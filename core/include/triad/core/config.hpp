@@ -1,0 +1,108 @@
+// The resolved run configuration. Parsed from YAML (config.cpp), validated against the
+// schema before anything runs; every field here has a default or was required.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace triad {
+
+struct ModelConfig {
+  int num_layers = 4;                // Megatron --num-layers (alias n_layer)
+  int hidden_size = 128;             // --hidden-size (alias n_embd)
+  int num_attention_heads = 4;       // --num-attention-heads (alias n_head)
+  int seq_length = 64;               // --seq-length: tokens per sample (T)
+  int max_position_embeddings = 0;   // context size; 0 = seq_length
+  int vocab_size = 256;              // byte-level text: 256
+  std::string position_embedding = "learned";  // learned | rope
+  double rope_base = 10000.0;
+  double init_std = 0.02;
+  double layernorm_epsilon = 1e-5;
+};
+
+struct DataConfig {
+  std::string kind = "synthetic";  // synthetic | text | tokens
+  std::string path;                // text: UTF-8 file; tokens: flat uint16 file
+  bool shuffle = false;
+  uint64_t seed = 0;  // 0 = training.seed
+};
+
+struct TrainingConfig {
+  int train_iters = 100;
+  // Batch sizes (samples). Any two given derive the third; 0 = not given.
+  int micro_batch_size = 0;             // train_micro_batch_size_per_gpu / micro_batch_size
+  int gradient_accumulation_steps = 0;  // gradient_accumulation_steps
+  int global_batch_size = 0;            // train_batch_size / global_batch_size
+  uint64_t seed = 1234;
+  int log_interval = 1;
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";
+  double lr = 1e-3;
+  double min_lr = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.1;
+  double clip_grad = 1.0;  // 0 = no clipping (DeepSpeed gradient_clipping)
+};
+
+struct LrScheduleConfig {
+  int lr_warmup_iters = 0;
+  std::string lr_decay_style = "cosine";  // cosine | linear | constant
+  int lr_decay_iters = 0;                 // 0 = train_iters
+};
+
+struct ParallelConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int data_parallel_size = 1;  // derived: world / (tp * pp) when 0
+};
+
+// A plugin choice: its name plus its YAML section (validated against the plugin's schema
+// once the plugin is loaded).
+struct PluginChoice {
+  std::string name;
+  std::map<std::string, std::string> params;  // key -> value as written in YAML
+  std::string yaml_path;                      // where it came from, for messages
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";
+  std::string export_hf;     // write model.safetensors + config.json here at the end
+  std::string init_from_hf;  // start from such a folder
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  ParallelConfig parallel;
+  PluginChoice attention{"naive", {}, "attention"};
+  OutputConfig output;
+  std::string device = "cpu";     // cpu (cuda comes with the GPU issue)
+  std::string precision = "fp32";  // fp32
+  std::string source_path;         // the YAML file it was read from
+};
+
+// Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear
+// message (file, line:column, key path, value, and the fix) on any problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size = 1);
+
+// Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
+// layout when inconsistent.
+void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);
+
+// The resolved config as YAML text (for --dry-run and the run folder).
+std::string to_yaml(const Config& c);
+
+}  // namespace triad

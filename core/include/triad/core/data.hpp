@@ -1,0 +1,36 @@
+// Data loaders: synthetic (seeded random tokens), text (UTF-8 file, byte-level tokens) and
+// tokens (flat uint16 file, nanoGPT raw or llm.c with its 256-int32 header).
+//
+// Sample n of the run covers tokens [n*T, n*T + T + 1) of the stream (wrapping at the end,
+// window w = n mod number_of_windows); inputs are the first T, targets the last T.
+// With shuffle: true the windows of each epoch are visited in a seeded permutation.
+// Step s's global batch is samples s*G .. s*G+G-1 (G = global batch). Micro-batch i on
+// data-parallel rank r holds samples s*G + (i*dp + r)*B + j, j in [0,B): DP = 1, 2, 4 see the
+// same global batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "triad/core/config.hpp"
+
+namespace triad {
+
+class DataLoader {
+ public:
+  virtual ~DataLoader() = default;
+  // Fills inputs and targets, each (B,T) int32, for micro-batch `micro` of step `step`
+  // (both from 0) on this data-parallel rank.
+  virtual void micro_batch(int64_t step, int micro, int32_t* inputs, int32_t* targets) = 0;
+  virtual int64_t num_tokens() const = 0;  // tokens in the stream (0 for synthetic)
+  virtual std::string describe() const = 0;
+};
+
+// Validates the source (file exists, not truncated, token ids < vocab, long enough for one
+// window) and throws UserError naming the file, the problem and the fix.
+std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
+                                             int micro_batch_size, int global_batch_size,
+                                             uint64_t seed, int dp_rank, int dp_size);
+
+}  // namespace triad

@@ -1,0 +1,84 @@
+// Finds, loads and verifies plugin .so files (Boost.DLL), and validates a plugin's YAML
+// parameters against the schema it declares. The core never names a concrete plugin: it
+// asks for (kind, name).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triad/sdk/plugin_v1.h"
+
+namespace triad {
+
+// A loaded, verified plugin library. Holds the library open: every object created from it
+// keeps a shared_ptr to this, so the .so is unloaded only after its last object is gone.
+class LoadedPlugin {
+ public:
+  LoadedPlugin(std::shared_ptr<void> library, const triad_plugin_v1* descriptor, std::string path)
+      : library_(std::move(library)), desc_(descriptor), path_(std::move(path)) {}
+  const triad_plugin_v1& descriptor() const { return *desc_; }
+  const std::string& path() const { return path_; }
+  std::string kind() const { return desc_->kind; }
+  std::string name() const { return desc_->name; }
+
+ private:
+  std::shared_ptr<void> library_;  // boost::dll::shared_library, type-erased
+  const triad_plugin_v1* desc_;
+  std::string path_;
+};
+
+// Parameter values resolved against a plugin's schema: every declared parameter present
+// (given or default), in canonical text form. Owns the strings the C view points at.
+class ResolvedParams {
+ public:
+  ResolvedParams() = default;
+  explicit ResolvedParams(std::map<std::string, std::string> values);
+  ResolvedParams(const ResolvedParams& o) : ResolvedParams(o.values_) {}
+  ResolvedParams& operator=(const ResolvedParams& o);
+  const triad_params_v1* c_view() const { return &view_; }
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+ private:
+  void rebuild();
+  std::map<std::string, std::string> values_;
+  std::vector<triad_param_value_v1> items_;
+  triad_params_v1 view_{0, nullptr};
+};
+
+// Checks `given` (key -> YAML text) against the plugin's declared schema: unknown keys
+// (with the closest valid name), wrong types. `yaml_path` prefixes messages
+// (e.g. "attention"). Throws UserError.
+ResolvedParams resolve_params(const triad_plugin_v1& desc, const std::map<std::string, std::string>& given,
+                              const std::string& yaml_path);
+
+class PluginLoader {
+ public:
+  // Search path: the build tree's plugin folder, the install tree's (both found relative
+  // to the running executable: <exe>/../lib/triad), then each entry of TRIAD_PLUGIN_PATH.
+  PluginLoader();
+  explicit PluginLoader(std::vector<std::string> search_path);
+  const std::vector<std::string>& search_path() const { return search_path_; }
+
+  // Loads libtriad-<kind>-<name>.so from the search path and verifies it. Throws UserError
+  // naming the file and what was wrong (missing file: lists the names that do exist for that
+  // kind; missing descriptor symbol; other ABI version; kind/name mismatch).
+  std::shared_ptr<const LoadedPlugin> load(const std::string& kind, const std::string& name) const;
+  // Loads a given file (triad-plugin-test, triad-info). Verifies the descriptor; if
+  // expected_kind is non-empty the kind must match.
+  std::shared_ptr<const LoadedPlugin> load_file(const std::string& path,
+                                                const std::string& expected_kind = "") const;
+  // Every libtriad-*.so on the search path (first one wins for a given file name).
+  std::vector<std::string> discover() const;
+  // Names available for a kind (for messages: "available: naive, flash1").
+  std::vector<std::string> available(const std::string& kind) const;
+
+ private:
+  std::vector<std::string> search_path_;
+};
+
+// Closest candidate by edit distance (for "did you mean"); empty if nothing is close.
+std::string closest_name(const std::string& given, const std::vector<std::string>& candidates);
+
+}  // namespace triad

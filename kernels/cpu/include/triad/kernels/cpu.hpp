@@ -1,0 +1,84 @@
+// CPU kernels: pure compute, free functions on raw pointers (no devices, configs or plugins).
+// Forward/backward pairs. Every backward ACCUMULATES (+=) into its gradient outputs unless it
+// says "overwrites", so micro-batches accumulate for free. Instantiated for float and double
+// (double is used by the finite-difference tests). Threaded with OpenMP where it pays;
+// matmuls go through BLAS (sgemm/dgemm).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace triad::kernels::cpu {
+
+// Token + position embedding. out (B,T,C); tokens (B,T); wte (V,C); wpe (maxT,C) or null
+// (no learned positions, e.g. rotary).
+template <class F>
+void embedding_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
+                       int C);
+template <class F>
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T,
+                        int C);
+
+// LayerNorm over the last dim. inp/out (N,C); weight/bias (C); mean/rstd (N) saved for backward.
+template <class F>
+void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
+                       int N, int C, F eps = F(1e-5));
+template <class F>
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
+                        const F* weight, const F* mean, const F* rstd, int N, int C);
+
+// out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC); bias may be null.
+template <class F>
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC);
+// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
+// dinp and dbias may be null (skipped).
+template <class F>
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                     int N, int C, int OC);
+
+// GELU, tanh approximation (GPT-2).
+template <class F>
+void gelu_forward(F* out, const F* inp, size_t n);
+template <class F>
+void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n);
+
+// out = a + b.
+template <class F>
+void residual_forward(F* out, const F* a, const F* b, size_t n);
+template <class F>
+void residual_backward(F* da, F* db, const F* dout, size_t n);
+
+// Softmax + cross-entropy over the vocabulary, fused. logits (N,V); targets (N).
+// Writes losses (N) and lse (N) (log-sum-exp of each row, needed by backward).
+template <class F>
+void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* targets, int N, int V);
+// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)). dlogits may alias
+// logits (in place), which saves a second (N,V) buffer.
+template <class F>
+void crossentropy_backward(F* dlogits, const F* logits, const F* lse, const int32_t* targets,
+                           F dloss, int N, int V);
+
+// Rotary position embedding (GPT-NeoX / LLaMA "rotate half" form), in place on a strided
+// (B,T,H,D) view: x[b,t,h,:] is at x + b*sb + t*st + h*sh, D contiguous, D even.
+// Position of token t is t; frequencies theta_i = base^(-2i/D), i in [0, D/2).
+// forward:  (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1 = x[:D/2], x2 = x[D/2:]
+// backward: the transpose rotation (applied in place to the gradient).
+template <class F>
+void rope_forward(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                  double base = 10000.0);
+template <class F>
+void rope_backward(F* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                   double base = 10000.0);
+
+// AdamW (decoupled weight decay, PyTorch semantics) on a flat range; step t starts at 1.
+template <class F>
+void adamw_update(F* params, const F* grads, F* m, F* v, size_t n, F lr, F beta1, F beta2, F eps,
+                  F weight_decay, int t);
+
+// Sum of squares (accumulated in double), and x *= s.
+template <class F>
+double sum_squares(const F* x, size_t n);
+template <class F>
+void scale_inplace(F* x, size_t n, F s);
+
+}  // namespace triad::kernels::cpu
