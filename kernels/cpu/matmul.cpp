@@ -1,0 +1,64 @@
+// Fully connected layer through BLAS: out = inp @ weight^T + bias, weight (OC,C).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "column_sums.hpp"
+#include "triad/kernels/cpu.hpp"
+
+namespace triad::kernels::cpu {
+namespace {
+
+// Row-major C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, dense leading dims.
+void gemm(bool ta, bool tb, int M, int N, int K, float beta, const float* A, const float* B,
+          float* Cm) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, Cm, N);
+}
+void gemm(bool ta, bool tb, int M, int N, int K, double beta, const double* A, const double* B,
+          double* Cm) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0, A, ta ? M : K, B, tb ? K : N, beta, Cm, N);
+}
+
+}  // namespace
+
+template <class F>
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  // Seeding out with the bias and letting gemm add to it (beta = 1) replaces a second
+  // read-modify-write pass over out.
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + size_t(n) * OC);
+  }
+  if (C <= 0) {
+    if (!bias) std::fill(out, out + size_t(N) * OC, F(0));
+    return;
+  }
+  gemm(false, true, N, OC, C, bias ? F(1) : F(0), inp, weight, out);
+}
+
+template <class F>
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                     int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C > 0) {
+    if (dinp) gemm(false, false, N, C, OC, F(1), dout, weight, dinp);  // (N,OC) @ (OC,C)
+    gemm(true, false, OC, C, N, F(1), dout, inp, dweight);             // (OC,N) @ (N,C)
+  }
+  if (dbias)
+    detail::add_column_sums(dbias, N, OC, [=](int n, int o) { return dout[size_t(n) * OC + o]; });
+}
+
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int);
+template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int,
+                                     int);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int, int, int);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
+                                      const double*, int, int, int);
+
+}  // namespace triad::kernels::cpu
