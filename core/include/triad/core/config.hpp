@@ -90,6 +90,7 @@ struct Config {
   OutputConfig output;
   std::string device = "cpu";     // cpu (cuda comes with the GPU issue)
   std::string precision = "fp32";  // fp32
+  int zero_stage = 0;              // DeepSpeed zero_optimization.stage (0 until ZeRO lands)
   std::string source_path;         // the YAML file it was read from
 };
 
@@ -101,6 +102,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
 // layout when inconsistent.
 void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);
+// Same, with the whole layout (p.data_parallel_size is the dp used) and the config file named
+// in the messages.
+void resolve_batch_sizes(TrainingConfig& t, const ParallelConfig& p, int world_size,
+                         const std::string& source = {});
 
 // The resolved config as YAML text (for --dry-run and the run folder).
 std::string to_yaml(const Config& c);

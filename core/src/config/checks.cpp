@@ -1,0 +1,141 @@
+#include "checks.hpp"
+
+#include "schema.hpp"
+#include "triad/core/error.hpp"
+
+namespace triad::config_detail {
+namespace {
+
+class Checker {
+ public:
+  Checker(const Given& given, const Locator& loc) : given_(given), loc_(loc) {}
+
+  // Where `canonical` was given, or the file when it kept its default.
+  std::string at(const std::string& canonical) const {
+    auto it = given_.find(canonical);
+    return it != given_.end() ? it->second.where : loc_.file() + ", default";
+  }
+  bool given(const std::string& canonical) const { return given_.count(canonical) != 0; }
+  // The value as the user wrote it ("3e-4"), else `resolved` formatted.
+  std::string text(const std::string& canonical, double resolved) const {
+    auto it = given_.find(canonical);
+    return it != given_.end() ? it->second.text : format_double(resolved);
+  }
+
+ private:
+  const Given& given_;
+  const Locator& loc_;
+};
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw UserError(msg);
+}
+
+std::string str(int v) {
+  return std::to_string(v);
+}
+
+void check_model(Config& c, const Checker& k) {
+  ModelConfig& m = c.model;
+  if (m.hidden_size % m.num_attention_heads != 0) {
+    int near = std::max(1, (m.hidden_size + m.num_attention_heads / 2) / m.num_attention_heads) *
+               m.num_attention_heads;
+    fail("model.hidden_size " + str(m.hidden_size) + " is not divisible by " +
+         "model.num_attention_heads " + str(m.num_attention_heads) + " (" +
+         k.at("model.hidden_size") +
+         "); each head gets hidden_size / heads channels, so use a multiple of " +
+         str(m.num_attention_heads) + " such as " + str(near));
+  }
+  int head_dim = m.hidden_size / m.num_attention_heads;
+  if (m.position_embedding == "rope" && head_dim % 2 != 0)
+    fail("model.position_embedding 'rope' needs an even head dimension, but hidden_size " +
+         str(m.hidden_size) + " / num_attention_heads " + str(m.num_attention_heads) + " = " +
+         str(head_dim) + " (" + k.at("model.position_embedding") +
+         "); rotary embeddings turn pairs of channels, so choose sizes with an even quotient");
+  if (m.max_position_embeddings == 0) {
+    m.max_position_embeddings = m.seq_length;
+  } else if (m.seq_length > m.max_position_embeddings) {
+    fail("model.seq_length " + str(m.seq_length) + " is longer than the model's context, " +
+         "max_position_embeddings " + str(m.max_position_embeddings) + " (" +
+         k.at("model.seq_length") +
+         "); lower seq_length or raise max_position_embeddings (a model cannot attend past its "
+         "context)");
+  }
+}
+
+void check_training(const Config& c, const Checker& k) {
+  const OptimizerConfig& o = c.optimizer;
+  if (o.min_lr > o.lr)
+    fail("optimizer.min_lr " + k.text("optimizer.min_lr", o.min_lr) +
+         " is larger than optimizer.lr " + k.text("optimizer.lr", o.lr) + " (" +
+         k.at("optimizer.min_lr") +
+         "); the schedule decays from lr down to min_lr, so min_lr must not exceed lr");
+  const DataConfig& d = c.data;
+  if ((d.kind == "text" || d.kind == "tokens") && d.path.empty())
+    fail("data.path is required for data.kind '" + d.kind + "' (" + k.at("data.kind") +
+         "); give the file to read, e.g. data: {kind: " + d.kind + ", path: " +
+         (d.kind == "text" ? "corpus.txt" : "train.bin") + "}, or use kind: synthetic");
+  if (!c.output.export_hf.empty() && c.model.position_embedding == "rope")
+    fail("output.export_hf '" + c.output.export_hf + "' needs model.position_embedding " +
+         "'learned' (" + k.at("output.export_hf") +
+         "); the GPT-2 (Hugging Face) layout has no rotary embeddings, so drop export_hf or use "
+         "learned positions");
+}
+
+// Features that come with later parts of the runtime: refuse them now rather than mid-run.
+void check_available(Config& c, const Checker& k) {
+  if (c.device != "cpu")
+    fail("device '" + c.device + "' is not available in this build (" + k.at("device") +
+         "); use cpu");
+  if (c.precision != "fp32")
+    fail("precision '" + c.precision + "' is not supported yet (" + k.at("precision") +
+         "); use fp32");
+  const ParallelConfig& p = c.parallel;
+  for (auto [name, v] : {std::pair{"tensor_model_parallel_size", p.tensor_model_parallel_size},
+                         std::pair{"pipeline_model_parallel_size", p.pipeline_model_parallel_size}})
+    if (v != 1)
+      fail("parallel." + std::string(name) + " " + str(v) + " is not supported yet (" +
+           k.at("parallel." + std::string(name)) +
+           "); tensor and pipeline parallelism come with the distributed runtime, use 1 for now");
+  if (c.zero_stage != 0)
+    fail("zero_optimization.stage " + str(c.zero_stage) + " is not supported yet (" +
+         k.at("zero_optimization.stage") +
+         "); ZeRO stages 1-3 come with the distributed runtime, use 0 for now");
+}
+
+void check_layout(Config& c, const Checker& k, int world_size) {
+  ParallelConfig& p = c.parallel;
+  int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+  int model_ranks = tp * pp;
+  if (world_size % model_ranks != 0)
+    fail("world size " + str(world_size) + " is not divisible by tensor_model_parallel_size " +
+         str(tp) + " × pipeline_model_parallel_size " + str(pp) + " (" +
+         k.at("parallel.tensor_model_parallel_size") + "); launch a multiple of " +
+         str(model_ranks) + " ranks");
+  int dp = world_size / model_ranks;
+  if (p.data_parallel_size != 0 && p.data_parallel_size != dp)
+    fail("parallel.data_parallel_size " + str(p.data_parallel_size) +
+         " does not match the layout (" + k.at("parallel.data_parallel_size") + "): world size " +
+         str(world_size) + " / (tp " + str(tp) + " × pp " + str(pp) + ") = " + str(dp) +
+         "; drop data_parallel_size to have it derived, or launch " +
+         str(p.data_parallel_size * model_ranks) + " ranks");
+  p.data_parallel_size = dp;
+}
+
+}  // namespace
+
+void check_config(Config& c, const Given& given, const Locator& loc, int world_size) {
+  if (world_size < 1)
+    throw UserError("world size " + std::to_string(world_size) +
+                    " is not valid; it must be at least 1");
+  Checker k(given, loc);
+  check_model(c, k);
+  check_training(c, k);
+  check_available(c, k);
+  // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
+  if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;
+  check_layout(c, k, world_size);
+  resolve_batch_sizes(c.training, c.parallel, world_size, loc.file());
+}
+
+}  // namespace triad::config_detail

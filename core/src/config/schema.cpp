@@ -1,0 +1,215 @@
+#include "schema.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace triad::config_detail {
+namespace {
+
+// Returns each Config member as a Slot; the lambdas are captureless so they decay to the
+// plain function pointer Field::slot holds.
+#define TRIAD_SLOT(member) [](Config& c) -> Slot { return &c.member; }
+
+// Builds one Field: F("lr", TRIAD_SLOT(optimizer.lr)).gt(0).
+class F {
+ public:
+  F(std::string_view name, Slot (*slot)(Config&)) {
+    f_.name = name;
+    f_.slot = slot;
+  }
+  F&& aka(std::initializer_list<std::string_view> names) && {
+    f_.aliases = names;
+    return std::move(*this);
+  }
+  F&& min(double v) && {
+    f_.at_least = v;
+    return std::move(*this);
+  }
+  F&& gt(double v) && {
+    f_.above = v;
+    return std::move(*this);
+  }
+  F&& lt(double v) && {
+    f_.below = v;
+    return std::move(*this);
+  }
+  F&& one_of(std::initializer_list<std::string_view> values) && {
+    f_.choices = values;
+    return std::move(*this);
+  }
+  operator Field() && { return std::move(f_); }
+
+ private:
+  Field f_;
+};
+
+std::vector<Section> build_schema() {
+  return {
+      {"model",
+       {
+           F("num_layers", TRIAD_SLOT(model.num_layers)).aka({"n_layer"}).min(1),
+           F("hidden_size", TRIAD_SLOT(model.hidden_size)).aka({"n_embd"}).min(1),
+           F("num_attention_heads", TRIAD_SLOT(model.num_attention_heads)).aka({"n_head"}).min(1),
+           F("seq_length", TRIAD_SLOT(model.seq_length)).aka({"block_size"}).min(1),
+           // 0 = seq_length
+           F("max_position_embeddings", TRIAD_SLOT(model.max_position_embeddings))
+               .aka({"n_positions"})
+               .min(0),
+           F("vocab_size", TRIAD_SLOT(model.vocab_size)).min(1),
+           F("position_embedding", TRIAD_SLOT(model.position_embedding))
+               .one_of({"learned", "rope"}),
+           F("rope_base", TRIAD_SLOT(model.rope_base)).gt(0),
+           F("init_std", TRIAD_SLOT(model.init_std)).gt(0),
+           F("layernorm_epsilon", TRIAD_SLOT(model.layernorm_epsilon)).gt(0),
+       }},
+      {"data",
+       {
+           F("kind", TRIAD_SLOT(data.kind)).one_of({"synthetic", "text", "tokens"}),
+           F("path", TRIAD_SLOT(data.path)),
+           F("shuffle", TRIAD_SLOT(data.shuffle)),
+           F("seed", TRIAD_SLOT(data.seed)),
+       }},
+      {"training",
+       {
+           F("train_iters", TRIAD_SLOT(training.train_iters)).aka({"iters", "max_steps"}).min(1),
+           // Batch sizes: 0 = not given, derived from the other two.
+           F("micro_batch_size", TRIAD_SLOT(training.micro_batch_size))
+               .aka({"train_micro_batch_size_per_gpu"})
+               .min(0),
+           F("gradient_accumulation_steps", TRIAD_SLOT(training.gradient_accumulation_steps))
+               .min(0),
+           F("global_batch_size", TRIAD_SLOT(training.global_batch_size))
+               .aka({"train_batch_size"})
+               .min(0),
+           F("seed", TRIAD_SLOT(training.seed)),
+           F("log_interval", TRIAD_SLOT(training.log_interval)).min(1),
+       }},
+      {"optimizer",
+       {
+           F("type", TRIAD_SLOT(optimizer.type)).one_of({"adamw"}),
+           F("lr", TRIAD_SLOT(optimizer.lr)).gt(0),
+           F("min_lr", TRIAD_SLOT(optimizer.min_lr)).min(0),
+           F("adam_beta1", TRIAD_SLOT(optimizer.adam_beta1)).aka({"beta1"}).min(0).lt(1),
+           F("adam_beta2", TRIAD_SLOT(optimizer.adam_beta2)).aka({"beta2"}).min(0).lt(1),
+           F("adam_eps", TRIAD_SLOT(optimizer.adam_eps)).aka({"eps"}).gt(0),
+           F("weight_decay", TRIAD_SLOT(optimizer.weight_decay)).min(0),
+           F("clip_grad", TRIAD_SLOT(optimizer.clip_grad)).aka({"gradient_clipping"}).min(0),
+       }},
+      {"lr_schedule",
+       {
+           F("lr_warmup_iters", TRIAD_SLOT(lr_schedule.lr_warmup_iters))
+               .aka({"warmup_iters"})
+               .min(0),
+           F("lr_decay_style", TRIAD_SLOT(lr_schedule.lr_decay_style))
+               .aka({"decay_style"})
+               .one_of({"cosine", "linear", "constant"}),
+           // 0 = train_iters
+           F("lr_decay_iters", TRIAD_SLOT(lr_schedule.lr_decay_iters)).aka({"decay_iters"}).min(0),
+       }},
+      {"parallel",
+       {
+           F("tensor_model_parallel_size", TRIAD_SLOT(parallel.tensor_model_parallel_size)).min(1),
+           F("pipeline_model_parallel_size", TRIAD_SLOT(parallel.pipeline_model_parallel_size))
+               .min(1),
+           // 0 = derived from the world size
+           F("data_parallel_size", TRIAD_SLOT(parallel.data_parallel_size)).min(0),
+       }},
+      {"zero_optimization",
+       {
+           F("stage", TRIAD_SLOT(zero_stage)).min(0),
+       }},
+      {"output",
+       {
+           F("dir", TRIAD_SLOT(output.dir)),
+           F("export_hf", TRIAD_SLOT(output.export_hf)),
+           F("init_from_hf", TRIAD_SLOT(output.init_from_hf)),
+       }},
+      {"",
+       {
+           F("device", TRIAD_SLOT(device)),
+           F("precision", TRIAD_SLOT(precision)),
+       }},
+  };
+}
+
+#undef TRIAD_SLOT
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const std::vector<Section>& schema() {
+  static const std::vector<Section> s = build_schema();
+  return s;
+}
+
+const Section* find_section(std::string_view name) {
+  for (const Section& s : schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const Field* find_field(const Section& s, std::string_view key) {
+  for (const Field& f : s.fields) {
+    if (f.name == key) return &f;
+    for (std::string_view a : f.aliases)
+      if (a == key) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> names_of(const Section& s) {
+  std::vector<std::string_view> out;
+  for (const Field& f : s.fields) {
+    out.push_back(f.name);
+    out.insert(out.end(), f.aliases.begin(), f.aliases.end());
+  }
+  return out;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (s.find_first_of(".en") != std::string::npos && s.find('.') == std::string::npos) {
+    size_t e = s.find('e');
+    if (e != std::string::npos) s.insert(e, ".0");
+  } else if (s.find_first_of(".en") == std::string::npos) {
+    s += ".0";
+  }
+  return s;
+}
+
+std::string closest(std::string_view word, const std::vector<std::string_view>& candidates) {
+  // A typo changes a few characters; beyond a third of the word it is a different name.
+  size_t best = std::max<size_t>(2, word.size() / 3) + 1;
+  std::string_view pick;
+  for (std::string_view c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best) {
+      best = d;
+      pick = c;
+    }
+  }
+  // A truncated name ("micro_batch") is as telling as a typo.
+  if (pick.empty() && word.size() >= 4) {
+    for (std::string_view c : candidates)
+      if (c.find(word) != std::string_view::npos) return std::string(c);
+  }
+  return std::string(pick);
+}
+
+}  // namespace triad::config_detail

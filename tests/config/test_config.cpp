@@ -1,0 +1,642 @@
+// Config reading: every bad input gives one UserError naming the place, the key, the value and
+// the fix; aliases, overrides and batch-size derivation give the documented values; to_yaml
+// reads back to the same config.
+#include "triad/core/config.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+
+#include "triad/core/error.hpp"
+
+namespace triad {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("triad-config-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& text, const std::string& name = "run.yaml") {
+    std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // The message of the UserError that loading `text` throws ("" when it loads).
+  std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {},
+                       int world_size = 1) {
+    path_ = write(text);
+    try {
+      load_config(path_, overrides, world_size);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // Loading fails and the message holds every piece ("$F" stands for the file's path).
+  void expect_error(const std::string& text, std::initializer_list<std::string> pieces,
+                    const std::vector<std::string>& overrides = {}, int world_size = 1) {
+    std::string msg = error_of(text, overrides, world_size);
+    ASSERT_FALSE(msg.empty()) << "loaded without error:\n" << text;
+    for (std::string piece : pieces) {
+      for (size_t at; (at = piece.find("$F")) != std::string::npos;) piece.replace(at, 2, path_);
+      EXPECT_NE(msg.find(piece), std::string::npos) << "message: " << msg << "\nlacks: " << piece;
+    }
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+// A valid base every bad-value case starts from, so each case fails for one reason only.
+const char* kBase = R"(model:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 4
+  seq_length: 32
+training:
+  train_iters: 10
+)";
+
+TEST_F(ConfigTest, RepoExampleLoads) {
+  Config c = load_config(TRIAD_CONFIGS_DIR "/gpt-tiny.yaml", {});
+  EXPECT_EQ(c.model.num_layers, 4);
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.model.num_attention_heads, 4);
+  EXPECT_EQ(c.model.seq_length, 64);
+  EXPECT_EQ(c.model.max_position_embeddings, 64);  // 0 resolves to seq_length
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.data.kind, "text");
+  EXPECT_EQ(c.data.path, "/usr/share/games/fortunes/literature");
+  EXPECT_EQ(c.training.train_iters, 200);
+  EXPECT_EQ(c.training.micro_batch_size, 16);
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.training.global_batch_size, 16);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3.0e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 3.0e-4);
+  EXPECT_EQ(c.lr_schedule.lr_warmup_iters, 20);
+  EXPECT_EQ(c.lr_schedule.lr_decay_style, "cosine");
+  EXPECT_EQ(c.attention.name, "naive");
+  EXPECT_EQ(c.attention.yaml_path, "attention");
+  EXPECT_EQ(c.output.dir, "runs/gpt-tiny");
+  EXPECT_EQ(c.parallel.data_parallel_size, 1);
+  EXPECT_EQ(c.source_path, TRIAD_CONFIGS_DIR "/gpt-tiny.yaml");
+
+  // Two data-parallel ranks double the global batch (micro and accumulation given).
+  Config c2 = load_config(TRIAD_CONFIGS_DIR "/gpt-tiny.yaml", {}, 2);
+  EXPECT_EQ(c2.parallel.data_parallel_size, 2);
+  EXPECT_EQ(c2.training.global_batch_size, 32);
+}
+
+TEST_F(ConfigTest, EmptyFileGivesDefaults) {
+  Config c = load_config(write(""), {});
+  Config d;
+  EXPECT_EQ(c.model.num_layers, d.model.num_layers);
+  EXPECT_EQ(c.model.max_position_embeddings, d.model.seq_length);
+  EXPECT_EQ(c.training.micro_batch_size, 1);
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.training.global_batch_size, 1);
+  EXPECT_EQ(c.attention.name, "naive");
+  EXPECT_EQ(c.zero_stage, 0);
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  try {
+    load_config((dir_ / "nope.yaml").string(), {});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("config file '" + (dir_ / "nope.yaml").string() + "' not found"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST_F(ConfigTest, SyntaxErrorNamesFileLineAndColumn) {
+  // The flow map opened on line 3 is never closed.
+  expect_error("model:\n  num_layers: 2\n  hidden_size: {64\ntraining: 1\n",
+               {"$F:3:", "YAML syntax error"});
+  // A tab-indented key is a scanner error at its own line.
+  expect_error("model:\n  num_layers: 2\n\thidden_size: 64\n", {"$F:3:", "YAML syntax error"});
+}
+
+TEST_F(ConfigTest, TopLevelMustBeSections) {
+  expect_error("- 1\n- 2\n", {"must hold sections", "a list"});
+  expect_error("model: 5\n", {"'model' must be a section", "'5'", "$F:1:1"});
+  expect_error("model:\n  num_layers: 2\nmodel:\n  hidden_size: 64\n",
+               {"section 'model' is given twice", "$F:1:1", "$F:3:1"});
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesPathPlaceAndSuggestion) {
+  expect_error("training:\n  train_iters: 5\n  micro_batch_sise: 4\n",
+               {"unknown key 'training.micro_batch_sise' in $F:3:3; did you mean "
+                "'micro_batch_size'?"});
+  expect_error("modle:\n  num_layers: 2\n", {"unknown key 'modle' in $F:1:1", "'model'"});
+  // Right name, wrong section.
+  expect_error("training:\n  lr: 0.1\n", {"'training.lr'", "belongs in the 'optimizer' section"});
+  expect_error("train_batch_size: 8\n", {"'train_batch_size'", "the 'training' section"});
+  // Nothing close: list what is valid.
+  expect_error("training:\n  xyzzy_plugh: 1\n",
+               {"unknown key 'training.xyzzy_plugh'", "valid keys in 'training'", "train_iters",
+                "micro_batch_size"});
+  // A prefix of a real name is suggested too.
+  expect_error("training:\n  gradient_accum: 2\n", {"'gradient_accumulation_steps'"});
+}
+
+TEST_F(ConfigTest, WrongTypes) {
+  expect_error("model:\n  hidden_size: 64\n  num_layers: four\n",
+               {"model.num_layers: 'four' is not an integer ($F:3:15)", "e.g. 4"});
+  expect_error("model:\n  num_layers: 2.5\n", {"model.num_layers: '2.5' is not an integer"});
+  expect_error("optimizer:\n  lr: fast\n", {"optimizer.lr: 'fast' is not a number ($F:2:7)"});
+  expect_error("optimizer:\n  lr: .nan\n", {"optimizer.lr: '.nan' is not a number"});
+  expect_error("data:\n  shuffle: maybe\n", {"data.shuffle: 'maybe' is not true or false"});
+  expect_error("data:\n  seed: -3\n", {"data.seed: '-3' is not a non-negative integer"});
+  expect_error("model:\n  num_layers: [1, 2]\n",
+               {"model.num_layers: expected an integer, got a list ($F:2:3)"});
+  expect_error("model:\n  num_layers:\n", {"model.num_layers has no value ($F:2:3)"});
+  expect_error("model:\n  num_layers: 99999999999\n",
+               {"model.num_layers: 99999999999 is too large"});
+}
+
+TEST_F(ConfigTest, QuotedNumbersAndCaseInsensitiveChoicesAreAccepted) {
+  Config c = load_config(write(std::string(kBase) + "optimizer:\n  type: AdamW\n  lr: \"0.5\"\n"
+                                                    "lr_schedule:\n  lr_decay_style: Linear\n"),
+                         {});
+  EXPECT_EQ(c.optimizer.type, "adamw");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+  EXPECT_EQ(c.lr_schedule.lr_decay_style, "linear");
+}
+
+struct BadValue {
+  std::string yaml;  // appended to kBase, so its first key is on line 9
+  std::vector<std::string> pieces;
+};
+
+TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
+  const std::vector<BadValue> cases = {
+      {"optimizer:\n  lr: 0\n", {"optimizer.lr: 0 is out of range ($F:9:7)", "greater than 0"}},
+      {"optimizer:\n  lr: -1e-3\n", {"optimizer.lr: -1e-3 is out of range", "greater than 0"}},
+      {"optimizer:\n  adam_beta1: 1.0\n", {"optimizer.adam_beta1: 1.0", "in [0, 1)"}},
+      {"optimizer:\n  adam_beta2: -0.1\n", {"optimizer.adam_beta2: -0.1", "in [0, 1)"}},
+      {"optimizer:\n  adam_eps: 0\n", {"optimizer.adam_eps: 0", "greater than 0"}},
+      {"optimizer:\n  weight_decay: -0.1\n", {"optimizer.weight_decay: -0.1", "at least 0"}},
+      {"optimizer:\n  clip_grad: -1\n", {"optimizer.clip_grad: -1", "at least 0"}},
+      {"optimizer:\n  type: sgd\n", {"optimizer.type: 'sgd' is not one of adamw"}},
+      {"optimizer:\n  lr: 0.001\n  min_lr: 0.01\n",
+       {"optimizer.min_lr 0.01 is larger than optimizer.lr 0.001", "$F:10:"}},
+      {"lr_schedule:\n  lr_warmup_iters: -1\n", {"lr_schedule.lr_warmup_iters: -1", "at least 0"}},
+      {"lr_schedule:\n  lr_decay_style: cosin\n",
+       {"lr_schedule.lr_decay_style: 'cosin' is not one of cosine, linear, constant",
+        "did you mean 'cosine'?"}},
+      {"data:\n  kind: json\n", {"data.kind: 'json' is not one of synthetic, text, tokens"}},
+      {"data:\n  kind: text\n", {"data.path is required for data.kind 'text' ($F:9:9)"}},
+      {"data:\n  kind: tokens\n", {"data.path is required for data.kind 'tokens'"}},
+      {"device: cuda\n", {"device 'cuda' is not available in this build ($F:8:9); use cpu"}},
+      {"precision: bf16\n", {"precision 'bf16' is not supported yet", "use fp32"}},
+      {"parallel:\n  tensor_model_parallel_size: 2\n",
+       {"parallel.tensor_model_parallel_size 2 is not supported yet ($F:9:",
+        "come with the distributed runtime"}},
+      {"parallel:\n  pipeline_model_parallel_size: 2\n",
+       {"parallel.pipeline_model_parallel_size 2", "come with the distributed runtime"}},
+      {"zero_optimization:\n  stage: 1\n",
+       {"zero_optimization.stage 1 is not supported yet", "use 0"}},
+  };
+  for (const BadValue& b : cases) {
+    SCOPED_TRACE(b.yaml);
+    std::string msg = error_of(std::string(kBase) + b.yaml);
+    ASSERT_FALSE(msg.empty());
+    for (std::string piece : b.pieces) {
+      for (size_t at; (at = piece.find("$F")) != std::string::npos;) piece.replace(at, 2, path_);
+      EXPECT_NE(msg.find(piece), std::string::npos) << "message: " << msg << "\nlacks: " << piece;
+    }
+  }
+}
+
+TEST_F(ConfigTest, ModelShapeRules) {
+  expect_error("model:\n  num_layers: 0\n", {"model.num_layers: 0 is out of range", "at least 1"});
+  expect_error("model:\n  vocab_size: 0\n", {"model.vocab_size: 0", "at least 1"});
+  expect_error("model:\n  seq_length: 0\n", {"model.seq_length: 0", "at least 1"});
+  expect_error("model:\n  hidden_size: 130\n  num_attention_heads: 4\n",
+               {"model.hidden_size 130 is not divisible by model.num_attention_heads 4 ($F:2:16)",
+                "such as 132"});
+  // 36 / 4 = 9: rotary embeddings need pairs.
+  expect_error("model:\n  hidden_size: 36\n  num_attention_heads: 4\n  position_embedding: rope\n",
+               {"'rope' needs an even head dimension", "= 9"});
+  expect_error("model:\n  seq_length: 128\n  max_position_embeddings: 64\n",
+               {"model.seq_length 128 is longer than the model's context", "64", "$F:2:15"});
+  expect_error(
+      "model:\n  position_embedding: rope\n  hidden_size: 64\noutput:\n  export_hf: out\n",
+      {"output.export_hf 'out' needs model.position_embedding 'learned' ($F:5:14)", "no rotary"});
+  expect_error("model:\n  position_embedding: alibi\n",
+               {"model.position_embedding: 'alibi' is not one of learned, rope"});
+  expect_error("training:\n  train_iters: 0\n",
+               {"training.train_iters: 0 is out of range", "at least 1"});
+  expect_error("training:\n  log_interval: 0\n",
+               {"training.log_interval: 0 is out of range", "at least 1"});
+  Config c = load_config(
+      write(
+          "model:\n  seq_length: 32\n  max_position_embeddings: 64\n  position_embedding: rope\n"),
+      {});
+  EXPECT_EQ(c.model.seq_length, 32);
+  EXPECT_EQ(c.model.max_position_embeddings, 64);
+  EXPECT_EQ(c.model.position_embedding, "rope");
+}
+
+TEST_F(ConfigTest, AliasesFillCanonicalFields) {
+  Config c = load_config(write(R"(model:
+  n_layer: 3
+  n_embd: 48
+  n_head: 6
+  n_positions: 40
+  block_size: 20
+training:
+  iters: 7
+  train_micro_batch_size_per_gpu: 2
+  train_batch_size: 8
+optimizer:
+  beta1: 0.8
+  beta2: 0.9
+  eps: 1e-6
+  gradient_clipping: 0.5
+lr_schedule:
+  warmup_iters: 3
+  decay_iters: 6
+  decay_style: linear
+zero_optimization:
+  stage: 0
+parallel:
+  tensor_model_parallel_size: 1
+  pipeline_model_parallel_size: 1
+  data_parallel_size: 1
+)"),
+                         {});
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_EQ(c.model.hidden_size, 48);
+  EXPECT_EQ(c.model.num_attention_heads, 6);
+  EXPECT_EQ(c.model.max_position_embeddings, 40);
+  EXPECT_EQ(c.model.seq_length, 20);
+  EXPECT_EQ(c.training.train_iters, 7);
+  EXPECT_EQ(c.training.micro_batch_size, 2);
+  EXPECT_EQ(c.training.global_batch_size, 8);
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 4);
+  EXPECT_DOUBLE_EQ(c.optimizer.adam_beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.adam_beta2, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.adam_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.optimizer.clip_grad, 0.5);
+  EXPECT_EQ(c.lr_schedule.lr_warmup_iters, 3);
+  EXPECT_EQ(c.lr_schedule.lr_decay_iters, 6);
+  EXPECT_EQ(c.lr_schedule.lr_decay_style, "linear");
+  EXPECT_EQ(c.zero_stage, 0);
+
+  Config m = load_config(write("training:\n  max_steps: 9\n"), {});
+  EXPECT_EQ(m.training.train_iters, 9);
+}
+
+TEST_F(ConfigTest, AliasAndCanonicalTogetherIsAnError) {
+  expect_error("model:\n  n_layer: 2\n  num_layers: 3\n",
+               {"model.num_layers is given twice: as 'model.n_layer' and as 'model.num_layers'",
+                "$F:2:", "$F:3:", "keep one"});
+  expect_error("training:\n  iters: 2\n  max_steps: 3\n", {"training.train_iters is given twice"});
+  expect_error("model:\n  num_layers: 2\n  num_layers: 3\n",
+               {"model.num_layers is given twice ($F:2:15 and $F:3:15)"});
+}
+
+TEST_F(ConfigTest, Overrides) {
+  std::string base = write(std::string(kBase) + "attention: naive\n");
+  Config c = load_config(base, {"training.train_iters=5", "attention=flash2",
+                                "attention.block_q=32", "model.num_layers=3"});
+  EXPECT_EQ(c.training.train_iters, 5);
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_EQ(c.attention.name, "flash2");
+  ASSERT_EQ(c.attention.params.size(), 1u);
+  EXPECT_EQ(c.attention.params.at("block_q"), "32");
+
+  // Later overrides win; sections and keys absent from the file are created.
+  Config d = load_config(base, {"optimizer.lr=0.1", "optimizer.lr=2e-4", "data.shuffle=true"});
+  EXPECT_DOUBLE_EQ(d.optimizer.lr, 2e-4);
+  EXPECT_TRUE(d.data.shuffle);
+
+  // An alias in an override replaces the canonical key in the file, and the other way round.
+  Config e = load_config(base, {"training.iters=7"});
+  EXPECT_EQ(e.training.train_iters, 7);
+  Config f = load_config(write("model:\n  n_layer: 2\n", "alias.yaml"), {"model.num_layers=6"});
+  EXPECT_EQ(f.model.num_layers, 6);
+
+  // A whole plugin section as a YAML flow map.
+  Config g = load_config(base, {"attention={name: flash1, block_q: 16, causal: true}"});
+  EXPECT_EQ(g.attention.name, "flash1");
+  EXPECT_EQ(g.attention.params.at("block_q"), "16");
+  EXPECT_EQ(g.attention.params.at("causal"), "true");
+
+  // Text that YAML would read as a map is the text itself; quotes are YAML's.
+  Config p = load_config(base, {"data.path=a b: c.txt", "output.dir=\"runs/q\""});
+  EXPECT_EQ(p.data.path, "a b: c.txt");
+  EXPECT_EQ(p.output.dir, "runs/q");
+
+  // Empty value: an empty string.
+  Config h = load_config(base, {"output.export_hf=hf", "output.export_hf="});
+  EXPECT_EQ(h.output.export_hf, "");
+}
+
+TEST_F(ConfigTest, OverrideOfPluginNameDropsOldParameters) {
+  std::string path = write("attention:\n  name: flash2\n  block_q: 64\n");
+  Config same = load_config(path, {"attention=flash2"});
+  EXPECT_EQ(same.attention.params.at("block_q"), "64");
+  Config other = load_config(path, {"attention=naive"});
+  EXPECT_EQ(other.attention.name, "naive");
+  EXPECT_TRUE(other.attention.params.empty());
+  Config renamed = load_config(path, {"attention.name=flash1"});
+  EXPECT_EQ(renamed.attention.name, "flash1");
+  EXPECT_EQ(renamed.attention.params.at("block_q"), "64");
+}
+
+TEST_F(ConfigTest, BadOverrides) {
+  expect_error(kBase, {"override 'training.train_iters' has no '='", "--set key.path=value"},
+               {"training.train_iters"});
+  expect_error(kBase, {"override 'model..num_layers=2'", "empty part"}, {"model..num_layers=2"});
+  expect_error(kBase,
+               {"model.num_layers: 'four' is not an integer (--set 'model.num_layers=four')"},
+               {"model.num_layers=four"});
+  expect_error(kBase,
+               {"unknown key 'training.micro_batch_sise' in --set 'training.micro_batch_sise=4'",
+                "did you mean 'micro_batch_size'?"},
+               {"training.micro_batch_sise=4"});
+  expect_error(kBase, {"'model.num_layers' is a value, not a section"}, {"model.num_layers.x=1"});
+  expect_error(kBase, {"value '[1' is not valid YAML"}, {"model.num_layers=[1"});
+  // A section the override created points at the override too.
+  expect_error("", {"attention has no 'name' (--set 'attention.block_q=3')"},
+               {"attention.block_q=3"});
+  expect_error(kBase,
+               {"device 'cuda' is not available in this build (--set 'device=cuda'); use cpu"},
+               {"device=cuda"});
+}
+
+TEST_F(ConfigTest, AttentionSection) {
+  Config c = load_config(write("attention:\n  name: flash2\n  block_q: 64\n  scale: 0.125\n"
+                               "  causal: yes\n  note:\n"),
+                         {});
+  EXPECT_EQ(c.attention.name, "flash2");
+  EXPECT_EQ(c.attention.yaml_path, "attention");
+  // Values as written; the plugin's schema types them later.
+  EXPECT_EQ(c.attention.params.at("block_q"), "64");
+  EXPECT_EQ(c.attention.params.at("scale"), "0.125");
+  EXPECT_EQ(c.attention.params.at("causal"), "yes");
+  EXPECT_EQ(c.attention.params.at("note"), "");
+  EXPECT_EQ(c.attention.params.size(), 4u);
+
+  expect_error("attention:\n  block_q: 64\n", {"attention has no 'name' ($F:1:1)"});
+  expect_error("attention:\n  name: flash2\n  block_q: [64, 32]\n",
+               {"attention.block_q: expected a single value, got a list ($F:3:3)"});
+  expect_error("attention: ../evil\n", {"attention: '../evil' is not a plugin name ($F:1:12)"});
+  expect_error("attention:\n  - naive\n", {"attention: expected a plugin name", "got a list"});
+  expect_error("attention:\n  name: a\n  x: 1\n  x: 2\n", {"attention.x is given twice"});
+}
+
+TEST_F(ConfigTest, ParallelLayout) {
+  Config c = load_config(write("parallel:\n  data_parallel_size: 4\n"), {}, 4);
+  EXPECT_EQ(c.parallel.data_parallel_size, 4);
+  EXPECT_EQ(c.training.global_batch_size, 4);  // micro 1 × accumulation 1 × dp 4
+  Config d = load_config(write(""), {}, 3);
+  EXPECT_EQ(d.parallel.data_parallel_size, 3);
+  expect_error("parallel:\n  data_parallel_size: 2\n",
+               {"parallel.data_parallel_size 2 does not match the layout ($F:2:23)",
+                "world size 4 / (tp 1 × pp 1) = 4", "drop data_parallel_size"},
+               {}, 4);
+  expect_error("", {"world size 0 is not valid"}, {}, 0);
+}
+
+TEST_F(ConfigTest, NullSectionsAndOutput) {
+  Config c = load_config(write("output:\ndata:\n"), {});
+  EXPECT_EQ(c.output.dir, Config().output.dir);
+  Config o = load_config(write("output:\ndata:\n"), {"output.dir=runs/o"});
+  EXPECT_EQ(o.output.dir, "runs/o");
+  Config d = load_config(
+      write("output:\n  dir: runs/x\n  export_hf: runs/x/hf\n  init_from_hf: gpt2-small\n"), {});
+  EXPECT_EQ(d.output.dir, "runs/x");
+  EXPECT_EQ(d.output.export_hf, "runs/x/hf");
+  EXPECT_EQ(d.output.init_from_hf, "gpt2-small");
+  // export_hf is fine with learned positions (the default).
+  EXPECT_EQ(error_of("output:\n  export_hf: hf-out\n"), "");
+}
+
+// --- batch sizes ---------------------------------------------------------------------------
+
+TrainingConfig batches(int micro, int accum, int global) {
+  TrainingConfig t;
+  t.micro_batch_size = micro;
+  t.gradient_accumulation_steps = accum;
+  t.global_batch_size = global;
+  return t;
+}
+
+std::string batch_error(TrainingConfig t, int dp) {
+  try {
+    resolve_batch_sizes(t, dp);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BatchSizes, EveryCombinationOfGivenSizes) {
+  struct Case {
+    int m, a, g, dp;  // given (0 = not given)
+    int want_m, want_a, want_g;
+  };
+  const Case cases[] = {
+      {0, 0, 0, 1, 1, 1, 1},    {0, 0, 0, 4, 1, 1, 4},    // none
+      {8, 0, 0, 1, 8, 1, 8},    {8, 0, 0, 2, 8, 1, 16},   // micro: accumulation 1
+      {0, 4, 0, 2, 1, 4, 8},                              // accumulation: micro 1
+      {0, 0, 32, 1, 32, 1, 32}, {0, 0, 32, 4, 8, 1, 32},  // global: split over dp
+      {4, 3, 0, 2, 4, 3, 24},                             // micro, accumulation
+      {4, 0, 32, 2, 4, 4, 32},                            // micro, global
+      {0, 2, 48, 3, 8, 2, 48},                            // accumulation, global
+      {4, 2, 16, 2, 4, 2, 16},                            // all three, consistent
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << "m " << k.m << " a " << k.a << " g " << k.g << " dp " << k.dp);
+    TrainingConfig t = batches(k.m, k.a, k.g);
+    resolve_batch_sizes(t, k.dp);
+    EXPECT_EQ(t.micro_batch_size, k.want_m);
+    EXPECT_EQ(t.gradient_accumulation_steps, k.want_a);
+    EXPECT_EQ(t.global_batch_size, k.want_g);
+    EXPECT_EQ(t.global_batch_size, t.micro_batch_size * t.gradient_accumulation_steps * k.dp);
+  }
+}
+
+TEST(BatchSizes, ErrorsNameTheNumbers) {
+  std::string msg = batch_error(batches(8, 2, 64), 1);
+  EXPECT_NE(msg.find("batch sizes disagree: global_batch_size 64 != micro_batch_size 8 × "
+                     "gradient_accumulation_steps 2 × data-parallel size 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("drop one of them"), std::string::npos) << msg;
+
+  msg = batch_error(batches(4, 0, 30), 2);
+  EXPECT_NE(msg.find("global_batch_size 30 is not divisible by micro_batch_size 4 × "
+                     "data-parallel size 2 = 8"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("e.g. 32"), std::string::npos) << msg;
+
+  msg = batch_error(batches(0, 3, 20), 2);
+  EXPECT_NE(msg.find("global_batch_size 20 is not divisible by gradient_accumulation_steps 3 × "
+                     "data-parallel size 2 = 6"),
+            std::string::npos)
+      << msg;
+
+  msg = batch_error(batches(0, 0, 5), 2);
+  EXPECT_NE(msg.find("global_batch_size 5 is not divisible by data-parallel size 2"),
+            std::string::npos)
+      << msg;
+
+  msg = batch_error(batches(-1, 0, 0), 1);
+  EXPECT_NE(msg.find("must not be negative"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, BatchSizesFromFileNameLayoutAndFile) {
+  expect_error(
+      "training:\n  micro_batch_size: 8\n  gradient_accumulation_steps: 2\n"
+      "  global_batch_size: 64\n",
+      {"batch sizes disagree in $F: global_batch_size 64 != micro_batch_size 8 × "
+       "gradient_accumulation_steps 2 × data-parallel size 1 (tp 1, pp 1, world 1); "
+       "drop one of them"});
+  expect_error("training:\n  micro_batch_size: 3\n  global_batch_size: 8\n",
+               {"global_batch_size 8 is not divisible by micro_batch_size 3 × data-parallel size "
+                "2 = 6 (tp 1, pp 1, world 2) in $F"},
+               {}, 2);
+  expect_error("training:\n  micro_batch_size: -2\n",
+               {"training.micro_batch_size: -2 is out of range", "at least 0"});
+  // An override that sets one size to 0 drops it from the file, so it is derived again.
+  std::string path = write(
+      "training:\n  micro_batch_size: 8\n  gradient_accumulation_steps: 2\n"
+      "  global_batch_size: 16\n");
+  Config c = load_config(path, {"training.global_batch_size=0", "training.micro_batch_size=4"});
+  EXPECT_EQ(c.training.global_batch_size, 8);
+}
+
+// --- to_yaml -------------------------------------------------------------------------------
+
+TEST_F(ConfigTest, ToYamlRoundTrips) {
+  std::string src = write(R"(model:
+  n_layer: 3
+  n_embd: 48
+  n_head: 6
+  block_size: 16
+  n_positions: 40
+  vocab_size: 300
+  position_embedding: rope
+  rope_base: 500000
+  init_std: 0.015
+  layernorm_epsilon: 1e-6
+data:
+  kind: tokens
+  path: "data dir/train: null.bin"
+  shuffle: true
+  seed: 18446744073709551615
+training:
+  iters: 11
+  train_micro_batch_size_per_gpu: 3
+  gradient_accumulation_steps: 2
+  seed: 7
+  log_interval: 5
+optimizer:
+  lr: 3.0e-3
+  min_lr: 0
+  beta1: 0.85
+  beta2: 0.999
+  eps: 1e-8
+  weight_decay: 0
+  gradient_clipping: 0
+lr_schedule:
+  warmup_iters: 2
+  decay_style: constant
+  decay_iters: 9
+zero_optimization: {stage: 0}
+attention:
+  name: flash2
+  block_q: 32
+  mode: "null"
+output:
+  dir: "null"
+  init_from_hf: ""
+)");
+  // 0.1 + 0.2 needs all 17 digits to come back exactly.
+  Config a = load_config(src, {"optimizer.lr=0.30000000000000004"}, 2);
+  std::string text = to_yaml(a);
+  EXPECT_EQ(text.find("n_layer"), std::string::npos) << text;  // canonical names only
+  EXPECT_NE(text.find("num_layers: 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("global_batch_size: 12"), std::string::npos) << text;
+
+  std::string again = write(text, "resolved.yaml");
+  Config b = load_config(again, {}, 2);
+  EXPECT_EQ(b.model.num_layers, 3);
+  EXPECT_EQ(b.model.hidden_size, 48);
+  EXPECT_EQ(b.model.num_attention_heads, 6);
+  EXPECT_EQ(b.model.seq_length, 16);
+  EXPECT_EQ(b.model.max_position_embeddings, 40);
+  EXPECT_EQ(b.model.vocab_size, 300);
+  EXPECT_EQ(b.model.position_embedding, "rope");
+  EXPECT_EQ(b.model.rope_base, 500000.0);
+  EXPECT_EQ(b.model.init_std, 0.015);
+  EXPECT_EQ(b.model.layernorm_epsilon, 1e-6);
+  EXPECT_EQ(b.data.kind, "tokens");
+  EXPECT_EQ(b.data.path, "data dir/train: null.bin");
+  EXPECT_TRUE(b.data.shuffle);
+  EXPECT_EQ(b.data.seed, 18446744073709551615ULL);
+  EXPECT_EQ(b.training.train_iters, 11);
+  EXPECT_EQ(b.training.micro_batch_size, 3);
+  EXPECT_EQ(b.training.gradient_accumulation_steps, 2);
+  EXPECT_EQ(b.training.global_batch_size, 12);
+  EXPECT_EQ(b.training.seed, 7u);
+  EXPECT_EQ(b.training.log_interval, 5);
+  EXPECT_EQ(b.optimizer.lr, 0.1 + 0.2);  // bit-exact
+  EXPECT_EQ(b.optimizer.min_lr, 0.0);
+  EXPECT_EQ(b.optimizer.adam_beta1, 0.85);
+  EXPECT_EQ(b.optimizer.adam_beta2, 0.999);
+  EXPECT_EQ(b.optimizer.adam_eps, 1e-8);
+  EXPECT_EQ(b.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(b.optimizer.clip_grad, 0.0);
+  EXPECT_EQ(b.lr_schedule.lr_warmup_iters, 2);
+  EXPECT_EQ(b.lr_schedule.lr_decay_style, "constant");
+  EXPECT_EQ(b.lr_schedule.lr_decay_iters, 9);
+  EXPECT_EQ(b.parallel.data_parallel_size, 2);
+  EXPECT_EQ(b.zero_stage, 0);
+  EXPECT_EQ(b.attention.name, "flash2");
+  EXPECT_EQ(b.attention.params.at("block_q"), "32");
+  EXPECT_EQ(b.attention.params.at("mode"), "null");
+  EXPECT_EQ(b.output.dir, "null");
+  EXPECT_EQ(b.output.init_from_hf, "");
+  EXPECT_EQ(b.device, "cpu");
+  EXPECT_EQ(b.precision, "fp32");
+  // Writing the re-read config gives the same text, apart from the source comment.
+  std::string text_b = to_yaml(b);
+  EXPECT_EQ(text.substr(text.find('\n')), text_b.substr(text_b.find('\n')));
+}
+
+TEST_F(ConfigTest, ToYamlOfRepoExampleReloads) {
+  Config a = load_config(TRIAD_CONFIGS_DIR "/gpt-tiny.yaml", {});
+  Config b = load_config(write(to_yaml(a)), {});
+  EXPECT_EQ(b.model.hidden_size, 128);
+  EXPECT_EQ(b.data.path, "/usr/share/games/fortunes/literature");
+  EXPECT_EQ(b.optimizer.lr, 3.0e-3);
+  EXPECT_EQ(b.training.global_batch_size, 16);
+  EXPECT_EQ(b.attention.name, "naive");
+}
+
+}  // namespace
+}  // namespace triad
