@@ -28,7 +28,9 @@ class DataLoader {
 };
 
 // Validates the source (file exists, not truncated, token ids < vocab, long enough for one
-// window) and throws UserError naming the file, the problem and the fix.
+// window) and the batch layout (global a multiple of micro × dp) and throws UserError naming
+// the file, the problem and the fix. Shuffling and synthetic tokens use data.seed, or `seed`
+// (training.seed) when data.seed is 0.
 std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
                                              int micro_batch_size, int global_batch_size,
                                              uint64_t seed, int dp_rank, int dp_size);

@@ -1,0 +1,155 @@
+#include "triad/core/data.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "data/mapped_file.hpp"
+#include "data/sample_order.hpp"
+#include "data/token_file.hpp"
+#include "triad/core/error.hpp"
+
+namespace triad {
+
+namespace {
+
+using data::BatchLayout;
+using data::MappedFile;
+using data::WindowOrder;
+
+// Windows of T+1 tokens over a token stream held in a mapping: text (bytes) or tokens
+// (uint16). Window w is tokens [w*T, w*T+T+1): consecutive windows share one token, so
+// every token but the first is a target exactly once per epoch.
+template <typename Tok>
+class WindowLoader final : public DataLoader {
+ public:
+  WindowLoader(std::string label, MappedFile file, const Tok* tokens, int64_t count, int T,
+               BatchLayout layout, bool shuffle, uint64_t seed)
+      : label_(std::move(label)),
+        file_(std::move(file)),
+        tokens_(tokens),
+        count_(count),
+        T_(T),
+        layout_(layout),
+        order_((count - 1) / T, shuffle, seed),
+        shuffle_(shuffle) {}
+
+  void micro_batch(int64_t step, int micro, int32_t* inputs, int32_t* targets) override {
+    for (int j = 0; j < layout_.micro_batch(); ++j) {
+      const Tok* w = tokens_ + order_.window(layout_.sample(step, micro, j)) * T_;
+      std::copy(w, w + T_, inputs + int64_t{j} * T_);
+      std::copy(w + 1, w + 1 + T_, targets + int64_t{j} * T_);
+    }
+  }
+  int64_t num_tokens() const override { return count_; }
+  std::string describe() const override {
+    return label_ + " (" + std::to_string(count_) + " tokens, " +
+           std::to_string(order_.num_windows()) + " windows of " + std::to_string(T_) + "+1" +
+           (shuffle_ ? ", shuffled" : "") + ")";
+  }
+
+ private:
+  std::string label_;
+  MappedFile file_;
+  const Tok* tokens_;
+  int64_t count_;
+  int T_;
+  BatchLayout layout_;
+  WindowOrder order_;
+  bool shuffle_;
+};
+
+// Uniform random tokens, each a hash of (seed, sample, position): any sample on any rank is
+// produced without state, and the stream never repeats.
+class SyntheticLoader final : public DataLoader {
+ public:
+  SyntheticLoader(int vocab, int T, BatchLayout layout, uint64_t seed)
+      : V_(vocab), T_(T), layout_(layout), seed_(seed) {}
+
+  void micro_batch(int64_t step, int micro, int32_t* inputs, int32_t* targets) override {
+    for (int j = 0; j < layout_.micro_batch(); ++j) {
+      const uint64_t key = data::mix(seed_, static_cast<uint64_t>(layout_.sample(step, micro, j)));
+      int32_t* in = inputs + int64_t{j} * T_;
+      int32_t* tg = targets + int64_t{j} * T_;
+      for (int t = 0; t <= T_; ++t) {
+        const int32_t tok = token(key, t);
+        if (t < T_) in[t] = tok;
+        if (t > 0) tg[t - 1] = tok;
+      }
+    }
+  }
+  int64_t num_tokens() const override { return 0; }
+  std::string describe() const override {
+    return "synthetic (uniform tokens in [0, " + std::to_string(V_) + "), seed " +
+           std::to_string(seed_) + ", samples of " + std::to_string(T_) + "+1)";
+  }
+
+ private:
+  // The high half of hash × V: uniform in [0, V) without the bias of hash % V.
+  int32_t token(uint64_t key, int t) const {
+    const unsigned __int128 h = data::splitmix64(key ^ static_cast<uint64_t>(t));
+    return static_cast<int32_t>((h * static_cast<unsigned>(V_)) >> 64);
+  }
+
+  int V_, T_;
+  BatchLayout layout_;
+  uint64_t seed_;
+};
+
+void require_one_window(int64_t count, int T, const std::string& what) {
+  if (count < int64_t{T} + 1)
+    throw UserError(what + " has " + std::to_string(count) + " tokens but one sample of " +
+                    "model.seq_length " + std::to_string(T) + " needs " +
+                    std::to_string(int64_t{T} + 1) +
+                    "; use a longer file or a smaller model.seq_length");
+}
+
+std::unique_ptr<DataLoader> make_text(const DataConfig& d, const ModelConfig& m, BatchLayout layout,
+                                      uint64_t seed) {
+  if (m.vocab_size < 256)
+    throw UserError("data.kind text uses byte tokens 0..255 but model.vocab_size is " +
+                    std::to_string(m.vocab_size) + "; set vocab_size ≥ 256");
+  MappedFile f(d.path, "data.path (data.kind text)");
+  if (f.size() == 0)
+    throw UserError("text file '" + d.path + "' is empty; point data.path at a text file");
+  const auto count = static_cast<int64_t>(f.size());
+  require_one_window(count, m.seq_length, "text file '" + d.path + "'");
+  const uint8_t* bytes = f.data();
+  return std::make_unique<WindowLoader<uint8_t>>("text " + d.path, std::move(f), bytes, count,
+                                                 m.seq_length, layout, d.shuffle, seed);
+}
+
+std::unique_ptr<DataLoader> make_tokens(const DataConfig& d, const ModelConfig& m,
+                                        BatchLayout layout, uint64_t seed) {
+  data::TokenFile t = data::open_token_file(d.path, m.vocab_size);
+  require_one_window(t.count, m.seq_length, "tokens file '" + d.path + "'");
+  return std::make_unique<WindowLoader<uint16_t>>(
+      std::string("tokens ") + d.path + " [" + t.format + "]", std::move(t.file), t.tokens, t.count,
+      m.seq_length, layout, d.shuffle, seed);
+}
+
+}  // namespace
+
+std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
+                                             int micro_batch_size, int global_batch_size,
+                                             uint64_t seed, int dp_rank, int dp_size) {
+  if (model.seq_length < 1)
+    throw UserError("model.seq_length is " + std::to_string(model.seq_length) +
+                    "; set it to at least 1");
+  if (model.vocab_size < 1)
+    throw UserError("model.vocab_size is " + std::to_string(model.vocab_size) +
+                    "; set it to at least 1");
+  const BatchLayout layout(micro_batch_size, global_batch_size, dp_rank, dp_size);
+  const uint64_t s = data.seed != 0 ? data.seed : seed;
+  if (data.kind == "synthetic")
+    return std::make_unique<SyntheticLoader>(model.vocab_size, model.seq_length, layout, s);
+  if (data.kind != "text" && data.kind != "tokens")
+    throw UserError("data.kind '" + data.kind + "' is unknown; use synthetic, text or tokens");
+  if (data.path.empty())
+    throw UserError("data.kind " + data.kind + " needs data.path; set it to the " +
+                    (data.kind == "text" ? "text file" : "uint16 token file") + " to train on");
+  return data.kind == "text" ? make_text(data, model, layout, s)
+                             : make_tokens(data, model, layout, s);
+}
+
+}  // namespace triad
