@@ -1,0 +1,54 @@
+// The training engine: builds the run from a validated config (plugins, data, model), then
+// steps AdamW over micro-batches with gradient accumulation, logging one line and one JSONL
+// record per step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "triad/core/config.hpp"
+
+namespace triad {
+
+// What a run will cost, computed without allocating (for --dry-run).
+struct RunPlan {
+  size_t num_params = 0;
+  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  size_t total_bytes() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
+  double flops_per_step = 0;  // Megatron's formula, see model_flops_per_step
+};
+RunPlan plan_run(const Config& cfg);
+
+// Megatron-LM's model FLOPs per iteration (Narayanan et al. 2021, no activation recompute):
+//   72 · B · s · l · h² · (1 + s/(6h) + V/(12·l·h))
+// B global batch, s sequence length, l layers, h hidden size, V vocabulary.
+double model_flops_per_step(const ModelConfig& m, int global_batch);
+
+// Megatron's schedule: linear warmup to lr over lr_warmup_iters (step s gets lr·s/warmup),
+// then cosine / linear decay to min_lr at lr_decay_iters, constant after. Steps from 1.
+double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters, int step);
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0, samples_per_s = 0, tokens_per_s = 0,
+         tflops = 0;
+  size_t peak_bytes = 0;
+};
+
+struct RunResult {
+  std::vector<StepRecord> steps;
+  std::string output_dir;
+};
+
+struct TrainOptions {
+  bool quiet = false;  // no per-step log lines (tests, benches)
+  bool write_output = true;  // create output.dir with config.yaml and metrics.jsonl
+};
+
+// Runs the whole training. Everything that can be wrong with the inputs is checked before
+// the output folder is created; UserError on bad input.
+RunResult train(const Config& cfg, const TrainOptions& opts = {});
+
+}  // namespace triad

@@ -1,0 +1,191 @@
+#include "triad/core/engine.hpp"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/attention.hpp"
+#include "triad/core/data.hpp"
+#include "triad/core/device.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/gpt_layout.hpp"
+#include "triad/core/hf.hpp"
+#include "triad/core/model.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/services.hpp"
+#include "triad/kernels/cpu.hpp"
+
+namespace triad {
+
+namespace fs = std::filesystem;
+
+double model_flops_per_step(const ModelConfig& m, int global_batch) {
+  const double B = global_batch, s = m.seq_length, l = m.num_layers, h = m.hidden_size,
+               V = m.vocab_size;
+  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters,
+                     int step) {
+  const int warmup = s.lr_warmup_iters;
+  if (warmup > 0 && step <= warmup) return o.lr * step / warmup;
+  if (s.lr_decay_style == "constant") return o.lr;
+  const int decay_iters = s.lr_decay_iters > 0 ? s.lr_decay_iters : train_iters;
+  if (step >= decay_iters) return o.min_lr;
+  const double span = std::max(1, decay_iters - warmup);
+  const double ratio = (step - warmup) / span;
+  const double coeff =
+      s.lr_decay_style == "linear" ? 1.0 - ratio : 0.5 * (std::cos(M_PI * ratio) + 1.0);
+  return o.min_lr + coeff * (o.lr - o.min_lr);
+}
+
+RunPlan plan_run(const Config& cfg) {
+  RunPlan p;
+  const auto layout = gpt_layout(cfg.model);
+  const auto& m = cfg.model;
+  p.num_params = layout.total;
+  p.param_bytes = layout.total * 4;
+  p.grad_bytes = layout.total * 4;
+  p.optimizer_bytes = layout.total * 8;  // Adam m and v
+  const size_t BT = size_t(cfg.training.micro_batch_size) * m.seq_length, C = m.hidden_size;
+  // Per layer: res_in, ln1, qkv(3), atty, res_mid, ln2, fch(4), fch_gelu(4) = 16 C per token,
+  // plus 4 row statistics and H lse values. Then the head and the backward scratch.
+  const size_t per_layer = BT * (16 * C + 4 + m.num_attention_heads);
+  const size_t head = BT * (2 * C + 3) + BT * size_t(m.vocab_size);
+  const size_t scratch = BT * C * (1 + 1 + 3 + 1 + 4 + 4);
+  p.activation_bytes = 4 * (per_layer * m.num_layers + head + scratch);
+  p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
+  return p;
+}
+
+namespace {
+
+std::string mib(size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
+  return buf;
+}
+
+// AdamW over each parameter tensor, decaying only matmul weights and embeddings.
+struct AdamW {
+  Buffer<float> m, v;
+  AdamW(Device& dev, size_t n) : m(dev, n, "Adam first moment"), v(dev, n, "Adam second moment") {}
+  void step(const GptLayout& layout, float* params, const float* grads, const OptimizerConfig& o,
+            double lr, int t) {
+    for (const auto& p : layout.params) {
+      kernels::cpu::adamw_update(params + p.offset, grads + p.offset, m.data() + p.offset,
+                                 v.data() + p.offset, p.numel, float(lr), float(o.adam_beta1),
+                                 float(o.adam_beta2), float(o.adam_eps),
+                                 p.weight_decay ? float(o.weight_decay) : 0.0f, t);
+    }
+  }
+};
+
+}  // namespace
+
+RunResult train(const Config& cfg, const TrainOptions& opts) {
+  const auto& m = cfg.model;
+  const auto& t = cfg.training;
+  // Everything that can fail on bad input happens before the output folder is touched.
+  auto device = make_device(cfg.device);
+  PluginLoader loader;
+  auto plugin = loader.load("attention", cfg.attention.name);
+  const ResolvedParams aparams =
+      resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
+  CoreServices services(omp_get_max_threads());
+  AttentionBackend attention(plugin, aparams, services.c_services());
+  auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
+                               cfg.data.seed ? cfg.data.seed : t.seed, /*dp_rank=*/0,
+                               cfg.parallel.data_parallel_size);
+  GPT model(m, *device, attention, t.micro_batch_size);
+  if (!cfg.output.init_from_hf.empty()) {
+    import_hf(cfg.output.init_from_hf, m, model.layout(), model.params());
+  } else {
+    model.init_weights(t.seed);
+  }
+  AdamW adam(*device, model.num_params());
+
+  RunResult result;
+  result.output_dir = cfg.output.dir;
+  std::ofstream jsonl;
+  if (opts.write_output) {
+    fs::create_directories(cfg.output.dir);
+    std::ofstream(fs::path(cfg.output.dir) / "config.yaml") << to_yaml(cfg);
+    jsonl.open(fs::path(cfg.output.dir) / "metrics.jsonl", std::ios::trunc);
+  }
+  if (!opts.quiet) {
+    spdlog::info("model: {} layers, hidden {}, {} heads, seq {}, vocab {}, {} positions: {} parameters",
+                 m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
+                 m.position_embedding, model.num_params());
+    spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
+                 t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps,
+                 cfg.parallel.data_parallel_size);
+    spdlog::info("attention: {} ({}); data: {}; threads: {}", attention.name(), plugin->path(),
+                 data->describe(), omp_get_max_threads());
+  }
+
+  const int B = t.micro_batch_size, T = m.seq_length;
+  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  const double flops = model_flops_per_step(m, t.global_batch_size);
+  const int accum = t.gradient_accumulation_steps;
+  for (int step = 1; step <= t.train_iters; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
+    model.zero_grad();
+    double loss = 0;
+    for (int micro = 0; micro < accum; ++micro) {
+      data->micro_batch(step - 1, micro, inputs.data(), targets.data());
+      loss += model.forward(inputs.data(), targets.data(), B);
+      model.backward(1.0f / accum);
+    }
+    loss /= accum;
+    const double norm = std::sqrt(kernels::cpu::sum_squares(model.grads(), model.num_params()));
+    if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
+      kernels::cpu::scale_inplace(model.grads(), model.num_params(),
+                                  float(cfg.optimizer.clip_grad / (norm + 1e-6)));
+    adam.step(model.layout(), model.params(), model.grads(), cfg.optimizer, lr, step);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    StepRecord r;
+    r.step = step;
+    r.loss = loss;
+    r.lr = lr;
+    r.grad_norm = norm;
+    r.ms = ms;
+    r.samples_per_s = t.global_batch_size / (ms / 1e3);
+    r.tokens_per_s = r.samples_per_s * T;
+    r.tflops = flops / (ms / 1e3) / 1e12;
+    r.peak_bytes = device->peak_bytes() + services.peak_bytes();
+    result.steps.push_back(r);
+    if (!std::isfinite(loss))
+      throw UserError("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
+                      "; lower optimizer.lr or enable clip_grad");
+    if (jsonl.is_open()) {
+      nlohmann::json j{{"step", step},          {"loss", loss},
+                       {"lr", lr},              {"grad_norm", norm},
+                       {"ms_per_step", ms},     {"samples_per_s", r.samples_per_s},
+                       {"tokens_per_s", r.tokens_per_s}, {"tflops_per_device", r.tflops},
+                       {"mfu", nullptr},        {"peak_memory_bytes", r.peak_bytes}};
+      jsonl << j.dump() << "\n" << std::flush;
+    }
+    if (!opts.quiet && (step % t.log_interval == 0 || step == 1 || step == t.train_iters))
+      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
+                   "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s | peak {}",
+                   step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s,
+                   r.tflops, mib(r.peak_bytes));
+  }
+  if (!cfg.output.export_hf.empty()) {
+    export_hf(cfg.output.export_hf, m, model.layout(), model.params());
+    if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
+  }
+  return result;
+}
+
+}  // namespace triad

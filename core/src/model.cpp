@@ -1,0 +1,267 @@
+#include "triad/core/model.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "triad/kernels/cpu.hpp"
+
+namespace triad {
+
+namespace k = kernels::cpu;
+
+namespace {
+
+// A (B,H,T,D) strided view into a (B,T,W) activation where head h of this part starts at
+// column col0 + h*D. Owns the shape/stride arrays the DLTensor points at.
+struct HeadView {
+  int64_t shape[4];
+  int64_t strides[4];
+  DLTensor t{};
+  HeadView(float* base, int B, int T, int H, int D, int64_t row_width, int64_t col0,
+           DLDevice dev) {
+    shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
+    strides[0] = T * row_width, strides[1] = D, strides[2] = row_width, strides[3] = 1;
+    t.data = base + col0;
+    t.device = dev;
+    t.ndim = 4;
+    t.dtype = DLDataType{kDLFloat, 32, 1};
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = 0;
+  }
+};
+
+struct LseView {
+  int64_t shape[3];
+  DLTensor t{};
+  LseView(float* base, int B, int H, int T, DLDevice dev) {
+    shape[0] = B, shape[1] = H, shape[2] = T;
+    t.data = base;
+    t.device = dev;
+    t.ndim = 3;
+    t.dtype = DLDataType{kDLFloat, 32, 1};
+    t.shape = shape;
+    t.strides = nullptr;
+  }
+};
+
+}  // namespace
+
+GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch)
+    : cfg_(cfg),
+      dev_(dev),
+      attn_(attention),
+      layout_(gpt_layout(cfg)),
+      maxB_(max_batch),
+      T_(cfg.seq_length),
+      C_(cfg.hidden_size),
+      H_(cfg.num_attention_heads),
+      V_(cfg.vocab_size),
+      L_(cfg.num_layers),
+      rope_(cfg.position_embedding == "rope") {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  params_ = Buffer<float>(dev_, layout_.total, "parameters");
+  grads_ = Buffer<float>(dev_, layout_.total, "gradients");
+  acts_.resize(L_);
+  for (auto& a : acts_) {
+    a.res_in = Buffer<float>(dev_, BT * C, "activations");
+    a.ln1 = Buffer<float>(dev_, BT * C, "activations");
+    a.ln1_mean = Buffer<float>(dev_, BT, "activations");
+    a.ln1_rstd = Buffer<float>(dev_, BT, "activations");
+    a.qkv = Buffer<float>(dev_, BT * 3 * C, "activations");
+    a.atty = Buffer<float>(dev_, BT * C, "activations");
+    a.lse = Buffer<float>(dev_, BT * H_, "activations");
+    a.res_mid = Buffer<float>(dev_, BT * C, "activations");
+    a.ln2 = Buffer<float>(dev_, BT * C, "activations");
+    a.ln2_mean = Buffer<float>(dev_, BT, "activations");
+    a.ln2_rstd = Buffer<float>(dev_, BT, "activations");
+    a.fch = Buffer<float>(dev_, BT * 4 * C, "activations");
+    a.fch_gelu = Buffer<float>(dev_, BT * 4 * C, "activations");
+  }
+  res_out_ = Buffer<float>(dev_, BT * C, "activations");
+  lnf_ = Buffer<float>(dev_, BT * C, "activations");
+  lnf_mean_ = Buffer<float>(dev_, BT, "activations");
+  lnf_rstd_ = Buffer<float>(dev_, BT, "activations");
+  logits_ = Buffer<float>(dev_, BT * V_, "logits");
+  losses_ = Buffer<float>(dev_, BT, "activations");
+  ce_lse_ = Buffer<float>(dev_, BT, "activations");
+  dres_ = Buffer<float>(dev_, BT * C, "activation gradients");
+  dln_ = Buffer<float>(dev_, BT * C, "activation gradients");
+  dqkv_ = Buffer<float>(dev_, BT * 3 * C, "activation gradients");
+  datty_ = Buffer<float>(dev_, BT * C, "activation gradients");
+  dfch_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
+  dfch_gelu_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
+
+  triad_attention_shape_v1 shape{maxB_, H_, T_, C_ / H_, 1, DLDataType{kDLFloat, 32, 1},
+                                 dev_.dl_device()};
+  attn_.check_supported(shape);
+  attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
+  const size_t ws = std::max(ws_fwd_, ws_bwd_);
+  if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
+  targets_.resize(BT);
+  inputs_.resize(BT);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const float std = static_cast<float>(cfg_.init_std);
+  const float proj_std = std / std::sqrt(2.0f * L_);
+  for (const auto& p : layout_.params) {
+    float* w = params_.data() + p.offset;
+    const bool is_bias = p.name.ends_with(".bias");
+    const bool is_ln = p.name.find("ln_") != std::string::npos;
+    if (is_ln && !is_bias) {
+      for (size_t i = 0; i < p.numel; ++i) w[i] = 1.0f;
+    } else if (is_bias) {
+      std::memset(w, 0, p.numel * sizeof(float));
+    } else {
+      const bool residual_proj = p.name.ends_with("c_proj.weight");
+      std::normal_distribution<float> nd(0.0f, residual_proj ? proj_std : std);
+      for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
+    }
+  }
+}
+
+void GPT::zero_grad() { std::memset(grads_.data(), 0, layout_.total * sizeof(float)); }
+
+void GPT::attention_forward(LayerActs& a, int B) {
+  const int D = C_ / H_;
+  const DLDevice d = dev_.dl_device();
+  HeadView q(a.qkv.data(), B, T_, H_, D, 3 * C_, 0, d);
+  HeadView kk(a.qkv.data(), B, T_, H_, D, 3 * C_, C_, d);
+  HeadView v(a.qkv.data(), B, T_, H_, D, 3 * C_, 2 * C_, d);
+  HeadView out(a.atty.data(), B, T_, H_, D, C_, 0, d);
+  LseView lse(a.lse.data(), B, H_, T_, d);
+  triad_attention_fwd_args_v1 args{&q.t, &kk.t, &v.t, &out.t, &lse.t, 1,
+                                   1.0f / std::sqrt(static_cast<float>(D)),
+                                   attn_workspace_.data(), attn_workspace_.size()};
+  attn_.forward(args);
+}
+
+void GPT::attention_backward(LayerActs& a, float* dqkv, const float* datty, int B) {
+  const int D = C_ / H_;
+  const DLDevice d = dev_.dl_device();
+  HeadView q(a.qkv.data(), B, T_, H_, D, 3 * C_, 0, d);
+  HeadView kk(a.qkv.data(), B, T_, H_, D, 3 * C_, C_, d);
+  HeadView v(a.qkv.data(), B, T_, H_, D, 3 * C_, 2 * C_, d);
+  HeadView out(a.atty.data(), B, T_, H_, D, C_, 0, d);
+  HeadView dout(const_cast<float*>(datty), B, T_, H_, D, C_, 0, d);
+  HeadView dq(dqkv, B, T_, H_, D, 3 * C_, 0, d);
+  HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d);
+  HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d);
+  LseView lse(a.lse.data(), B, H_, T_, d);
+  triad_attention_bwd_args_v1 args{&q.t,  &kk.t, &v.t,  &out.t, &lse.t,
+                                   &dout.t, &dq.t, &dk.t, &dv.t, 1,
+                                   1.0f / std::sqrt(static_cast<float>(D)),
+                                   attn_workspace_.data(), attn_workspace_.size()};
+  attn_.backward(args);
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
+  const int T = T_, C = C_, N = B * T;
+  const int D = C / H_;
+  lastB_ = B;
+  std::memcpy(inputs_.data(), inputs, sizeof(int32_t) * N);
+  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  const float* wpe = rope_ ? nullptr : param("wpe.weight");
+  // x (B,T,C) = wte[tokens] + wpe[positions]
+  k::embedding_forward(acts_[0].res_in.data(), inputs, param("wte.weight"), wpe, B, T, C);
+  for (int l = 0; l < L_; ++l) {
+    LayerActs& a = acts_[l];
+    const std::string h = "h." + std::to_string(l) + ".";
+    float* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
+    k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
+                         param(h + "ln_1.weight"), param(h + "ln_1.bias"), N, C,
+                         static_cast<float>(cfg_.layernorm_epsilon));
+    // qkv (N,3C) = ln1 @ Wqkv^T + b
+    k::matmul_forward(a.qkv.data(), a.ln1.data(), param(h + "attn.c_attn.weight"),
+                      param(h + "attn.c_attn.bias"), N, C, 3 * C);
+    if (rope_) {
+      // rotate q and k in place: (B,T,H,D) views with row stride 3C
+      k::rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      k::rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
+                      cfg_.rope_base);
+    }
+    attention_forward(a, B);
+    // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
+    k::matmul_forward(out, a.atty.data(), param(h + "attn.c_proj.weight"),
+                      param(h + "attn.c_proj.bias"), N, C, C);
+    k::residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C);
+    k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
+                         param(h + "ln_2.weight"), param(h + "ln_2.bias"), N, C,
+                         static_cast<float>(cfg_.layernorm_epsilon));
+    k::matmul_forward(a.fch.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"),
+                      param(h + "mlp.c_fc.bias"), N, C, 4 * C);
+    k::gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C);
+    // out = res_mid + fch_gelu @ Wfcproj^T + b
+    k::matmul_forward(out, a.fch_gelu.data(), param(h + "mlp.c_proj.weight"),
+                      param(h + "mlp.c_proj.bias"), N, 4 * C, C);
+    k::residual_forward(out, a.res_mid.data(), out, size_t(N) * C);
+  }
+  k::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
+                       param("ln_f.weight"), param("ln_f.bias"), N, C,
+                       static_cast<float>(cfg_.layernorm_epsilon));
+  // logits (N,V) = lnf @ wte^T  (tied head, no bias)
+  k::matmul_forward(logits_.data(), lnf_.data(), param("wte.weight"), static_cast<float*>(nullptr),
+                    N, C, V_);
+  k::crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets, N, V_);
+  double sum = 0;
+  for (int i = 0; i < N; ++i) sum += losses_.data()[i];
+  return static_cast<float>(sum / N);
+}
+
+void GPT::backward(float loss_scale) {
+  const int B = lastB_, T = T_, C = C_, N = B * T;
+  const int D = C / H_;
+  const size_t NC = size_t(N) * C;
+  // dlogits (in place over logits) = scale/N * (softmax - onehot)
+  k::crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
+                           loss_scale / N, N, V_);
+  std::memset(dln_.data(), 0, NC * sizeof(float));
+  k::matmul_backward(dln_.data(), grad("wte.weight"), static_cast<float*>(nullptr), logits_.data(),
+                     lnf_.data(), param("wte.weight"), N, C, V_);
+  std::memset(dres_.data(), 0, NC * sizeof(float));
+  k::layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
+                        res_out_.data(), param("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(),
+                        N, C);
+  // dres_ now holds d loss / d (residual stream) at the output of the last layer; each layer
+  // turns it into the gradient at its input (the residual adds pass it through unchanged).
+  for (int l = L_ - 1; l >= 0; --l) {
+    LayerActs& a = acts_[l];
+    const std::string h = "h." + std::to_string(l) + ".";
+    // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
+    std::memset(dfch_gelu_.data(), 0, 4 * NC * sizeof(float));
+    k::matmul_backward(dfch_gelu_.data(), grad(h + "mlp.c_proj.weight"),
+                       grad(h + "mlp.c_proj.bias"), dres_.data(), a.fch_gelu.data(),
+                       param(h + "mlp.c_proj.weight"), N, 4 * C, C);
+    std::memset(dfch_.data(), 0, 4 * NC * sizeof(float));
+    k::gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC);
+    std::memset(dln_.data(), 0, NC * sizeof(float));
+    k::matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
+                       dfch_.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"), N, C, 4 * C);
+    k::layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"),
+                          dln_.data(), a.res_mid.data(), param(h + "ln_2.weight"),
+                          a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+    // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
+    std::memset(datty_.data(), 0, NC * sizeof(float));
+    k::matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"), grad(h + "attn.c_proj.bias"),
+                       dres_.data(), a.atty.data(), param(h + "attn.c_proj.weight"), N, C, C);
+    attention_backward(a, dqkv_.data(), datty_.data(), B);
+    if (rope_) {
+      k::rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      k::rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
+                       cfg_.rope_base);
+    }
+    std::memset(dln_.data(), 0, NC * sizeof(float));
+    k::matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
+                       dqkv_.data(), a.ln1.data(), param(h + "attn.c_attn.weight"), N, C, 3 * C);
+    k::layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
+                          dln_.data(), a.res_in.data(), param(h + "ln_1.weight"),
+                          a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  }
+  float* dwpe = rope_ ? nullptr : grad("wpe.weight");
+  k::embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C);
+}
+
+}  // namespace triad

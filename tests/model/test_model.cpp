@@ -1,0 +1,173 @@
+// Model and engine tests: determinism, loss falls, gradient accumulation, lr schedule, FLOPs
+// formula, Hugging Face round trip.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "triad/core/attention.hpp"
+#include "triad/core/config.hpp"
+#include "triad/core/device.hpp"
+#include "triad/core/engine.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/hf.hpp"
+#include "triad/core/model.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/services.hpp"
+
+using namespace triad;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tiny() { return std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml"; }
+
+Config small_config(std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"model.num_layers=2", "model.hidden_size=32",
+                                   "model.num_attention_heads=2", "model.seq_length=16",
+                                   "training.micro_batch_size=4", "training.train_iters=4",
+                                   "data.kind=synthetic"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_config(tiny(), sets, 1);
+}
+
+struct Fixture {
+  std::unique_ptr<Device> dev = make_device("cpu");
+  PluginLoader loader;
+  CoreServices services{1};
+  std::unique_ptr<AttentionBackend> attn;
+  explicit Fixture(const std::string& name = "naive") {
+    auto p = loader.load("attention", name);
+    attn = std::make_unique<AttentionBackend>(p, resolve_params(p->descriptor(), {}, "attention"),
+                                              services.c_services());
+  }
+};
+
+}  // namespace
+
+TEST(Engine, SameSeedSameLossesBitForBit) {
+  TrainOptions o;
+  o.quiet = true;
+  o.write_output = false;
+  const Config c = small_config();
+  const auto a = train(c, o), b = train(c, o);
+  ASSERT_EQ(a.steps.size(), 4u);
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << i + 1;
+  }
+  const auto c2 = train(small_config({"training.seed=7"}), o);
+  EXPECT_NE(a.steps[0].loss, c2.steps[0].loss);
+}
+
+TEST(Engine, LossFallsOnText) {
+  TrainOptions o;
+  o.quiet = true;
+  o.write_output = false;
+  const Config c = load_config(tiny(), {"training.train_iters=25", "model.num_layers=2"}, 1);
+  const auto r = train(c, o);
+  // Byte-level English: the initial loss is about ln(256) = 5.55.
+  EXPECT_NEAR(r.steps.front().loss, std::log(256.0), 0.3);
+  EXPECT_LT(r.steps.back().loss, r.steps.front().loss - 1.5);
+}
+
+TEST(Engine, WritesConfigAndJsonl) {
+  const fs::path dir = fs::temp_directory_path() / "triad-test-engine-out";
+  fs::remove_all(dir);
+  TrainOptions o;
+  o.quiet = true;
+  train(small_config({"output.dir=" + dir.string(), "training.train_iters=3"}), o);
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"ms_per_step\"",
+                            "\"samples_per_s\"", "\"tokens_per_s\"", "\"tflops_per_device\"",
+                            "\"peak_memory_bytes\""})
+      EXPECT_NE(line.find(key), std::string::npos) << key;
+  }
+  EXPECT_EQ(n, 3);
+  EXPECT_TRUE(fs::exists(dir / "config.yaml"));
+  // The written config loads again and describes the same run.
+  const Config again = load_config((dir / "config.yaml").string(), {}, 1);
+  EXPECT_EQ(again.model.hidden_size, 32);
+  fs::remove_all(dir);
+}
+
+TEST(Model, GradientAccumulationEqualsOneBigBatch) {
+  Fixture f;
+  Config c = small_config();
+  GPT big(c.model, *f.dev, *f.attn, 4), small(c.model, *f.dev, *f.attn, 2);
+  big.init_weights(3);
+  small.init_weights(3);
+  const int T = c.model.seq_length;
+  std::vector<int32_t> in(4 * T), tg(4 * T);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = (i * 7 + 3) % 256, tg[i] = (i * 11 + 5) % 256;
+  big.zero_grad();
+  const float lb = big.forward(in.data(), tg.data(), 4);
+  big.backward(1.0f);
+  small.zero_grad();
+  float ls = small.forward(in.data(), tg.data(), 2);
+  small.backward(0.5f);
+  ls += small.forward(in.data() + 2 * T, tg.data() + 2 * T, 2);
+  small.backward(0.5f);
+  EXPECT_NEAR(lb, ls / 2, 1e-5);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < big.num_params(); ++i) {
+    const double d = big.grads()[i] - small.grads()[i];
+    num += d * d;
+    den += double(big.grads()[i]) * big.grads()[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+TEST(Engine, LearningRateScheduleIsMegatrons) {
+  OptimizerConfig o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  LrScheduleConfig s;
+  s.lr_warmup_iters = 10;
+  s.lr_decay_style = "cosine";
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
+  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);  // halfway: (1 + 0.1) / 2
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
+  s.lr_decay_style = "linear";
+  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);
+  s.lr_decay_style = "constant";
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 100), 1.0);
+}
+
+TEST(Engine, FlopsFormula) {
+  ModelConfig m;
+  m.num_layers = 12, m.hidden_size = 768, m.seq_length = 1024, m.vocab_size = 50257;
+  // 72 B s l h^2 (1 + s/6h + V/12lh) for B = 8
+  const double expect = 72.0 * 8 * 1024 * 12 * 768.0 * 768.0 *
+                        (1 + 1024.0 / (6 * 768) + 50257.0 / (12.0 * 12 * 768));
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, 8), expect);
+}
+
+TEST(HuggingFace, ExportThenImportIsExact) {
+  Fixture f;
+  Config c = small_config();
+  GPT a(c.model, *f.dev, *f.attn, 1), b(c.model, *f.dev, *f.attn, 1);
+  a.init_weights(11);
+  const fs::path dir = fs::temp_directory_path() / "triad-test-hf";
+  fs::remove_all(dir);
+  export_hf(dir.string(), c.model, a.layout(), a.params());
+  EXPECT_TRUE(fs::exists(dir / "config.json"));
+  import_hf(dir.string(), c.model, b.layout(), b.params());
+  for (size_t i = 0; i < a.num_params(); ++i) ASSERT_EQ(a.params()[i], b.params()[i]) << i;
+  // A config that disagrees with the folder is refused, naming the key.
+  Config other = small_config({"model.num_layers=3"});
+  try {
+    check_hf(dir.string(), other.model, gpt_layout(other.model));
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_layer"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
