@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "triad/core/config.hpp"
+#include "triad/core/dist_env.hpp"
 
 namespace triad {
 
@@ -45,6 +46,7 @@ struct RunResult {
 struct TrainOptions {
   bool quiet = false;  // no per-step log lines (tests, benches)
   bool write_output = true;  // create output.dir with config.yaml and metrics.jsonl
+  DistEnv dist;              // this rank's place in the job (world of one by default)
 };
 
 // Runs the whole training. Everything that can be wrong with the inputs is checked before
