@@ -19,8 +19,9 @@
 //   lr_schedule     decay_style                       lr_decay_style
 //
 // Sections: model, data, training, optimizer, lr_schedule, parallel, zero_optimization
-// (DeepSpeed's {stage: 0}), attention (a plugin name, or {name: ..., <plugin parameters>}),
-// output; top-level keys: device, precision. The schema itself is config/schema.cpp.
+// (DeepSpeed's {stage, reduce_bucket_size, overlap_comm}), the plugin choices attention and
+// transport (each a plugin name, or {name: ..., <plugin parameters>}), output; top-level keys:
+// device, precision. The schema itself is config/schema.cpp.
 
 #include "triad/core/config.hpp"
 
@@ -85,10 +86,10 @@ void resolve(TrainingConfig& t, int dp, const std::string& layout, const std::st
                     std::to_string(dp) + "; use 0 to have one derived");
   std::string dps = "data-parallel size " + std::to_string(dp);
   auto not_multiple = [&](const std::string& of, long long unit) {
-    return UserError("global_batch_size " + std::to_string(g) + " is not divisible by " + of +
-                     " = " + std::to_string(unit) + lay + in +
-                     "; make global_batch_size a multiple of " + std::to_string(unit) + " (e.g. " +
-                     std::to_string(std::max(1LL, (g + unit / 2) / unit) * unit) + ")");
+    std::string product = of == dps ? of : of + " = " + std::to_string(unit);
+    return UserError("global_batch_size " + std::to_string(g) + " is not divisible by " + product +
+                     lay + in + "; make global_batch_size a multiple of " + std::to_string(unit) +
+                     " (e.g. " + std::to_string(std::max(1LL, (g + unit / 2) / unit) * unit) + ")");
   };
   if (m && a && g) {
     if (g != m * a * dp)
@@ -141,8 +142,8 @@ void emit_field(YAML::Emitter& e, const Field& f, Config& c) {
       f.slot(c));
 }
 
-void emit_attention(YAML::Emitter& e, const PluginChoice& a) {
-  e << YAML::Key << "attention" << YAML::Value;
+void emit_plugin_choice(YAML::Emitter& e, std::string_view key, const PluginChoice& a) {
+  e << YAML::Key << std::string(key) << YAML::Value;
   if (a.params.empty()) {
     e << a.name;
     return;
@@ -180,7 +181,8 @@ std::string to_yaml(const Config& config) {
   if (!c.source_path.empty()) e << YAML::Comment("resolved from " + c.source_path);
   e << YAML::BeginMap;
   for (const Section& s : schema()) {
-    if (s.name == "output") emit_attention(e, c.attention);
+    if (s.name == "output")
+      for (const PluginSection& p : plugin_choices()) emit_plugin_choice(e, p.name, *p.slot(c));
     if (s.name.empty()) {
       for (const Field& f : s.fields) emit_field(e, f, c);
       continue;

@@ -110,7 +110,12 @@ TEST_F(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(c.training.gradient_accumulation_steps, 1);
   EXPECT_EQ(c.training.global_batch_size, 1);
   EXPECT_EQ(c.attention.name, "naive");
-  EXPECT_EQ(c.zero_stage, 0);
+  EXPECT_EQ(c.transport.name, "ucx");
+  EXPECT_EQ(c.transport.yaml_path, "transport");
+  EXPECT_TRUE(c.transport.params.empty());
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 6553600);  // 25 MiB of fp32
+  EXPECT_TRUE(c.zero_optimization.overlap_comm);
 }
 
 TEST_F(ConfigTest, MissingFile) {
@@ -299,7 +304,7 @@ parallel:
   EXPECT_EQ(c.lr_schedule.lr_warmup_iters, 3);
   EXPECT_EQ(c.lr_schedule.lr_decay_iters, 6);
   EXPECT_EQ(c.lr_schedule.lr_decay_style, "linear");
-  EXPECT_EQ(c.zero_stage, 0);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
 
   Config m = load_config(write("training:\n  max_steps: 9\n"), {});
   EXPECT_EQ(m.training.train_iters, 9);
@@ -403,6 +408,186 @@ TEST_F(ConfigTest, AttentionSection) {
   expect_error("attention: ../evil\n", {"attention: '../evil' is not a plugin name ($F:1:12)"});
   expect_error("attention:\n  - naive\n", {"attention: expected a plugin name", "got a list"});
   expect_error("attention:\n  name: a\n  x: 1\n  x: 2\n", {"attention.x is given twice"});
+}
+
+TEST_F(ConfigTest, TransportSection) {
+  Config n = load_config(write("transport: nccl\n"), {});
+  EXPECT_EQ(n.transport.name, "nccl");
+  EXPECT_TRUE(n.transport.params.empty());
+  EXPECT_EQ(n.attention.name, "naive");  // the other choice keeps its default
+
+  Config c = load_config(write("attention: flash2\ntransport:\n  name: ucx\n  tls: tcp\n"
+                               "  chunk_bytes: 65536\n"),
+                         {});
+  EXPECT_EQ(c.transport.name, "ucx");
+  EXPECT_EQ(c.transport.yaml_path, "transport");
+  EXPECT_EQ(c.transport.params.size(), 2u);
+  EXPECT_EQ(c.transport.params.at("tls"), "tcp");
+  EXPECT_EQ(c.transport.params.at("chunk_bytes"), "65536");
+  EXPECT_EQ(c.attention.name, "flash2");
+  EXPECT_TRUE(c.attention.params.empty());
+
+  expect_error("transport:\n  tls: tcp\n",
+               {"transport has no 'name' ($F:1:1)", "or transport: ucx"});
+  expect_error("transport:\n  name: ucx\n  tls: [tcp, sm]\n",
+               {"transport.tls: expected a single value, got a list ($F:3:3)"});
+  expect_error("transport: ../evil\n",
+               {"transport: '../evil' is not a plugin name ($F:1:12)", "e.g. ucx or nccl"});
+  expect_error("transport:\n  - ucx\n",
+               {"transport: expected a plugin name", "got a list",
+                "write transport: ucx or transport: {name: ucx, tls: tcp}"});
+  expect_error("transport:\n  name: ucx\n  x: 1\n  x: 2\n", {"transport.x is given twice"});
+  expect_error("transport: ucx\ntransport: nccl\n",
+               {"section 'transport' is given twice", "$F:1:1", "$F:2:1"});
+  expect_error("transprot: ucx\n", {"unknown key 'transprot' in $F:1:1", "'transport'"});
+}
+
+TEST_F(ConfigTest, TransportOverrides) {
+  std::string path = write(std::string(kBase) + "transport:\n  name: ucx\n  tls: tcp\n");
+  Config same = load_config(path, {"transport=ucx"});
+  EXPECT_EQ(same.transport.params.at("tls"), "tcp");
+  Config other = load_config(path, {"transport=nccl"});
+  EXPECT_EQ(other.transport.name, "nccl");
+  EXPECT_TRUE(other.transport.params.empty());
+  Config renamed = load_config(path, {"transport.name=nccl", "transport.pipeline_depth=3"});
+  EXPECT_EQ(renamed.transport.name, "nccl");
+  EXPECT_EQ(renamed.transport.params.at("tls"), "tcp");
+  EXPECT_EQ(renamed.transport.params.at("pipeline_depth"), "3");
+
+  // A name in the file becomes a map when a parameter is set; attention is left alone.
+  std::string scalar = write(std::string(kBase) + "transport: ucx\nattention: naive\n", "s.yaml");
+  Config p = load_config(scalar, {"transport.chunk_bytes=4096"});
+  EXPECT_EQ(p.transport.name, "ucx");
+  EXPECT_EQ(p.transport.params.at("chunk_bytes"), "4096");
+  EXPECT_EQ(p.attention.name, "naive");
+  EXPECT_TRUE(p.attention.params.empty());
+
+  Config flow = load_config(scalar, {"transport={name: nccl, x: 1}"});
+  EXPECT_EQ(flow.transport.name, "nccl");
+  EXPECT_EQ(flow.transport.params.at("x"), "1");
+
+  expect_error(kBase, {"transport: 'a b' is not a plugin name (--set 'transport=a b')"},
+               {"transport=a b"});
+  expect_error(
+      "",
+      {"transport has no 'name' (--set 'transport.tls=tcp')", "e.g. --set transport=ucx before it"},
+      {"transport.tls=tcp"});
+}
+
+TEST_F(ConfigTest, ZeroOptimizationSection) {
+  Config c = load_config(
+      write("zero_optimization:\n  stage: 0\n  reduce_bucket_size: 5e8\n  overlap_comm: false\n"),
+      {});
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);  // DeepSpeed's own spelling
+  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  // Beyond 32 bits, and a flow map as DeepSpeed JSON converts to.
+  Config big = load_config(write("zero_optimization: {reduce_bucket_size: 1099511627776}\n"), {});
+  EXPECT_EQ(big.zero_optimization.reduce_bucket_size, int64_t{1} << 40);
+  EXPECT_TRUE(big.zero_optimization.overlap_comm);
+  Config one = load_config(write(""), {"zero_optimization.reduce_bucket_size=1",
+                                       "zero_optimization.overlap_comm=false"});
+  EXPECT_EQ(one.zero_optimization.reduce_bucket_size, 1);
+  EXPECT_FALSE(one.zero_optimization.overlap_comm);
+
+  expect_error("zero_optimization:\n  reduce_bucket_size: 0\n",
+               {"zero_optimization.reduce_bucket_size: 0 is out of range ($F:2:23)", "at least 1"});
+  expect_error("zero_optimization:\n  reduce_bucket_size: -4096\n",
+               {"zero_optimization.reduce_bucket_size: -4096 is out of range", "at least 1"});
+  expect_error(
+      "zero_optimization:\n  reduce_bucket_size: 25MB\n",
+      {"zero_optimization.reduce_bucket_size: '25MB' is not an integer ($F:2:23)", "e.g. 6553600"});
+  expect_error("zero_optimization:\n  reduce_bucket_size: 2.5e0\n",
+               {"zero_optimization.reduce_bucket_size: '2.5e0' is not an integer"});
+  expect_error("zero_optimization:\n  reduce_bucket_size: 1e-3\n", {"'1e-3' is not an integer"});
+  expect_error(
+      "zero_optimization:\n  reduce_bucket_size: 99999999999999999999\n",
+      {"zero_optimization.reduce_bucket_size: 99999999999999999999 is too large", "64 bits"});
+  expect_error("zero_optimization:\n  reduce_bucket_size: 1e19\n", {"1e19 is too large"});
+  expect_error("zero_optimization:\n  reduce_bucket_size: [1]\n",
+               {"zero_optimization.reduce_bucket_size: expected an integer, got a list"});
+  expect_error("zero_optimization:\n  reduce_bucket_size:\n",
+               {"zero_optimization.reduce_bucket_size has no value"});
+  expect_error("zero_optimization:\n  overlap_comm: sometimes\n",
+               {"zero_optimization.overlap_comm: 'sometimes' is not true or false ($F:2:17)"});
+  expect_error("",
+               {"reduce_bucket_size: 'big' is not an integer (--set "
+                "'zero_optimization.reduce_bucket_size=big')"},
+               {"zero_optimization.reduce_bucket_size=big"});
+  expect_error("training:\n  reduce_bucket_size: 100\n",
+               {"'training.reduce_bucket_size'", "belongs in the 'zero_optimization' section"});
+  expect_error("zero_optimization:\n  reduce_bucket_sise: 100\n",
+               {"did you mean 'reduce_bucket_size'?"});
+}
+
+TEST_F(ConfigTest, DataParallelWorldSizes) {
+  // dp is derived as world / (tp × pp) and the global batch is micro × accumulation × dp.
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(world);
+    Config c = load_config(write(""), {}, world);
+    EXPECT_EQ(c.parallel.data_parallel_size, world);
+    EXPECT_EQ(c.training.global_batch_size, world);
+    Config given = load_config(
+        write("parallel:\n  data_parallel_size: " + std::to_string(world) + "\n"), {}, world);
+    EXPECT_EQ(given.parallel.data_parallel_size, world);
+  }
+  Config g = load_config(
+      write("training:\n  micro_batch_size: 4\n  gradient_accumulation_steps: 2\n"), {}, 4);
+  EXPECT_EQ(g.parallel.data_parallel_size, 4);
+  EXPECT_EQ(g.training.global_batch_size, 32);
+  Config a =
+      load_config(write("training:\n  micro_batch_size: 4\n  global_batch_size: 32\n"), {}, 4);
+  EXPECT_EQ(a.training.gradient_accumulation_steps, 2);
+  EXPECT_EQ(a.training.micro_batch_size, 4);
+  Config a2 =
+      load_config(write("training:\n  micro_batch_size: 4\n  global_batch_size: 32\n"), {}, 2);
+  EXPECT_EQ(a2.training.gradient_accumulation_steps, 4);
+  Config m = load_config(write("training:\n  global_batch_size: 32\n"), {}, 4);
+  EXPECT_EQ(m.training.micro_batch_size, 8);
+  EXPECT_EQ(m.training.gradient_accumulation_steps, 1);
+  Config all = load_config(write("training:\n  micro_batch_size: 4\n  gradient_accumulation_steps: "
+                                 "2\n  global_batch_size: 16\n"),
+                           {}, 2);
+  EXPECT_EQ(all.training.global_batch_size, 16);
+
+  // Right on one rank, wrong on four: one error with the numbers and the layout.
+  std::string three =
+      "training:\n  micro_batch_size: 4\n  gradient_accumulation_steps: 2\n"
+      "  global_batch_size: 8\n";
+  EXPECT_EQ(error_of(three, {}, 1), "");
+  expect_error(three,
+               {"batch sizes disagree in $F: global_batch_size 8 != micro_batch_size 4 × "
+                "gradient_accumulation_steps 2 × data-parallel size 4 (tp 1, pp 1, world 4); "
+                "drop one of them"},
+               {}, 4);
+  expect_error("training:\n  global_batch_size: 6\n",
+               {"global_batch_size 6 is not divisible by data-parallel size 4 "
+                "(tp 1, pp 1, world 4) in $F",
+                "e.g. 8"},
+               {}, 4);
+
+  // A given data_parallel_size must match the ranks launched.
+  expect_error("parallel:\n  data_parallel_size: 4\n",
+               {"parallel.data_parallel_size 4 does not match the layout ($F:2:23): world size 2 "
+                "/ (tp 1 × pp 1) = 2; drop data_parallel_size to have it derived, or launch 4 "
+                "ranks"},
+               {}, 2);
+  expect_error("parallel:\n  data_parallel_size: 2\n",
+               {"parallel.data_parallel_size 2 does not match the layout", "world size 1",
+                "launch 2 ranks"});
+  expect_error(kBase,
+               {"parallel.data_parallel_size 3 does not match the layout (--set "
+                "'parallel.data_parallel_size=3')",
+                "world size 4"},
+               {"parallel.data_parallel_size=3"}, 4);
+
+  // Tensor and pipeline parallelism are still refused, whatever the world size.
+  expect_error(
+      "parallel:\n  tensor_model_parallel_size: 2\n",
+      {"parallel.tensor_model_parallel_size 2 is not supported yet ($F:2:", "use 1 for now"}, {},
+      2);
+  expect_error("parallel:\n  pipeline_model_parallel_size: 2\n",
+               {"parallel.pipeline_model_parallel_size 2 is not supported yet"}, {}, 4);
 }
 
 TEST_F(ConfigTest, ParallelLayout) {
@@ -566,11 +751,14 @@ lr_schedule:
   warmup_iters: 2
   decay_style: constant
   decay_iters: 9
-zero_optimization: {stage: 0}
+zero_optimization: {stage: 0, reduce_bucket_size: 5e8, overlap_comm: false}
 attention:
   name: flash2
   block_q: 32
   mode: "null"
+transport:
+  name: nccl
+  tls: "tcp,self"
 output:
   dir: "null"
   init_from_hf: ""
@@ -615,7 +803,12 @@ output:
   EXPECT_EQ(b.lr_schedule.lr_decay_style, "constant");
   EXPECT_EQ(b.lr_schedule.lr_decay_iters, 9);
   EXPECT_EQ(b.parallel.data_parallel_size, 2);
-  EXPECT_EQ(b.zero_stage, 0);
+  EXPECT_EQ(b.zero_optimization.stage, 0);
+  EXPECT_EQ(b.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_FALSE(b.zero_optimization.overlap_comm);
+  EXPECT_EQ(b.transport.name, "nccl");
+  EXPECT_EQ(b.transport.params.size(), 1u);
+  EXPECT_EQ(b.transport.params.at("tls"), "tcp,self");
   EXPECT_EQ(b.attention.name, "flash2");
   EXPECT_EQ(b.attention.params.at("block_q"), "32");
   EXPECT_EQ(b.attention.params.at("mode"), "null");
@@ -636,6 +829,9 @@ TEST_F(ConfigTest, ToYamlOfRepoExampleReloads) {
   EXPECT_EQ(b.optimizer.lr, 3.0e-3);
   EXPECT_EQ(b.training.global_batch_size, 16);
   EXPECT_EQ(b.attention.name, "naive");
+  EXPECT_EQ(b.transport.name, "ucx");
+  EXPECT_EQ(b.zero_optimization.reduce_bucket_size, 6553600);
+  EXPECT_TRUE(b.zero_optimization.overlap_comm);
 }
 
 }  // namespace

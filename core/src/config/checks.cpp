@@ -97,8 +97,8 @@ void check_available(Config& c, const Checker& k) {
       fail("parallel." + std::string(name) + " " + str(v) + " is not supported yet (" +
            k.at("parallel." + std::string(name)) +
            "); tensor and pipeline parallelism come with the distributed runtime, use 1 for now");
-  if (c.zero_stage != 0)
-    fail("zero_optimization.stage " + str(c.zero_stage) + " is not supported yet (" +
+  if (c.zero_optimization.stage != 0)
+    fail("zero_optimization.stage " + str(c.zero_optimization.stage) + " is not supported yet (" +
          k.at("zero_optimization.stage") +
          "); ZeRO stages 1-3 come with the distributed runtime, use 0 for now");
 }

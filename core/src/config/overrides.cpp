@@ -87,7 +87,7 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
       child.reset(child_of(cur, parts[i]));
     } else if (child.IsNull()) {
       child = YAML::Node(YAML::NodeType::Map);  // assigning to a bound node edits the tree
-    } else if (child.IsScalar() && path == "attention") {
+    } else if (child.IsScalar() && i == 0 && find_plugin_choice(path)) {
       // attention: naive + --set attention.block_q=32 -> {name: naive, block_q: 32}
       YAML::Node m(YAML::NodeType::Map);
       m["name"] = child.Scalar();
@@ -100,9 +100,9 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
   }
 
   const std::string& last = parts.back();
-  if (path.empty() && last == "attention" && value.IsScalar()) {
+  if (path.empty() && find_plugin_choice(last) && value.IsScalar()) {
     // A new plugin name drops the old plugin's parameters; the same name keeps them.
-    YAML::Node old = child_of(cur, "attention");
+    YAML::Node old = child_of(cur, last);
     if (old.IsMap() && child_of(old, "name").IsScalar() &&
         child_of(old, "name").Scalar() == value.Scalar()) {
       origins.push_back({key, arg});

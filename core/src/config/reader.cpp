@@ -71,15 +71,16 @@ class Reader {
     for (auto it = root.begin(); it != root.end(); ++it) {
       std::string key = key_text(it->first, "");
       std::string where = loc_.where(key, it->first.Mark());
-      bool is_section = key == "attention" || (!key.empty() && find_section(key));
+      const PluginSection* plugin = find_plugin_choice(key);
+      bool is_section = plugin || (!key.empty() && find_section(key));
       if (is_section) {
         auto [prev, fresh] = sections_seen.emplace(key, where);
         if (!fresh)
           throw UserError("section '" + key + "' is given twice (" + prev->second + " and " +
                           where + "); merge them into one");
       }
-      if (key == "attention") {
-        read_attention(it->first, it->second);
+      if (plugin) {
+        read_plugin_choice(*plugin, it->first, it->second);
       } else if (const Section* s = key.empty() ? nullptr : find_section(key)) {
         read_section(*s, it->first, it->second);
       } else if (const Field* f = find_field(top, key)) {
@@ -116,7 +117,7 @@ class Reader {
     if (section.empty()) {
       for (const Section& s : schema())
         if (!s.name.empty()) names.push_back(s.name);
-      names.push_back("attention");
+      for (const PluginSection& p : plugin_choices()) names.push_back(p.name);
       for (std::string_view n : names_of(*find_section(""))) names.push_back(n);
     } else {
       names = names_of(*find_section(section));
@@ -181,6 +182,7 @@ class Reader {
   static std::string type_name(const Field& f) {
     struct {
       const char* operator()(int*) const { return "an integer"; }
+      const char* operator()(int64_t*) const { return "an integer"; }
       const char* operator()(double*) const { return "a number"; }
       const char* operator()(uint64_t*) const { return "a non-negative integer"; }
       const char* operator()(bool*) const { return "true or false"; }
@@ -231,6 +233,25 @@ class Reader {
     out = static_cast<int>(v);
   }
 
+  // 64-bit counts such as bucket sizes are often written as DeepSpeed configs write them,
+  // "5e8": a whole number in exponent form is taken; "2.5" is not.
+  void parse_into(const Field& f, const std::string& path, const std::string& text,
+                  const std::string& where, int64_t& out) {
+    long long v = 0;
+    if (!parse_number(text, v)) {
+      double d = 0;
+      if (!parse_number(text, d) || !std::isfinite(d) || d != std::floor(d))
+        bad_type(f, path, text, where, "an integer");
+      // 2^63 is exact in a double; anything at or beyond it does not fit.
+      if (std::fabs(d) >= 9223372036854775808.0)
+        throw UserError(path + ": " + text + " is too large (" + where +
+                        "); it must fit in 64 bits");
+      v = static_cast<long long>(d);
+    }
+    check_range(f, path, text, where, static_cast<double>(v));
+    out = v;
+  }
+
   void parse_into(const Field& f, const std::string& path, const std::string& text,
                   const std::string& where, double& out) {
     double v = 0;
@@ -266,19 +287,23 @@ class Reader {
     throw UserError(msg + (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
   }
 
-  void read_attention(const YAML::Node& key, const YAML::Node& body) {
-    PluginChoice& a = c_.attention;
-    a.yaml_path = "attention";
+  void read_plugin_choice(const PluginSection& section, const YAML::Node& key,
+                          const YAML::Node& body) {
+    const std::string name(section.name);
+    Config defaults;
+    const std::string fallback = section.slot(defaults)->name;
+    PluginChoice& a = *section.slot(c_);
+    a.yaml_path = name;
     a.params.clear();
-    std::string where = loc_.where("attention", body.IsScalar() ? body.Mark() : key.Mark());
+    std::string where = loc_.where(name, body.IsScalar() ? body.Mark() : key.Mark());
     if (body.IsScalar()) {
       a.name = body.Scalar();
     } else if (body.IsMap()) {
       std::set<std::string> seen;
       bool named = false;
       for (auto it = body.begin(); it != body.end(); ++it) {
-        std::string k = key_text(it->first, "attention");
-        std::string path = "attention." + k;
+        std::string k = key_text(it->first, name);
+        std::string path = name + "." + k;
         std::string kw = loc_.where(path, it->first.Mark());
         if (!seen.insert(k).second)
           throw UserError(path + " is given twice (second at " + kw + "); keep one");
@@ -295,22 +320,27 @@ class Reader {
           a.params[k] = text;
         }
       }
+      if (!named && where.starts_with("--set"))
+        throw UserError(name + " has no 'name' (" + where + "); choose the plugin first, e.g. " +
+                        "--set " + name + "=" + fallback + " before it");
       if (!named)
-        throw UserError("attention has no 'name' (" + where +
-                        "); write attention: {name: flash2, <parameters>} or attention: naive");
+        throw UserError(name + " has no 'name' (" + where + "); write " + name +
+                        ": {name: " + std::string(section.other) + ", <parameters>} or " + name +
+                        ": " + fallback);
     } else {
-      throw UserError("attention: expected a plugin name or a map with 'name:', got " +
-                      std::string(kind_of(body)) + " (" + where +
-                      "); write attention: naive or attention: {name: flash2, block_q: 64}");
+      throw UserError(name + ": expected a plugin name or a map with 'name:', got " +
+                      std::string(kind_of(body)) + " (" + where + "); write " + name + ": " +
+                      fallback + " or " + name + ": " + std::string(section.example_map));
     }
-    // The name becomes part of a file name (libtriad-attention-<name>.so).
+    // The name becomes part of a file name (libtriad-<kind>-<name>.so).
     bool ok = !a.name.empty();
     for (char ch : a.name)
       ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
     if (!ok)
-      throw UserError("attention: '" + a.name + "' is not a plugin name (" + where +
-                      "); use letters, digits, '_' or '-', e.g. naive or flash2");
-    given_["attention.name"] = GivenKey{"attention", where, a.name};
+      throw UserError(name + ": '" + a.name + "' is not a plugin name (" + where +
+                      "); use letters, digits, '_' or '-', e.g. " + fallback + " or " +
+                      std::string(section.other));
+    given_[name + ".name"] = GivenKey{name, where, a.name};
   }
 
   const Locator& loc_;

@@ -116,7 +116,10 @@ std::vector<Section> build_schema() {
        }},
       {"zero_optimization",
        {
-           F("stage", TRIAD_SLOT(zero_stage)).min(0),
+           F("stage", TRIAD_SLOT(zero_optimization.stage)).min(0),
+           // Elements per gradient all-reduce bucket (DeepSpeed's name and unit).
+           F("reduce_bucket_size", TRIAD_SLOT(zero_optimization.reduce_bucket_size)).min(1),
+           F("overlap_comm", TRIAD_SLOT(zero_optimization.overlap_comm)),
        }},
       {"output",
        {
@@ -133,6 +136,14 @@ std::vector<Section> build_schema() {
 }
 
 #undef TRIAD_SLOT
+
+std::vector<PluginSection> build_plugin_choices() {
+  return {
+      {"attention", [](Config& c) { return &c.attention; }, "flash2",
+       "{name: flash2, block_q: 64}"},
+      {"transport", [](Config& c) { return &c.transport; }, "nccl", "{name: ucx, tls: tcp}"},
+  };
+}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -154,6 +165,17 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 const std::vector<Section>& schema() {
   static const std::vector<Section> s = build_schema();
   return s;
+}
+
+const std::vector<PluginSection>& plugin_choices() {
+  static const std::vector<PluginSection> p = build_plugin_choices();
+  return p;
+}
+
+const PluginSection* find_plugin_choice(std::string_view name) {
+  for (const PluginSection& p : plugin_choices())
+    if (p.name == name) return &p;
+  return nullptr;
 }
 
 const Section* find_section(std::string_view name) {

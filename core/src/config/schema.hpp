@@ -15,7 +15,7 @@
 namespace triad::config_detail {
 
 // Where a key's value lives in Config; its alternative is the YAML type the key takes.
-using Slot = std::variant<int*, double*, uint64_t*, bool*, std::string*>;
+using Slot = std::variant<int*, int64_t*, double*, uint64_t*, bool*, std::string*>;
 
 struct Field {
   std::string_view name;  // canonical (Megatron-LM / DeepSpeed) spelling
@@ -33,9 +33,22 @@ struct Section {
   std::vector<Field> fields;
 };
 
-// All sections in the order to_yaml writes them. "attention" is not here: it is a plugin
-// choice whose keys belong to the plugin (see reader.cpp).
+// All sections in the order to_yaml writes them. Plugin choices are not here: their keys
+// belong to the plugin (see plugin_choices()).
 const std::vector<Section>& schema();
+
+// A top-level key that chooses a plugin of one kind: `attention: naive` or
+// `attention: {name: flash2, block_q: 64}`. The name is the YAML key and the plugin kind.
+struct PluginSection {
+  std::string_view name;
+  PluginChoice* (*slot)(Config&) = nullptr;
+  std::string_view other;        // a second plugin name, for the examples in messages
+  std::string_view example_map;  // a real plugin with a real parameter, for the same
+};
+
+// Every plugin choice, in the order to_yaml writes them (just before "output").
+const std::vector<PluginSection>& plugin_choices();
+const PluginSection* find_plugin_choice(std::string_view name);
 
 const Section* find_section(std::string_view name);
 // By canonical name or alias.

@@ -13,12 +13,12 @@
 namespace triad {
 
 struct ModelConfig {
-  int num_layers = 4;                // Megatron --num-layers (alias n_layer)
-  int hidden_size = 128;             // --hidden-size (alias n_embd)
-  int num_attention_heads = 4;       // --num-attention-heads (alias n_head)
-  int seq_length = 64;               // --seq-length: tokens per sample (T)
-  int max_position_embeddings = 0;   // context size; 0 = seq_length
-  int vocab_size = 256;              // byte-level text: 256
+  int num_layers = 4;                          // Megatron --num-layers (alias n_layer)
+  int hidden_size = 128;                       // --hidden-size (alias n_embd)
+  int num_attention_heads = 4;                 // --num-attention-heads (alias n_head)
+  int seq_length = 64;                         // --seq-length: tokens per sample (T)
+  int max_position_embeddings = 0;             // context size; 0 = seq_length
+  int vocab_size = 256;                        // byte-level text: 256
   std::string position_embedding = "learned";  // learned | rope
   double rope_base = 10000.0;
   double init_std = 0.02;
@@ -65,6 +65,15 @@ struct ParallelConfig {
   int data_parallel_size = 1;  // derived: world / (tp * pp) when 0
 };
 
+// DeepSpeed's zero_optimization section.
+struct ZeroConfig {
+  int stage = 0;  // 0 until ZeRO stages 1-3 land
+  // Elements (not bytes) per gradient all-reduce bucket; 25 MiB of fp32 by default.
+  int64_t reduce_bucket_size = 6553600;
+  // Start each bucket's all-reduce as soon as its gradients are complete, during backward.
+  bool overlap_comm = true;
+};
+
 // A plugin choice: its name plus its YAML section (validated against the plugin's schema
 // once the plugin is loaded).
 struct PluginChoice {
@@ -86,11 +95,12 @@ struct Config {
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   ParallelConfig parallel;
+  ZeroConfig zero_optimization;
   PluginChoice attention{"naive", {}, "attention"};
+  PluginChoice transport{"ucx", {}, "transport"};
   OutputConfig output;
-  std::string device = "cpu";     // cpu (cuda comes with the GPU issue)
+  std::string device = "cpu";      // cpu (cuda comes with the GPU issue)
   std::string precision = "fp32";  // fp32
-  int zero_stage = 0;              // DeepSpeed zero_optimization.stage (0 until ZeRO lands)
   std::string source_path;         // the YAML file it was read from
 };
 
