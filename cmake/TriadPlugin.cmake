@@ -7,6 +7,11 @@ function(triad_add_plugin KIND NAME)
   set_target_properties(${target} PROPERTIES
     PREFIX "lib" OUTPUT_NAME "triad-${KIND}-${NAME}"
     CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  # GCC marks a library that defines "unique" inline statics (from libstdc++ headers) as
+  # never unloadable; without them a plugin .so really unloads after its last object is gone.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -fno-gnu-unique)
+  endif()
   if(DEFINED TRIAD_PLUGIN_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${TRIAD_PLUGIN_OUTPUT_DIR})
   endif()

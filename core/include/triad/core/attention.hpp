@@ -28,6 +28,10 @@ class AttentionBackend {
   void workspace_size(const triad_attention_shape_v1& shape, size_t* fwd, size_t* bwd) const;
   void forward(const triad_attention_fwd_args_v1& args);
   void backward(const triad_attention_bwd_args_v1& args);
+  // The raw status, for the conformance suite, which must see exactly which code came back.
+  int try_forward(const triad_attention_fwd_args_v1& args) noexcept;
+  int try_backward(const triad_attention_bwd_args_v1& args) noexcept;
+  std::string last_error() const;
 
  private:
   void check(int status, const char* what) const;
@@ -37,5 +41,8 @@ class AttentionBackend {
   std::string name_;
   triad_attention_caps_v1 caps_{};
 };
+
+// "devices cpu; dtypes float32; head dims 1..256; causal, non-causal" (triad-info, messages)
+std::string describe_capabilities(const triad_attention_caps_v1& caps);
 
 }  // namespace triad

@@ -50,13 +50,15 @@ class ResolvedParams {
 // Checks `given` (key -> YAML text) against the plugin's declared schema: unknown keys
 // (with the closest valid name), wrong types. `yaml_path` prefixes messages
 // (e.g. "attention"). Throws UserError.
-ResolvedParams resolve_params(const triad_plugin_v1& desc, const std::map<std::string, std::string>& given,
+ResolvedParams resolve_params(const triad_plugin_v1& desc,
+                              const std::map<std::string, std::string>& given,
                               const std::string& yaml_path);
 
 class PluginLoader {
  public:
-  // Search path: the build tree's plugin folder, the install tree's (both found relative
+  // Search path: the build tree's plugin folder (compiled in), the install tree's (relative
   // to the running executable: <exe>/../lib/triad), then each entry of TRIAD_PLUGIN_PATH.
+  // Duplicates are dropped; folders that do not exist are kept (they appear in messages).
   PluginLoader();
   explicit PluginLoader(std::vector<std::string> search_path);
   const std::vector<std::string>& search_path() const { return search_path_; }

@@ -150,11 +150,13 @@ const char* Lifecycle<Impl>::name = "plugin";
 #define TRIAD_PARAMS(array) std::size(array), (array)
 #define TRIAD_NO_PARAMS 0, nullptr
 
-// Generates the exported descriptor. KIND_STR must match the ops table type.
-#define TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, KIND_STR, NAME, VERSION, DESC, OPS_PTR, PARAMS)     \
+// Generates the exported descriptor. KIND_STR must match the ops table type. The params
+// are variadic because TRIAD_PARAMS(...) / TRIAD_NO_PARAMS expand to two arguments before
+// a kind macro (TRIAD_ATTENTION_PLUGIN) forwards them here.
+#define TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, KIND_STR, NAME, VERSION, DESC, OPS_PTR, ...)        \
   template <>                                                                                  \
   const char* ::triad::sdk::Lifecycle<Impl>::name = NAME;                                       \
   extern "C" TRIAD_SDK_EXPORT const triad_plugin_v1 triad_plugin_descriptor_v1 = {             \
-      TRIAD_ABI_VERSION_1, KIND_STR, NAME, VERSION, DESC, PARAMS,                               \
+      TRIAD_ABI_VERSION_1, KIND_STR, NAME, VERSION, DESC, __VA_ARGS__,                          \
       &::triad::sdk::Lifecycle<Impl>::create, &::triad::sdk::Lifecycle<Impl>::destroy,          \
       &::triad::sdk::Lifecycle<Impl>::last_error, OPS_PTR};

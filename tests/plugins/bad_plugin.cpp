@@ -1,0 +1,54 @@
+// A deliberately broken plugin, compiled once per defect (see CMakeLists.txt):
+//   BAD_NO_DESCRIPTOR  exports no descriptor at all
+//   BAD_ABI=n          declares another ABI version
+//   BAD_KIND, BAD_NAME what the descriptor claims (the file name says something else)
+//   BAD_NULL_SLOT      leaves the backward slot NULL
+#include "triad/sdk/attention_v1.h"
+
+#ifndef BAD_ABI
+#define BAD_ABI TRIAD_ABI_VERSION_1
+#endif
+
+namespace {
+
+[[maybe_unused]] int create(const triad_services_v1*, const triad_params_v1*, void** handle, char*,
+                            size_t) {
+  *handle = nullptr;
+  return TRIAD_ERR_UNSUPPORTED;
+}
+[[maybe_unused]] void destroy(void*) {}
+[[maybe_unused]] const char* last_error(void*) {
+  return "broken test plugin";
+}
+int capabilities(void*, triad_attention_caps_v1*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int workspace_size(void*, const triad_attention_shape_v1*, size_t*, size_t*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int forward(void*, const triad_attention_fwd_args_v1*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+[[maybe_unused]] int backward(void*, const triad_attention_bwd_args_v1*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+
+#ifdef BAD_NULL_SLOT
+[[maybe_unused]] const triad_attention_ops_v1 kOps = {&capabilities, &workspace_size, &forward,
+                                                      nullptr};
+#else
+[[maybe_unused]] const triad_attention_ops_v1 kOps = {&capabilities, &workspace_size, &forward,
+                                                      &backward};
+#endif
+
+}  // namespace
+
+#ifndef BAD_NO_DESCRIPTOR
+extern "C" __attribute__((visibility("default")))
+const triad_plugin_v1 triad_plugin_descriptor_v1 = {
+    BAD_ABI, BAD_KIND, BAD_NAME, "0",      "a deliberately broken plugin for the loader tests",
+    0,       nullptr,  &create,  &destroy, &last_error,
+    &kOps};
+#else
+extern "C" __attribute__((visibility("default"))) const int not_a_triad_plugin = 1;
+#endif

@@ -1,0 +1,39 @@
+// Shared bits of the plugin tests.
+#pragma once
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "triad/core/error.hpp"
+
+namespace triad::test {
+
+// The message of the UserError f throws; fails the test if it throws nothing or another type.
+inline std::string user_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected UserError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected UserError, nothing was thrown";
+  return "";
+}
+
+// Whether the dynamic linker has this file mapped (RTLD_NOLOAD never loads it).
+inline bool is_loaded(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
+inline std::string bad_plugin(const std::string& name) {
+  return std::string(TRIAD_BAD_PLUGIN_DIR) + "/libtriad-attention-" + name + ".so";
+}
+
+}  // namespace triad::test

@@ -1,0 +1,183 @@
+// PluginLoader: search path, discovery, and one clear error per kind of broken plugin.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "test_helpers.hpp"
+#include "triad/core/plugin_loader.hpp"
+
+namespace triad {
+namespace {
+
+using test::bad_plugin;
+using test::user_error;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(PluginLoader, DefaultSearchPathFindsNaive) {
+  PluginLoader loader;
+  auto p = loader.load("attention", "naive");
+  EXPECT_EQ(p->kind(), "attention");
+  EXPECT_EQ(p->name(), "naive");
+  EXPECT_EQ(p->descriptor().abi_version, 1u);
+  EXPECT_EQ(std::filesystem::path(p->path()), std::filesystem::path(TRIAD_NAIVE_PLUGIN));
+  auto names = loader.available("attention");
+  EXPECT_THAT(names, ::testing::Contains("naive"));
+}
+
+TEST(PluginLoader, EnvironmentPathIsSearchedAfterTheBuiltInFolders) {
+  ASSERT_EQ(setenv("TRIAD_PLUGIN_PATH", "/nonexistent/triad:" TRIAD_BAD_PLUGIN_DIR, 1), 0);
+  PluginLoader loader;
+  unsetenv("TRIAD_PLUGIN_PATH");
+  const auto& sp = loader.search_path();
+  ASSERT_GE(sp.size(), 3u);
+  EXPECT_EQ(sp[sp.size() - 2], "/nonexistent/triad");
+  EXPECT_EQ(sp.back(), std::filesystem::weakly_canonical(TRIAD_BAD_PLUGIN_DIR).string());
+  auto names = loader.available("attention");
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"naive", "abi99", "nodesc", "misnamed"}));
+}
+
+TEST(PluginLoader, DiscoverListsEachFileOnce) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
+  EXPECT_EQ(loader.search_path().size(), 2u);
+  auto files = loader.discover();
+  EXPECT_EQ(files.size(), 6u);  // five broken plugins and buggy
+  EXPECT_EQ(
+      loader.available("attention"),
+      (std::vector<std::string>{"abi99", "buggy", "misnamed", "nodesc", "nullslot", "wrongkind"}));
+  EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
+}
+
+TEST(PluginLoader, UnknownNameListsWhatExistsAndTheClosest) {
+  PluginLoader loader;
+  std::string msg = user_error([&] { loader.load("attention", "naiv"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("no attention plugin named 'naiv'"),
+                         HasSubstr("libtriad-attention-naiv.so"), HasSubstr("did you mean 'naive'"),
+                         HasSubstr("available attention plugins: "), HasSubstr("naive"),
+                         HasSubstr(loader.search_path().front()), HasSubstr("TRIAD_PLUGIN_PATH")));
+  msg = user_error([&] { loader.load("nosuchkind", "x"); });
+  EXPECT_THAT(msg, HasSubstr("no nosuchkind plugins were found"));
+}
+
+TEST(PluginLoader, MissingDescriptor) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "nodesc"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("nodesc")),
+                         HasSubstr("does not export triad_plugin_descriptor_v1"),
+                         HasSubstr("is it a Triad plugin built with TRIAD_ATTENTION_PLUGIN")));
+}
+
+TEST(PluginLoader, OtherAbiVersion) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "abi99"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("abi99")), HasSubstr("ABI version 99"),
+                         HasSubstr("expects ABI version 1"), HasSubstr("rebuild")));
+}
+
+TEST(PluginLoader, KindDoesNotMatchFileName) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "wrongkind"); });
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr(bad_plugin("wrongkind")), HasSubstr("does not match filename"),
+                    HasSubstr("kind 'transport'"), HasSubstr("libtriad-transport-wrongkind.so")));
+}
+
+TEST(PluginLoader, NameDoesNotMatchFileName) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "misnamed"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("misnamed")), HasSubstr("does not match filename"),
+                         HasSubstr("name 'othername'"), HasSubstr("name 'misnamed'")));
+}
+
+TEST(PluginLoader, NullOpsSlot) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "nullslot"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("nullslot")),
+                         HasSubstr("ops slot 'backward' is NULL"), HasSubstr("UNSUPPORTED")));
+}
+
+TEST(PluginLoader, RejectedLibraryIsUnloaded) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  user_error([&] { loader.load("attention", "nullslot"); });
+  EXPECT_FALSE(test::is_loaded(bad_plugin("nullslot")));
+}
+
+TEST(PluginLoader, LoadFileChecksExistenceFormatAndKind) {
+  PluginLoader loader{std::vector<std::string>{}};
+  EXPECT_THAT(user_error([&] { loader.load_file("/nonexistent/libtriad-attention-x.so"); }),
+              HasSubstr("/nonexistent/libtriad-attention-x.so does not exist"));
+
+  auto text = std::filesystem::temp_directory_path() / "libtriad-attention-text.so";
+  std::ofstream(text) << "not a shared object\n";
+  EXPECT_THAT(user_error([&] { loader.load_file(text.string()); }),
+              HasSubstr("cannot load plugin " + text.string() + ": "));
+  std::filesystem::remove(text);
+
+  EXPECT_THAT(user_error([&] { loader.load_file(TRIAD_NAIVE_PLUGIN, "transport"); }),
+              HasSubstr("has kind 'attention', but a plugin of kind 'transport' is needed"));
+  EXPECT_EQ(loader.load_file(TRIAD_NAIVE_PLUGIN, "attention")->name(), "naive");
+
+  // A plugin copied under a name that breaks the convention.
+  auto odd = std::filesystem::temp_directory_path() / "naive-copy.so";
+  std::filesystem::copy_file(TRIAD_NAIVE_PLUGIN, odd,
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_THAT(user_error([&] { loader.load_file(odd.string()); }),
+              AllOf(HasSubstr("file name must be libtriad-<kind>-<name>.so"),
+                    HasSubstr("libtriad-attention-naive.so")));
+  std::filesystem::remove(odd);
+}
+
+TEST(ClosestName, SuggestsOnlyNearMisses) {
+  EXPECT_EQ(closest_name("blok_q", {"block_q", "block_k", "causal"}), "block_q");
+  EXPECT_EQ(closest_name("flash", {"flash1", "flash2", "naive"}), "flash1");
+  EXPECT_EQ(closest_name("NAIVE", {"naive"}), "naive");
+  EXPECT_EQ(closest_name("zzzz", {"naive", "flash2"}), "");
+  EXPECT_EQ(closest_name("x", {}), "");
+}
+
+int exit_code(const std::string& cmd) {
+  int st = std::system((cmd + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(PluginTestTool, UserErrorsExitWithTwo) {
+  const std::string tool = TRIAD_PLUGIN_TEST_EXE;
+  auto text = std::filesystem::temp_directory_path() / "triad-not-a-plugin.txt";
+  std::ofstream(text) << "hello\n";
+  EXPECT_EQ(exit_code(tool + " attention " + text.string()), 2);
+  std::filesystem::remove(text);
+  EXPECT_EQ(exit_code(tool + " attention " + bad_plugin("nodesc")), 2);
+  EXPECT_EQ(exit_code(tool + " attention /nonexistent/libtriad-attention-x.so"), 2);
+  EXPECT_EQ(exit_code(tool + " transport " TRIAD_NAIVE_PLUGIN), 2);
+  EXPECT_EQ(exit_code(tool + " attention " TRIAD_NAIVE_PLUGIN " --param nope=1"), 2);
+  EXPECT_EQ(exit_code(tool + " attention"), 2);
+}
+
+TEST(PluginTestTool, FailingPluginExitsWithOne) {
+  EXPECT_EQ(exit_code(std::string(TRIAD_PLUGIN_TEST_EXE) +
+                      " attention " TRIAD_TEST_PLUGIN_DIR
+                      "/libtriad-attention-buggy.so --quick --param bug=no_scale"),
+            1);
+}
+
+TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
+  auto out = std::filesystem::temp_directory_path() / "triad-info-test.txt";
+  std::string cmd = "TRIAD_PLUGIN_PATH=" TRIAD_TEST_PLUGIN_DIR ":" TRIAD_BAD_PLUGIN_DIR
+                    " " TRIAD_INFO_EXE " --kind attention > " +
+                    out.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  EXPECT_THAT(text, AllOf(HasSubstr("attention naive\n"), HasSubstr("attention buggy\n"),
+                          HasSubstr("head dims 1..256"), HasSubstr("bug "),
+                          HasSubstr("string  default none"), HasSubstr("BROKEN"),
+                          HasSubstr("ABI version 99")));
+}
+
+}  // namespace
+}  // namespace triad

@@ -1,0 +1,114 @@
+// triad-info: every plugin on the search path with its kind, name, version, ABI, file,
+// description, capabilities and parameters (like ompi_info). `--kind attention` filters.
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "triad/core/attention.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/services.hpp"
+
+namespace {
+
+const char* type_name(int t) {
+  switch (t) {
+    case TRIAD_PARAM_INT:
+      return "int";
+    case TRIAD_PARAM_FLOAT:
+      return "float";
+    case TRIAD_PARAM_BOOL:
+      return "bool";
+    case TRIAD_PARAM_STRING:
+      return "string";
+    default:
+      return "?";
+  }
+}
+
+// Kind as the file name says (libtriad-<kind>-<name>.so), to filter before loading.
+std::string file_kind(const std::string& path) {
+  std::string f = std::filesystem::path(path).filename().string();
+  std::string stem = f.substr(std::string("libtriad-").size());
+  return stem.substr(0, stem.find('-'));
+}
+
+// Attention plugins also show what they can run; that needs an instance (default params).
+std::string capabilities(const std::shared_ptr<const triad::LoadedPlugin>& p,
+                         const triad::CoreServices& services) {
+  if (p->kind() != "attention") return "";
+  try {
+    triad::AttentionBackend be(p, triad::resolve_params(p->descriptor(), {}, p->kind()),
+                               services.c_services());
+    return triad::describe_capabilities(be.capabilities());
+  } catch (const std::exception& e) {
+    return std::string("unavailable: ") + e.what();
+  }
+}
+
+void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
+                  const triad::CoreServices& services) {
+  const triad_plugin_v1& d = p->descriptor();
+  std::cout << d.kind << " " << d.name << "\n";
+  std::cout << "  version:      " << d.version << "\n";
+  std::cout << "  abi:          " << d.abi_version << "\n";
+  std::cout << "  file:         " << p->path() << "\n";
+  std::cout << "  description:  " << d.description << "\n";
+  std::string caps = capabilities(p, services);
+  if (!caps.empty()) std::cout << "  capabilities: " << caps << "\n";
+  if (d.num_params == 0) {
+    std::cout << "  parameters:   none\n";
+    return;
+  }
+  std::cout << "  parameters:   (YAML: " << d.kind << ": {name: " << d.name
+            << ", <param>: <value>})\n";
+  size_t w = 4;
+  for (size_t i = 0; i < d.num_params; ++i) w = std::max(w, std::string(d.params[i].name).size());
+  for (size_t i = 0; i < d.num_params; ++i) {
+    const auto& s = d.params[i];
+    std::cout << "    " << std::left << std::setw(static_cast<int>(w)) << s.name << "  "
+              << std::setw(6) << type_name(s.type) << "  default "
+              << (*s.default_value ? s.default_value : "''") << "  " << s.help << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lists the Triad plugins found on the plugin search path, with their parameters."};
+  std::string kind;
+  app.add_option("--kind", kind, "only plugins of this kind (attention, transport, ...)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : triad::kExitUserError;
+  }
+  try {
+    triad::PluginLoader loader;
+    triad::CoreServices services;
+    std::cout << "Triad plugin ABI " << TRIAD_ABI_VERSION_1 << "\nsearch path (first match wins; "
+              << "add folders with TRIAD_PLUGIN_PATH):\n";
+    for (const auto& dir : loader.search_path()) std::cout << "  " << dir << "\n";
+    int shown = 0;
+    for (const auto& path : loader.discover()) {
+      if (!kind.empty() && file_kind(path) != kind) continue;
+      std::cout << "\n";
+      ++shown;
+      try {
+        print_plugin(loader.load_file(path), services);
+      } catch (const triad::UserError& e) {
+        std::cout << "BROKEN " << path << "\n  " << e.what() << "\n";
+      }
+    }
+    if (shown == 0) std::cout << "\nno " << (kind.empty() ? "" : kind + " ") << "plugins found\n";
+    std::cout << std::flush;
+    return 0;
+  } catch (const triad::UserError& e) {
+    std::cerr << "triad-info: " << e.what() << std::endl;
+    return triad::kExitUserError;
+  }
+}
