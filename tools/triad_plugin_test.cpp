@@ -15,6 +15,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/services.hpp"
+#include "triad/core/transport_conformance.hpp"
 
 namespace {
 
@@ -29,11 +30,29 @@ std::map<std::string, std::string> parse_params(const std::vector<std::string>& 
   return out;
 }
 
+// Transport plugins run in real processes (worlds of 1..4 ranks, forked here).
+int run_transport(const std::string& path, bool quick, const std::vector<std::string>& items) {
+  using namespace triad;
+  conformance::TransportSuiteOptions options;
+  options.quick = quick;
+  options.params = parse_params(items);
+  options.on_case = [](const conformance::CaseResult& r) {
+    std::cout << conformance::format_case(r) << std::endl;
+  };
+  std::cout << "triad-plugin-test: transport plugin " << path << (quick ? ", quick sweep" : "")
+            << std::endl;
+  const conformance::Summary s = conformance::run_transport_suite(path, options);
+  std::cout << conformance::format_summary(s) << std::endl;
+  return s.failed == 0 ? 0 : 1;
+}
+
 int run(const std::string& kind, const std::string& path, bool quick, int threads,
         const std::vector<std::string>& param_items) {
   using namespace triad;
+  if (kind == "transport") return run_transport(path, quick, param_items);
   if (kind != "attention")
-    throw UserError("no conformance suite for plugin kind '" + kind + "' (available: attention)");
+    throw UserError("no conformance suite for plugin kind '" + kind +
+                    "' (available: attention, transport)");
   PluginLoader loader;
   auto plugin = loader.load_file(path, kind);
   const auto& d = plugin->descriptor();
@@ -64,7 +83,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int threads = 0;
   std::vector<std::string> params;
-  app.add_option("kind", kind, "plugin kind (attention)")->required();
+  app.add_option("kind", kind, "plugin kind (attention, transport)")->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");

@@ -1,0 +1,747 @@
+// Transport conformance: the parent forks one process per rank; each rank runs every case
+// and reports "P|name|detail" lines through its own pipe; the parent merges the ranks'
+// verdicts (a case passes when every rank passed it) and kills ranks that hang.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "triad/core/error.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/rendezvous.hpp"
+#include "triad/core/services.hpp"
+#include "triad/core/transport.hpp"
+#include "triad/core/transport_conformance.hpp"
+
+namespace triad::conformance {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------------------
+// Values: integers in [0, 60], so sums over up to 4 ranks stay exact even in bf16 (8 bits).
+
+float value(int rank, uint64_t i) {
+  return float((i * 7 + uint64_t(rank) * 13 + 1) % 61);
+}
+constexpr float kSentinel = -7.0f;
+
+struct DType {
+  const char* name;
+  DLDataType dl;
+  uint32_t bit;
+  size_t size;
+};
+const DType kDTypes[] = {{"fp32", {kDLFloat, 32, 1}, TRIAD_DTYPE_BIT_FP32, 4},
+                         {"bf16", {kDLBfloat, 16, 1}, TRIAD_DTYPE_BIT_BF16, 2},
+                         {"fp16", {kDLFloat, 16, 1}, TRIAD_DTYPE_BIT_FP16, 2}};
+
+void put(const DType& t, void* buf, uint64_t i, float v) {
+  if (t.bit == TRIAD_DTYPE_BIT_FP32) {
+    static_cast<float*>(buf)[i] = v;
+  } else if (t.bit == TRIAD_DTYPE_BIT_BF16) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    static_cast<uint16_t*>(buf)[i] = uint16_t(u >> 16);  // exact for small integers
+  } else {
+    static_cast<_Float16*>(buf)[i] = _Float16(v);
+  }
+}
+
+float get(const DType& t, const void* buf, uint64_t i) {
+  if (t.bit == TRIAD_DTYPE_BIT_FP32) return static_cast<const float*>(buf)[i];
+  if (t.bit == TRIAD_DTYPE_BIT_BF16) {
+    uint32_t u = uint32_t(static_cast<const uint16_t*>(buf)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  return float(static_cast<const _Float16*>(buf)[i]);
+}
+
+struct Buf {
+  Buf(const DType& t, uint64_t count, float fill)
+      : t_(t), bytes_(std::max<size_t>(1, count * t.size)) {
+    data_.resize(bytes_);
+    for (uint64_t i = 0; i < count; ++i) put(t, data_.data(), i, fill);
+  }
+  void* data() { return data_.data(); }
+  char* at(uint64_t elem) { return data_.data() + elem * t_.size; }
+  float operator[](uint64_t i) const { return get(t_, data_.data(), i); }
+  void set(uint64_t i, float v) { put(t_, data_.data(), i, v); }
+
+ private:
+  const DType& t_;
+  size_t bytes_;
+  std::vector<char> data_;
+};
+
+std::string join_counts(const std::vector<uint64_t>& c) {
+  std::string s;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(c[i]);
+  }
+  return s;
+}
+
+// First mismatch of got[i] against want(i) for i < count, or "".
+template <class Want>
+std::string compare(const Buf& got, uint64_t count, Want want, const std::string& what) {
+  for (uint64_t i = 0; i < count; ++i) {
+    float w = want(i), g = got[i];
+    if (g != w)
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(g) + ", expected " +
+             std::to_string(w);
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------
+// One rank.
+
+struct Abort {};  // the communicator may be out of step: stop this rank's cases
+
+class Rank {
+ public:
+  Rank(int fd, int world_rank, int world_size, const std::string& plugin_name,
+       const TransportSuiteOptions& o)
+      : fd_(fd), wr_(world_rank), wn_(world_size), o_(o), timeout_(o.op_timeout_ms) {
+    prefix_ = plugin_name + " n=" + std::to_string(world_size) + " ";
+    counts_ = {0, 1, 7, 1023};
+  }
+
+  void run(Transport& t, RendezvousClient& store) {
+    caps_ = t.capabilities();
+    Communicator world = t.init_world(wr_, wn_, store, "conformance/", timeout_);
+    report(Outcome::kPass, "init_world", "");
+    run_comm("world", world);
+    if (!has(TRIAD_TRANSPORT_OP_SPLIT)) {
+      skip("split", "the plugin declares no split");
+    } else {
+      Communicator sub;
+      expect_ok("split order", [&] {
+        sub = world.split(wr_ % 2, -wr_);
+        int size = 0, rank = 0;
+        for (int r = 0; r < wn_; ++r)
+          if (r % 2 == wr_ % 2) {
+            ++size;
+            if (r > wr_) ++rank;  // key -r: higher world ranks come first
+          }
+        if (sub.size() != size || sub.rank() != rank)
+          return "rank " + std::to_string(sub.rank()) + " of " + std::to_string(sub.size()) +
+                 ", expected rank " + std::to_string(rank) + " of " + std::to_string(size);
+        return std::string();
+      });
+      run_comm("split", sub);
+      concurrent(world, sub);
+      split_none(world);
+      timeout_case(world);
+    }
+    invalid_args(world);
+    if (has(TRIAD_TRANSPORT_OP_BARRIER)) world.barrier().wait(timeout_);
+  }
+
+ private:
+  bool has(uint32_t op) const { return (caps_.ops & op) != 0; }
+  bool has_dtype(const DType& d) const { return (caps_.dtypes & d.bit) != 0; }
+  bool has_redop(int op) const { return (caps_.reduce_ops & (1u << op)) != 0; }
+  bool host() const { return (caps_.memory & TRIAD_MEM_BIT_HOST) != 0; }
+
+  void report(Outcome o, const std::string& name, std::string detail) {
+    std::replace(detail.begin(), detail.end(), '\n', ' ');
+    std::replace(detail.begin(), detail.end(), '|', '/');
+    char c = o == Outcome::kPass ? 'P' : o == Outcome::kFail ? 'F' : 'S';
+    std::string line = std::string(1, c) + "|" + prefix_ + name + "|" + detail + "\n";
+    // Lines are written whole; a failed write means the parent is gone.
+    if (::write(fd_, line.data(), line.size()) < 0) _exit(3);
+  }
+  void skip(const std::string& name, const std::string& why) { report(Outcome::kSkip, name, why); }
+
+  // Runs one case; a TransportError that leaves the communicators unusable aborts the rank.
+  template <class F>
+  void expect_ok(const std::string& name, F f, const std::string& pass_detail = "") {
+    try {
+      std::string err = f();
+      report(err.empty() ? Outcome::kPass : Outcome::kFail, name, err.empty() ? pass_detail : err);
+    } catch (const TransportError& e) {
+      report(Outcome::kFail, name,
+             std::string(e.unsupported() ? "declared in capabilities but unsupported: " : "") +
+                 e.what());
+      throw Abort{};
+    } catch (const std::exception& e) {
+      report(Outcome::kFail, name, e.what());
+      throw Abort{};
+    }
+  }
+
+  std::vector<uint64_t> counts_for(const DType& d) const {
+    std::vector<uint64_t> c = counts_;
+    c.push_back((uint64_t(1) << 20) / d.size + 1);  // 1 MiB and one element more
+    if (!o_.quick) c.push_back((uint64_t(64) << 20) / d.size + 3);
+    return c;
+  }
+
+  void run_comm(const std::string& label, Communicator& c) {
+    const int m = c.size(), r = c.rank();
+    for (const DType& d : kDTypes) {
+      std::string dn = std::string(" ") + d.name;
+      auto counts = counts_for(d);
+      std::string detail = "counts " + join_counts(counts);
+      bool dt_ok = host() && has_dtype(d);
+      for (int op : {TRIAD_REDUCE_SUM, TRIAD_REDUCE_MAX}) {
+        std::string name =
+            label + " all_reduce(" + (op == TRIAD_REDUCE_SUM ? "sum" : "max") + ")" + dn;
+        if (!has(TRIAD_TRANSPORT_OP_ALL_REDUCE) || !dt_ok || !has_redop(op)) {
+          skip(name, "not in the plugin's capabilities");
+          continue;
+        }
+        expect_ok(
+            name,
+            [&] {
+              for (uint64_t n : counts) {
+                auto want = [&](uint64_t i) {
+                  float acc = value(0, i);
+                  for (int k = 1; k < m; ++k)
+                    acc = op == TRIAD_REDUCE_SUM ? acc + value(k, i) : std::max(acc, value(k, i));
+                  return acc;
+                };
+                Buf s(d, n, 0), out(d, n, kSentinel);
+                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                c.all_reduce(s.data(), out.data(), n, d.dl, op).wait(timeout_);
+                auto e = compare(out, n, want, "count " + std::to_string(n));
+                if (!e.empty()) return e;
+                if (n == 7 || n == counts.back()) {  // in place
+                  c.all_reduce(s.data(), s.data(), n, d.dl, op).wait(timeout_);
+                  e = compare(s, n, want, "in place, count " + std::to_string(n));
+                  if (!e.empty()) return e;
+                }
+              }
+              return std::string();
+            },
+            detail + ", in place");
+      }
+
+      std::string name = label + " reduce_scatter(sum)" + dn;
+      if (!has(TRIAD_TRANSPORT_OP_REDUCE_SCATTER) || !dt_ok) {
+        skip(name, "not in the plugin's capabilities");
+      } else {
+        expect_ok(
+            name,
+            [&] {
+              for (uint64_t n : counts) {
+                uint64_t off = 0, len = 0;
+                triad_transport_block(n, m, r, &off, &len);
+                Buf s(d, n, 0), out(d, len, kSentinel);
+                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                c.reduce_scatter(s.data(), out.data(), n, d.dl, TRIAD_REDUCE_SUM).wait(timeout_);
+                auto e = compare(
+                    out, len,
+                    [&](uint64_t i) {
+                      float acc = 0;
+                      for (int k = 0; k < m; ++k) acc += value(k, off + i);
+                      return acc;
+                    },
+                    "count " + std::to_string(n) + " (block at " + std::to_string(off) + ")");
+                if (!e.empty()) return e;
+              }
+              return std::string();
+            },
+            detail);
+      }
+
+      name = label + " all_gather" + dn;
+      if (!has(TRIAD_TRANSPORT_OP_ALL_GATHER) || !host()) {
+        skip(name, "not in the plugin's capabilities");
+      } else {
+        expect_ok(
+            name,
+            [&] {
+              for (uint64_t n : counts) {
+                uint64_t off = 0, len = 0;
+                triad_transport_block(n, m, r, &off, &len);
+                std::vector<int> owner(n);
+                for (int k = 0; k < m; ++k) {
+                  uint64_t o2 = 0, l2 = 0;
+                  triad_transport_block(n, m, k, &o2, &l2);
+                  for (uint64_t i = 0; i < l2; ++i) owner[o2 + i] = k;
+                }
+                auto want = [&](uint64_t i) { return value(owner[i], i); };
+                Buf s(d, len, 0), out(d, n, kSentinel);
+                for (uint64_t i = 0; i < len; ++i) s.set(i, value(r, off + i));
+                c.all_gather(s.data(), out.data(), n, d.dl).wait(timeout_);
+                auto e = compare(out, n, want, "count " + std::to_string(n));
+                if (!e.empty()) return e;
+                Buf in(d, n, kSentinel);  // in place: send is recv + offset(rank)
+                for (uint64_t i = 0; i < len; ++i) in.set(off + i, value(r, off + i));
+                c.all_gather(in.at(off), in.data(), n, d.dl).wait(timeout_);
+                e = compare(in, n, want, "in place, count " + std::to_string(n));
+                if (!e.empty()) return e;
+              }
+              return std::string();
+            },
+            detail + ", in place");
+      }
+
+      name = label + " broadcast" + dn;
+      if (!has(TRIAD_TRANSPORT_OP_BROADCAST) || !host()) {
+        skip(name, "not in the plugin's capabilities");
+      } else {
+        expect_ok(
+            name,
+            [&] {
+              const int root = m - 1;  // not 0, to catch a plugin that assumes it
+              for (uint64_t n : counts) {
+                Buf b(d, n, kSentinel);
+                if (r == root)
+                  for (uint64_t i = 0; i < n; ++i) b.set(i, value(root, i));
+                c.broadcast(b.data(), n, d.dl, root).wait(timeout_);
+                auto e = compare(
+                    b, n, [&](uint64_t i) { return value(root, i); }, "count " + std::to_string(n));
+                if (!e.empty()) return e;
+              }
+              return std::string();
+            },
+            detail + ", root = last rank");
+      }
+
+      name = label + " send/recv ring" + dn;
+      if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !host()) {
+        skip(name, "not in the plugin's capabilities");
+      } else {
+        expect_ok(
+            name,
+            [&] {
+              const int right = (r + 1) % m, left = (r + m - 1) % m;
+              for (uint64_t n : counts) {
+                Buf s(d, n, 0), out(d, n, kSentinel);
+                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                auto rq = c.recv(out.data(), n, d.dl, left, 0);
+                auto sq = c.send(s.data(), n, d.dl, right, 0);
+                sq.wait(timeout_);
+                rq.wait(timeout_);
+                auto e = compare(
+                    out, n, [&](uint64_t i) { return value(left, i); },
+                    "count " + std::to_string(n));
+                if (!e.empty()) return e;
+              }
+              return std::string();
+            },
+            detail);
+      }
+
+      name = label + " send/recv tag matching" + dn;
+      if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !has(TRIAD_TRANSPORT_OP_TAGS) || !host()) {
+        skip(name, "not in the plugin's capabilities");
+      } else {
+        expect_ok(name, [&] {
+          const int right = (r + 1) % m, left = (r + m - 1) % m;
+          // Matching is by tag: receive tag 2 before tag 1, with different lengths.
+          Buf a(d, 5, 0), b(d, 3, 0), ra(d, 5, kSentinel), rb(d, 3, kSentinel);
+          for (uint64_t i = 0; i < 5; ++i) a.set(i, value(r, i));
+          for (uint64_t i = 0; i < 3; ++i) b.set(i, value(r, i + 10));
+          auto s1 = c.send(a.data(), 5, d.dl, right, 1);
+          auto s2 = c.send(b.data(), 3, d.dl, right, 2);
+          auto r2 = c.recv(rb.data(), 3, d.dl, left, 2);
+          auto r1 = c.recv(ra.data(), 5, d.dl, left, 1);
+          r2.wait(timeout_);
+          r1.wait(timeout_);
+          s1.wait(timeout_);
+          s2.wait(timeout_);
+          auto e = compare(
+              ra, 5, [&](uint64_t i) { return value(left, i); }, "tag 1");
+          if (e.empty())
+            e = compare(
+                rb, 3, [&](uint64_t i) { return value(left, i + 10); }, "tag 2");
+          return e;
+        });
+      }
+    }
+    if (!has(TRIAD_TRANSPORT_OP_BARRIER)) {
+      skip(label + " barrier", "not in the plugin's capabilities");
+    } else {
+      expect_ok(label + " barrier", [&] {
+        for (int i = 0; i < 3; ++i) c.barrier().wait(timeout_);
+        return std::string();
+      });
+    }
+  }
+
+  // Collectives in flight on two communicators at once, waited in reverse order.
+  void concurrent(Communicator& world, Communicator& sub) {
+    const std::string name = "concurrent world+split all_reduce fp32";
+    if (!has(TRIAD_TRANSPORT_OP_ALL_REDUCE)) return skip(name, "no all_reduce");
+    expect_ok(name, [&] {
+      const DType& d = kDTypes[0];
+      const uint64_t n1 = 1023, n2 = (uint64_t(1) << 18) + 5;
+      Buf s1(d, n1, 0), o1(d, n1, kSentinel), s2(d, n2, 0), o2(d, n2, kSentinel), s3(d, n1, 0),
+          o3(d, n1, kSentinel);
+      for (uint64_t i = 0; i < n1; ++i)
+        s1.set(i, value(world.rank(), i)), s3.set(i, value(world.rank(), i + 1));
+      for (uint64_t i = 0; i < n2; ++i) s2.set(i, value(sub.rank(), i));
+      auto a = world.all_reduce(s1.data(), o1.data(), n1, d.dl);
+      auto b = sub.all_reduce(s2.data(), o2.data(), n2, d.dl);
+      auto c = world.all_reduce(s3.data(), o3.data(), n1, d.dl);
+      c.wait(timeout_);
+      b.wait(timeout_);
+      a.wait(timeout_);
+      auto sum = [](int m, uint64_t i) {
+        float acc = 0;
+        for (int k = 0; k < m; ++k) acc += value(k, i);
+        return acc;
+      };
+      auto e = compare(
+          o1, n1, [&](uint64_t i) { return sum(world.size(), i); }, "world, first");
+      if (e.empty())
+        e = compare(
+            o3, n1, [&](uint64_t i) { return sum(world.size(), i + 1); }, "world, second");
+      if (e.empty())
+        e = compare(
+            o2, n2, [&](uint64_t i) { return sum(sub.size(), i); }, "split");
+      return e;
+    });
+  }
+
+  // Rank 0 joins no group; the others form one of size n-1.
+  void split_none(Communicator& world) {
+    expect_ok("split with color NONE", [&] {
+      Communicator c = world.split(wr_ == 0 ? TRIAD_COMM_SPLIT_NONE : 5, wr_);
+      if (wr_ == 0)
+        return c ? std::string("rank 0 got a communicator for color NONE") : std::string();
+      if (!c || c.size() != wn_ - 1 || c.rank() != wr_ - 1)
+        return std::string("expected rank ") + std::to_string(wr_ - 1) + " of " +
+               std::to_string(wn_ - 1);
+      if (!has(TRIAD_TRANSPORT_OP_ALL_REDUCE)) return std::string();
+      const DType& d = kDTypes[0];
+      Buf s(d, 7, 0), o(d, 7, kSentinel);
+      for (uint64_t i = 0; i < 7; ++i) s.set(i, value(c.rank(), i));
+      c.all_reduce(s.data(), o.data(), 7, d.dl).wait(timeout_);
+      return compare(
+          o, 7,
+          [&](uint64_t i) {
+            float acc = 0;
+            for (int k = 0; k < c.size(); ++k) acc += value(k, i);
+            return acc;
+          },
+          "all_reduce on it");
+    });
+  }
+
+  // A wait that cannot finish must time out with a message naming the operation.
+  void timeout_case(Communicator& world) {
+    const std::string name = "wait times out naming the operation";
+    if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !host())
+      return skip(name, "no send/recv of host memory");
+    expect_ok(name, [&] {
+      Communicator dup = world.split(0, wr_);  // abandoned requests spoil only this one
+      float buf[4];
+      auto req = dup.recv(buf, 4, kDTypes[0].dl, dup.rank(), 0);
+      auto t0 = Clock::now();
+      try {
+        req.wait(std::chrono::milliseconds(300));
+      } catch (const TransportError& e) {
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!e.timed_out())
+          return std::string("wrong status ") + std::to_string(e.status()) + ": " + e.what();
+        if (std::string(e.what()).find("recv") == std::string::npos)
+          return std::string("message does not name the operation: ") + e.what();
+        if (ms > 5000) return "took " + std::to_string(ms) + " ms for a 300 ms timeout";
+        return std::string();
+      }
+      return std::string("a receive nobody sends completed");
+    });
+  }
+
+  // Bad arguments give a status, not a crash; nothing is sent, so no rank falls out of step.
+  void invalid_args(Communicator& world) {
+    expect_ok("bad arguments are refused", [&] {
+      float buf[4] = {0, 0, 0, 0};
+      std::string e;
+      auto refused = [&](const char* what, auto f) {
+        try {
+          f();
+          e += std::string(e.empty() ? "" : "; ") + what + " was accepted";
+        } catch (const TransportError& err) {
+          if (err.status() == TRIAD_OK) e += std::string(what) + " failed with status 0";
+        }
+      };
+      const int m = world.size();
+      if (has(TRIAD_TRANSPORT_OP_BROADCAST))
+        refused("broadcast from root = size",
+                [&] { world.broadcast(buf, 4, kDTypes[0].dl, m).wait(timeout_); });
+      if (has(TRIAD_TRANSPORT_OP_SEND_RECV))
+        refused("send to rank -1",
+                [&] { world.send(buf, 4, kDTypes[0].dl, -1, 0).wait(timeout_); });
+      if (has(TRIAD_TRANSPORT_OP_ALL_REDUCE)) {
+        refused("all_reduce of int8", [&] {
+          world.all_reduce(buf, buf, 4, DLDataType{kDLInt, 8, 1}).wait(timeout_);
+        });
+        refused("all_reduce with op 99",
+                [&] { world.all_reduce(buf, buf, 4, kDTypes[0].dl, 99).wait(timeout_); });
+      }
+      return e;
+    });
+  }
+
+  int fd_, wr_, wn_;
+  const TransportSuiteOptions& o_;
+  std::chrono::milliseconds timeout_;
+  std::string prefix_;
+  std::vector<uint64_t> counts_;
+  triad_transport_caps_v1 caps_{};
+};
+
+// ---------------------------------------------------------------------------------------
+// Parent side.
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string partial;
+  bool exited = false;
+  int status = 0;
+};
+
+std::shared_ptr<const LoadedPlugin> load(const std::string& path) {
+  return PluginLoader().load_file(path, "transport");
+}
+
+// Runs `body` in a forked child with its stdout/stderr untouched and a pipe for results.
+template <class F>
+Child spawn(const std::string& setup_case, F body) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  Child c;
+  c.pid = ::fork();
+  if (c.pid < 0) throw std::runtime_error("fork failed");
+  if (c.pid == 0) {
+    ::close(fds[0]);
+    int code = 0;
+    try {
+      code = body(fds[1]);
+    } catch (const Abort&) {
+      code = 1;
+    } catch (const std::exception& e) {
+      std::string line = "F|" + setup_case + "|" + e.what() + "\n";
+      std::replace(line.begin(), line.end() - 1, '\n', ' ');
+      if (::write(fds[1], line.data(), line.size()) < 0) code = 3;
+      code = 1;
+    }
+    std::cout.flush();
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  c.fd = fds[0];
+  return c;
+}
+
+// Reads what the children write until all have exited or the deadline passes.
+void collect(std::vector<Child>& kids, Clock::time_point deadline,
+             const std::function<void(const std::string&)>& on_line) {
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    bool all_done = true;
+    std::vector<pollfd> p;
+    for (auto& k : kids) {
+      if (k.fd >= 0) p.push_back({k.fd, POLLIN, 0});
+      if (!k.exited) {
+        int st = 0;
+        if (::waitpid(k.pid, &st, WNOHANG) == k.pid) k.exited = true, k.status = st;
+      }
+      if (!k.exited || k.fd >= 0) all_done = false;
+    }
+    if (all_done || Clock::now() >= deadline) return;
+    ::poll(p.data(), p.size(), 100);
+    for (auto& k : kids) {
+      if (k.fd < 0) continue;
+      pollfd q{k.fd, POLLIN, 0};
+      if (::poll(&q, 1, 0) <= 0) continue;
+      ssize_t got = ::read(k.fd, buf.data(), buf.size());
+      if (got <= 0) {
+        ::close(k.fd);
+        k.fd = -1;
+        continue;
+      }
+      k.partial.append(buf.data(), size_t(got));
+      size_t nl;
+      while ((nl = k.partial.find('\n')) != std::string::npos) {
+        on_line(k.partial.substr(0, nl));
+        k.partial.erase(0, nl + 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Summary run_transport_suite(const std::string& so_path, const TransportSuiteOptions& o) {
+  Summary sum;
+  auto emit = [&](const CaseResult& r) {
+    sum.add(r.outcome);
+    if (o.on_case) o.on_case(r);
+  };
+
+  // Load and create once in a throwaway child: the parent must stay free of the plugin's
+  // state (UCX and CUDA do not survive fork), and a plugin that crashes crashes there.
+  std::string name;
+  uint32_t memory = 0;
+  {
+    Child probe = spawn("load", [&](int fd) {
+      std::string msg;
+      try {
+        auto plugin = load(so_path);
+        ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
+        CoreServices services;
+        Transport t(plugin, params, services.c_services());
+        msg = "OK|" + t.name() + "|" + std::to_string(t.capabilities().memory) + "\n";
+      } catch (const std::exception& e) {
+        msg = std::string("ERR|") + e.what() + "|\n";
+      }
+      std::replace(msg.begin(), msg.end() - 1, '\n', ' ');
+      return ::write(fd, msg.data(), msg.size()) < 0 ? 3 : 0;
+    });
+    std::vector<Child> kids{probe};
+    std::string line;
+    collect(kids, Clock::now() + std::chrono::seconds(60), [&](const std::string& l) { line = l; });
+    if (!kids[0].exited) {
+      ::kill(kids[0].pid, SIGKILL);
+      ::waitpid(kids[0].pid, nullptr, 0);
+    }
+    if (line.rfind("OK|", 0) == 0) {
+      size_t bar = line.find('|', 3);
+      name = line.substr(3, bar - 3);
+      memory = uint32_t(std::stoul(line.substr(bar + 1)));
+    } else if (line.rfind("ERR|", 0) == 0) {
+      throw UserError(line.substr(4, line.rfind('|') - 4));
+    } else {
+      throw UserError("transport plugin " + so_path + " crashed or hung while being loaded");
+    }
+  }
+
+  if (!(memory & TRIAD_MEM_BIT_HOST)) {
+    // Every case here uses host buffers; device-memory cases come with the core's CUDA device.
+    emit(CaseResult{name, Outcome::kSkip,
+                    "the plugin cannot touch host memory, and this suite runs on host buffers"});
+    return sum;
+  }
+  const long long world_ms =
+      o.world_timeout_ms > 0 ? o.world_timeout_ms : (o.quick ? 120000 : 600000);
+  for (int n = 1; n <= o.max_world_size; ++n) {
+    const std::string token = make_job_token();
+    RendezvousServer server("127.0.0.1", 0, token);
+    const uint16_t port = server.port();
+    std::vector<Child> kids;
+    for (int r = 0; r < n; ++r) {
+      kids.push_back(spawn(name + " n=" + std::to_string(n) + " init_world", [&, r](int fd) {
+        for (auto& k : kids) ::close(k.fd);  // the siblings' pipes are not ours
+        auto plugin = load(so_path);
+        ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
+        CoreServices services;
+        int code = 0;
+        {
+          Transport t(plugin, params, services.c_services());
+          RendezvousClient store("127.0.0.1", port, token, std::chrono::seconds(30));
+          Rank rank(fd, r, n, name, o);
+          rank.run(t, store);
+        }
+        return code;
+      }));
+    }
+    server.start();
+
+    struct Verdict {
+      Outcome outcome = Outcome::kPass;
+      std::string detail;
+      int ranks = 0;
+    };
+    std::vector<std::string> order;
+    std::map<std::string, Verdict> verdicts;
+    auto on_line = [&](const std::string& l) {
+      size_t a = l.find('|'), b = l.find('|', a + 1);
+      if (a == std::string::npos || b == std::string::npos) return;
+      std::string case_name = l.substr(a + 1, b - a - 1), detail = l.substr(b + 1);
+      Outcome out = l[0] == 'P' ? Outcome::kPass : l[0] == 'F' ? Outcome::kFail : Outcome::kSkip;
+      auto [it, fresh] = verdicts.try_emplace(case_name);
+      if (fresh) order.push_back(case_name);
+      Verdict& v = it->second;
+      ++v.ranks;
+      if (fresh) {
+        v.outcome = out;
+        v.detail = detail;
+      } else if (out == Outcome::kFail && v.outcome != Outcome::kFail) {
+        v.outcome = out;
+        v.detail = detail;
+      }
+    };
+    const auto t0 = Clock::now();
+    collect(kids, t0 + std::chrono::milliseconds(world_ms), on_line);
+
+    std::vector<std::string> problems;
+    for (int r = 0; r < n; ++r) {
+      Child& k = kids[size_t(r)];
+      if (!k.exited) {
+        ::kill(k.pid, SIGKILL);
+        ::waitpid(k.pid, &k.status, 0);
+        problems.push_back("rank " + std::to_string(r) + " hung and was killed after " +
+                           std::to_string(world_ms / 1000) + " s");
+      } else if (WIFSIGNALED(k.status)) {
+        problems.push_back("rank " + std::to_string(r) + " died of signal " +
+                           std::to_string(WTERMSIG(k.status)));
+      } else if (WEXITSTATUS(k.status) != 0) {
+        problems.push_back("rank " + std::to_string(r) + " exited with status " +
+                           std::to_string(WEXITSTATUS(k.status)));
+      }
+      if (k.fd >= 0) ::close(k.fd);
+    }
+    server.stop();
+
+    for (const auto& c : order) {
+      Verdict& v = verdicts[c];
+      if (v.outcome != Outcome::kFail && v.ranks != n) {
+        v.outcome = Outcome::kFail;
+        v.detail =
+            "only " + std::to_string(v.ranks) + " of " + std::to_string(n) + " ranks reported it";
+      }
+      emit(CaseResult{c, v.outcome, v.detail});
+    }
+    std::string pname = name + " n=" + std::to_string(n) + " ranks";
+    if (problems.empty()) {
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      char d[64];
+      std::snprintf(d, sizeof(d), "all exited cleanly in %.1f s", secs);
+      emit(CaseResult{pname, Outcome::kPass, d});
+    } else {
+      std::string d;
+      for (size_t i = 0; i < problems.size(); ++i) d += (i ? "; " : "") + problems[i];
+      emit(CaseResult{pname, Outcome::kFail, d});
+    }
+  }
+  return sum;
+}
+
+int run_transport_conformance(const std::string& so_path, int world_sizes_max, bool quick) {
+  TransportSuiteOptions o;
+  o.max_world_size = world_sizes_max;
+  o.quick = quick;
+  o.on_case = [](const CaseResult& r) { std::cout << format_case(r) << std::endl; };
+  try {
+    Summary s = run_transport_suite(so_path, o);
+    std::cout << format_summary(s) << std::endl;
+    return s.failed == 0 ? 0 : 1;
+  } catch (const UserError& e) {
+    std::cerr << "triad-plugin-test: " << e.what() << std::endl;
+    return kExitUserError;
+  }
+}
+
+}  // namespace triad::conformance

@@ -1,0 +1,345 @@
+#include "triad/core/transport.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "triad/core/rendezvous.hpp"
+#include "triad/sdk/data_v1.h"
+
+namespace triad {
+
+namespace detail {
+
+// One plugin instance. Everything made from it holds a shared_ptr, so the instance (and
+// through `plugin` its .so) outlives its last communicator and request.
+struct TransportInstance {
+  std::shared_ptr<const LoadedPlugin> plugin;
+  const triad_transport_ops_v1* ops = nullptr;
+  void* handle = nullptr;
+  std::string name;
+  triad_transport_caps_v1 caps{};
+
+  ~TransportInstance() {
+    if (handle) plugin->descriptor().destroy(handle);
+  }
+  [[noreturn]] void fail(int status, const std::string& what) const {
+    const char* le = plugin->descriptor().last_error(handle);
+    std::string why = le && *le ? le : "no reason given";
+    if (status == TRIAD_TRANSPORT_ERR_TIMEOUT)
+      throw TransportError(status, "transport '" + name + "': " + what + " timed out: " + why);
+    if (status == TRIAD_ERR_UNSUPPORTED)
+      throw TransportError(status, "transport '" + name + "' does not support " + what + ": " +
+                                       why + "; choose a transport that does");
+    throw TransportError(status, "transport '" + name + "': " + what + " failed: " + why);
+  }
+  void check(int status, const std::string& what) const {
+    if (status != TRIAD_OK) fail(status, what);
+  }
+};
+
+// The C callbacks a plugin uses to reach the job's store, scoped under `prefix`.
+struct RendezvousBridge {
+  RendezvousClient* client = nullptr;
+  std::string prefix;
+  std::chrono::milliseconds default_timeout{120000};
+  std::string last_error;
+  triad_rendezvous_v1 c{};
+
+  static RendezvousBridge* self(void* ctx) { return static_cast<RendezvousBridge*>(ctx); }
+  static int set(void* ctx, const char* key, const void* value, size_t len) {
+    auto* b = self(ctx);
+    try {
+      b->client->set(b->prefix + key, std::string(static_cast<const char*>(value), len));
+      return TRIAD_OK;
+    } catch (const std::exception& e) {
+      b->last_error = e.what();
+      return TRIAD_ERR_INTERNAL;
+    }
+  }
+  static int get(void* ctx, const char* key, void* value, size_t cap, size_t* len,
+                 int64_t timeout_ms) {
+    auto* b = self(ctx);
+    try {
+      auto t = timeout_ms < 0 ? b->default_timeout : std::chrono::milliseconds(timeout_ms);
+      std::string v = b->client->get(b->prefix + key, t);
+      *len = v.size();
+      if (value && cap) std::memcpy(value, v.data(), std::min(cap, v.size()));
+      return TRIAD_OK;
+    } catch (const RendezvousTimeout& e) {
+      b->last_error = e.what();
+      return TRIAD_TRANSPORT_ERR_TIMEOUT;
+    } catch (const std::exception& e) {
+      b->last_error = e.what();
+      return TRIAD_ERR_INTERNAL;
+    }
+  }
+  static const char* error(void* ctx) { return self(ctx)->last_error.c_str(); }
+};
+
+}  // namespace detail
+
+DLDataType dl_float32() {
+  return DLDataType{kDLFloat, 32, 1};
+}
+DLDataType dl_bfloat16() {
+  return DLDataType{kDLBfloat, 16, 1};
+}
+DLDataType dl_float16() {
+  return DLDataType{kDLFloat, 16, 1};
+}
+DLDevice dl_cpu() {
+  return DLDevice{kDLCPU, 0};
+}
+
+// ---------------------------------------------------------------------------------------
+
+TransportRequest::TransportRequest(std::shared_ptr<detail::TransportInstance> inst, void* req,
+                                   std::string what)
+    : inst_(std::move(inst)), req_(req), what_(std::move(what)) {}
+
+TransportRequest::~TransportRequest() {
+  release();
+}
+
+TransportRequest::TransportRequest(TransportRequest&& o) noexcept
+    : inst_(std::move(o.inst_)), req_(o.req_), what_(std::move(o.what_)) {
+  o.req_ = nullptr;
+}
+
+TransportRequest& TransportRequest::operator=(TransportRequest&& o) noexcept {
+  if (this != &o) {
+    release();
+    inst_ = std::move(o.inst_);
+    req_ = o.req_;
+    what_ = std::move(o.what_);
+    o.req_ = nullptr;
+  }
+  return *this;
+}
+
+void TransportRequest::release() {
+  if (req_ && inst_) inst_->ops->request_free(inst_->handle, req_);
+  req_ = nullptr;
+}
+
+bool TransportRequest::test() {
+  if (!req_) return true;
+  int32_t done = 0;
+  inst_->check(inst_->ops->test(inst_->handle, req_, &done), what_);
+  return done != 0;
+}
+
+void TransportRequest::wait(std::chrono::milliseconds timeout) {
+  if (!req_) return;
+  inst_->check(inst_->ops->wait(inst_->handle, req_, timeout.count()), what_);
+}
+
+// ---------------------------------------------------------------------------------------
+
+Communicator::Communicator(std::shared_ptr<detail::TransportInstance> inst,
+                           std::shared_ptr<detail::RendezvousBridge> bridge, void* comm)
+    : inst_(std::move(inst)), bridge_(std::move(bridge)), comm_(comm) {
+  int32_t r = 0, n = 0;
+  inst_->check(inst_->ops->comm_info(inst_->handle, comm_, &r, &n), "comm_info");
+  rank_ = r;
+  size_ = n;
+}
+
+Communicator::~Communicator() {
+  destroy();
+}
+
+Communicator::Communicator(Communicator&& o) noexcept
+    : inst_(std::move(o.inst_)),
+      bridge_(std::move(o.bridge_)),
+      comm_(o.comm_),
+      rank_(o.rank_),
+      size_(o.size_) {
+  o.comm_ = nullptr;
+}
+
+Communicator& Communicator::operator=(Communicator&& o) noexcept {
+  if (this != &o) {
+    destroy();
+    inst_ = std::move(o.inst_);
+    bridge_ = std::move(o.bridge_);
+    comm_ = o.comm_;
+    rank_ = o.rank_;
+    size_ = o.size_;
+    o.comm_ = nullptr;
+  }
+  return *this;
+}
+
+void Communicator::destroy() {
+  if (comm_ && inst_) inst_->ops->comm_destroy(inst_->handle, comm_);
+  comm_ = nullptr;
+}
+
+triad_comm_ref_v1 Communicator::c_ref() const {
+  triad_comm_ref_v1 r{};
+  if (!comm_) return r;
+  r.ops = inst_->ops;
+  r.transport = inst_->handle;
+  r.comm = comm_;
+  return r;
+}
+
+Communicator Communicator::split(int color, int key) {
+  void* nc = nullptr;
+  inst_->check(inst_->ops->split(inst_->handle, comm_, color, key, &nc),
+               "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")");
+  if (!nc) return Communicator();
+  return Communicator(inst_, bridge_, nc);
+}
+
+namespace {
+std::string op_text(const char* op, uint64_t count, DLDataType t) {
+  const char* dt = t.code == kDLBfloat ? "bf16"
+                   : t.bits == 16      ? "fp16"
+                   : t.bits == 32      ? "fp32"
+                                       : "dtype";
+  return std::string(op) + "(" + std::to_string(count) + " x " + dt + ")";
+}
+}  // namespace
+
+TransportRequest Communicator::all_reduce(const void* send, void* recv, uint64_t count,
+                                          DLDataType dtype, int op, DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("all_reduce", count, dtype);
+  inst_->check(
+      inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op, &req),
+      what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::reduce_scatter(const void* send, void* recv, uint64_t count,
+                                              DLDataType dtype, int op, DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("reduce_scatter", count, dtype);
+  inst_->check(
+      inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device, op, &req),
+      what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::all_gather(const void* send, void* recv, uint64_t count,
+                                          DLDataType dtype, DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("all_gather", count, dtype);
+  inst_->check(inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, &req),
+               what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::broadcast(void* buf, uint64_t count, DLDataType dtype, int root,
+                                         DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("broadcast", count, dtype);
+  inst_->check(inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, &req),
+               what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::send(const void* buf, uint64_t count, DLDataType dtype, int peer,
+                                    uint32_t tag, DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("send", count, dtype) + " to rank " + std::to_string(peer);
+  inst_->check(inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag, &req),
+               what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::recv(void* buf, uint64_t count, DLDataType dtype, int peer,
+                                    uint32_t tag, DLDevice device) {
+  void* req = nullptr;
+  std::string what = op_text("recv", count, dtype) + " from rank " + std::to_string(peer);
+  inst_->check(inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag, &req),
+               what);
+  return TransportRequest(inst_, req, what);
+}
+
+TransportRequest Communicator::barrier() {
+  void* req = nullptr;
+  inst_->check(inst_->ops->barrier(inst_->handle, comm_, &req), "barrier");
+  return TransportRequest(inst_, req, "barrier");
+}
+
+// ---------------------------------------------------------------------------------------
+
+Transport::Transport(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
+                     const triad_services_v1* services)
+    : inst_(std::make_shared<detail::TransportInstance>()) {
+  const auto& d = plugin->descriptor();
+  if (std::string(d.kind) != "transport")
+    throw UserError("plugin " + plugin->path() + " is of kind '" + d.kind +
+                    "', not 'transport'; name a transport plugin");
+  inst_->plugin = plugin;
+  inst_->name = d.name;
+  inst_->ops = static_cast<const triad_transport_ops_v1*>(d.ops);
+  char err[1024] = {0};
+  void* handle = nullptr;
+  int st = d.create(services, params.c_view(), &handle, err, sizeof(err));
+  if (st != TRIAD_OK)
+    throw UserError("transport '" + inst_->name + "' (" + plugin->path() +
+                    ") could not be created: " + (err[0] ? err : "no reason given"));
+  inst_->handle = handle;
+  inst_->check(inst_->ops->capabilities(handle, &inst_->caps), "capabilities");
+}
+
+Transport::~Transport() = default;
+
+const std::string& Transport::name() const {
+  return inst_->name;
+}
+const triad_transport_caps_v1& Transport::capabilities() const {
+  return inst_->caps;
+}
+
+void Transport::check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const {
+  const auto& c = inst_->caps;
+  std::vector<std::string> lack;
+  if ((memory_bits & TRIAD_MEM_BIT_HOST) && !(c.memory & TRIAD_MEM_BIT_HOST))
+    lack.push_back("host memory");
+  if ((memory_bits & TRIAD_MEM_BIT_CUDA) && !(c.memory & TRIAD_MEM_BIT_CUDA))
+    lack.push_back("CUDA memory");
+  if ((dtype_bits & TRIAD_DTYPE_BIT_FP32) && !(c.dtypes & TRIAD_DTYPE_BIT_FP32))
+    lack.push_back("fp32");
+  if ((dtype_bits & TRIAD_DTYPE_BIT_BF16) && !(c.dtypes & TRIAD_DTYPE_BIT_BF16))
+    lack.push_back("bf16");
+  if ((dtype_bits & TRIAD_DTYPE_BIT_FP16) && !(c.dtypes & TRIAD_DTYPE_BIT_FP16))
+    lack.push_back("fp16");
+  static const std::pair<uint32_t, const char*> kOps[] = {
+      {TRIAD_TRANSPORT_OP_ALL_REDUCE, "all_reduce"},
+      {TRIAD_TRANSPORT_OP_REDUCE_SCATTER, "reduce_scatter"},
+      {TRIAD_TRANSPORT_OP_ALL_GATHER, "all_gather"},
+      {TRIAD_TRANSPORT_OP_BROADCAST, "broadcast"},
+      {TRIAD_TRANSPORT_OP_SEND_RECV, "send/recv"},
+      {TRIAD_TRANSPORT_OP_BARRIER, "barrier"},
+      {TRIAD_TRANSPORT_OP_SPLIT, "split"}};
+  for (auto& [bit, n] : kOps)
+    if ((op_bits & bit) && !(c.ops & bit)) lack.push_back(n);
+  if (lack.empty()) return;
+  std::string s;
+  for (size_t i = 0; i < lack.size(); ++i) s += (i ? ", " : "") + lack[i];
+  throw UserError("transport '" + inst_->name + "' lacks " + s +
+                  ", which this run needs; choose another transport or change the run");
+}
+
+Communicator Transport::init_world(int rank, int world_size, RendezvousClient& store,
+                                   const std::string& scope,
+                                   std::chrono::milliseconds rendezvous_timeout) {
+  auto bridge = std::make_shared<detail::RendezvousBridge>();
+  bridge->client = &store;
+  bridge->prefix = scope;
+  bridge->default_timeout = rendezvous_timeout;
+  bridge->c = {bridge.get(), &detail::RendezvousBridge::set, &detail::RendezvousBridge::get,
+               &detail::RendezvousBridge::error};
+  void* comm = nullptr;
+  inst_->check(
+      inst_->ops->init_world(inst_->handle, rank, world_size, &bridge->c, &comm),
+      "init_world(rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")");
+  return Communicator(inst_, bridge, comm);
+}
+
+}  // namespace triad

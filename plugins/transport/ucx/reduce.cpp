@@ -1,0 +1,70 @@
+#include "reduce.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#include "triad/sdk/transport_v1.h"
+
+namespace triad::ucx {
+
+namespace {
+
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                         // nearest-even
+  return uint16_t(u >> 16);
+}
+
+struct Sum {
+  static float apply(float x, float y) { return x + y; }
+};
+struct Max {
+  static float apply(float x, float y) { return x > y ? x : y; }
+};
+
+template <class Op>
+void reduce_f32(void* dst, const void* a, const void* b, size_t n) {
+  auto* d = static_cast<float*>(dst);
+  auto* x = static_cast<const float*>(a);
+  auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) d[i] = Op::apply(x[i], y[i]);
+}
+
+template <class Op>
+void reduce_bf16(void* dst, const void* a, const void* b, size_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  auto* x = static_cast<const uint16_t*>(a);
+  auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i)
+    d[i] = float_to_bf16(Op::apply(bf16_to_float(x[i]), bf16_to_float(y[i])));
+}
+
+template <class Op>
+void reduce_f16(void* dst, const void* a, const void* b, size_t n) {
+  auto* d = static_cast<_Float16*>(dst);
+  auto* x = static_cast<const _Float16*>(a);
+  auto* y = static_cast<const _Float16*>(b);
+  for (size_t i = 0; i < n; ++i) d[i] = _Float16(Op::apply(float(x[i]), float(y[i])));
+}
+
+}  // namespace
+
+ReduceFn reduce_fn(DLDataType t, int op) {
+  if (t.lanes != 1 || (op != TRIAD_REDUCE_SUM && op != TRIAD_REDUCE_MAX)) return nullptr;
+  bool sum = op == TRIAD_REDUCE_SUM;
+  if (t.code == kDLFloat && t.bits == 32) return sum ? &reduce_f32<Sum> : &reduce_f32<Max>;
+  if (t.code == kDLBfloat && t.bits == 16) return sum ? &reduce_bf16<Sum> : &reduce_bf16<Max>;
+  if (t.code == kDLFloat && t.bits == 16) return sum ? &reduce_f16<Sum> : &reduce_f16<Max>;
+  return nullptr;
+}
+
+}  // namespace triad::ucx

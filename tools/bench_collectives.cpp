@@ -1,0 +1,300 @@
+// bench-collectives: all-reduce, reduce-scatter and all-gather bandwidth of a transport
+// plugin, in nccl-tests' format and definitions:
+//   size   bytes of the whole vector (all-reduce: each rank's buffer; reduce-scatter: the
+//          send buffer; all-gather: the receive buffer)
+//   count  elements per rank's share (all-reduce: the whole vector; else size / n)
+//   time   microseconds per operation, averaged over the timed iterations, max over ranks
+//   algbw  size / time;  busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (the others)
+// Ranks are forked on this machine (-n) and meet through the rendezvous store; every size
+// is checked for exact results (#wrong). tools/bench-collectives-vs-mpi runs Open MPI
+// (tests/dist/mpi_allreduce_peer.c) on the same sizes and prints the ratio.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "triad/core/error.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/rendezvous.hpp"
+#include "triad/core/services.hpp"
+#include "triad/core/transport.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int ranks = 2;
+  std::string transport = "ucx";
+  std::string plugin_file;
+  std::vector<std::string> ops = {"allreduce", "reducescatter", "allgather"};
+  std::string dtype = "float";
+  uint64_t min_bytes = 8, max_bytes = uint64_t(1) << 30;
+  int factor = 2;
+  int warmup = 5, iters = 20;
+  std::string json;
+  std::vector<std::string> params;
+  long long timeout_ms = 120000;
+};
+
+struct Row {
+  uint64_t size = 0, count = 0;
+  double time_us = 0, algbw = 0, busbw = 0;
+  long long wrong = 0;
+};
+
+// Same rule as the MPI peer: large sizes get fewer iterations (at least 2) so that a sweep
+// to 1 GiB stays within minutes.
+int iterations_for(uint64_t bytes, int iters) {
+  const uint64_t budget = uint64_t(iters) * (uint64_t(32) << 20);
+  return int(std::max<uint64_t>(
+      2, std::min<uint64_t>(uint64_t(iters), budget / std::max<uint64_t>(bytes, 1))));
+}
+
+float value(int rank, uint64_t i) {
+  return float((i * 7 + uint64_t(rank) * 13 + 1) % 61);
+}
+
+DLDataType parse_dtype(const std::string& s, size_t* esize) {
+  if (s == "float" || s == "fp32") return *esize = 4, triad::dl_float32();
+  if (s == "bfloat16" || s == "bf16") return *esize = 2, triad::dl_bfloat16();
+  if (s == "half" || s == "fp16") return *esize = 2, triad::dl_float16();
+  throw triad::UserError("--dtype '" + s + "' is not one of float, bfloat16, half");
+}
+
+void put(DLDataType t, void* b, uint64_t i, float v) {
+  if (t.bits == 32) return void(static_cast<float*>(b)[i] = v);
+  if (t.code == kDLBfloat) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return void(static_cast<uint16_t*>(b)[i] = uint16_t(u >> 16));
+  }
+  static_cast<_Float16*>(b)[i] = _Float16(v);
+}
+
+float get(DLDataType t, const void* b, uint64_t i) {
+  if (t.bits == 32) return static_cast<const float*>(b)[i];
+  if (t.code == kDLBfloat) {
+    uint32_t u = uint32_t(static_cast<const uint16_t*>(b)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  return float(static_cast<const _Float16*>(b)[i]);
+}
+
+// One rank: runs every op over every size; rank 0 prints and returns the rows.
+int run_rank(int rank, const Options& o, uint16_t port, const std::string& token) {
+  using namespace triad;
+  PluginLoader loader;
+  auto plugin = o.plugin_file.empty() ? loader.load("transport", o.transport)
+                                      : loader.load_file(o.plugin_file, "transport");
+  std::map<std::string, std::string> given;
+  for (const auto& p : o.params) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos) throw UserError("--param '" + p + "': expected key=value");
+    given[p.substr(0, eq)] = p.substr(eq + 1);
+  }
+  ResolvedParams params = resolve_params(plugin->descriptor(), given, "transport");
+  CoreServices services;
+  Transport t(plugin, params, services.c_services());
+  RendezvousClient store("127.0.0.1", port, token, std::chrono::seconds(30));
+  Communicator world = t.init_world(rank, o.ranks, store, "bench/");
+  const int n = world.size();
+  const auto timeout = std::chrono::milliseconds(o.timeout_ms);
+  size_t es = 0;
+  const DLDataType dt = parse_dtype(o.dtype, &es);
+  nlohmann::json out = nlohmann::json::array();
+
+  for (const std::string& op : o.ops) {
+    const bool ar = op == "allreduce", rs = op == "reducescatter", ag = op == "allgather";
+    if (!ar && !rs && !ag)
+      throw UserError("--op '" + op + "' is not allreduce, reducescatter or allgather");
+    if (rank == 0) {
+      std::printf("# %s, %d ranks, transport %s, %s\n", op.c_str(), n, t.name().c_str(),
+                  o.dtype.c_str());
+      std::printf("#%11s %13s %9s %7s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+                  "root", "time", "algbw", "busbw", "#wrong");
+      std::printf("#%11s %13s %9s %7s %6s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
+                  "(us)", "(GB/s)", "(GB/s)", "");
+      std::fflush(stdout);
+    }
+    std::vector<Row> rows;
+    for (uint64_t size = o.min_bytes; size <= o.max_bytes; size *= uint64_t(o.factor)) {
+      const uint64_t total = size / es;  // elements of the whole vector
+      if (total == 0) continue;
+      uint64_t off = 0, mine = 0;
+      triad_transport_block(total, n, world.rank(), &off, &mine);
+      const uint64_t send_n = ar || rs ? total : mine, recv_n = ar || ag ? total : mine;
+      std::vector<char> send(std::max<uint64_t>(1, send_n * es)),
+          recv(std::max<uint64_t>(1, recv_n * es));
+      for (uint64_t i = 0; i < send_n; ++i)
+        put(dt, send.data(), i, value(world.rank(), ag ? off + i : i));
+      auto once = [&] {
+        if (ar) return world.all_reduce(send.data(), recv.data(), total, dt);
+        if (rs) return world.reduce_scatter(send.data(), recv.data(), total, dt);
+        return world.all_gather(send.data(), recv.data(), total, dt);
+      };
+      for (int i = 0; i < o.warmup; ++i) once().wait(timeout);
+      const int iters = iterations_for(size, o.iters);
+      world.barrier().wait(timeout);
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) once().wait(timeout);
+      float us =
+          float(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+
+      // Exact check of the last result.
+      float wrong = 0;
+      for (uint64_t i = 0; i < recv_n; ++i) {
+        const uint64_t gi = rs ? off + i : i;
+        float want = 0;
+        if (ag) {
+          int owner = 0;
+          for (int k = 0; k < n; ++k) {
+            uint64_t o2 = 0, l2 = 0;
+            triad_transport_block(total, n, k, &o2, &l2);
+            if (gi >= o2 && gi < o2 + l2) owner = k;
+          }
+          want = value(owner, gi);
+        } else {
+          for (int k = 0; k < n; ++k) want += value(k, gi);
+        }
+        if (get(dt, recv.data(), i) != want) wrong += 1;
+      }
+      float stats[2] = {us, wrong};
+      world.all_reduce(&stats[0], &stats[0], 1, dl_float32(), TRIAD_REDUCE_MAX).wait(timeout);
+      world.all_reduce(&stats[1], &stats[1], 1, dl_float32(), TRIAD_REDUCE_SUM).wait(timeout);
+      if (rank != 0) continue;
+      Row r;
+      r.size = size;
+      r.count = ar ? total : total / uint64_t(n);
+      r.time_us = stats[0];
+      r.algbw = double(size) / (r.time_us * 1e3);
+      r.busbw = r.algbw * (ar ? 2.0 * (n - 1) / n : double(n - 1) / n);
+      r.wrong = (long long)stats[1];
+      std::printf(" %11llu %13llu %9s %7s %6d %10.2f %8.2f %8.2f %7lld\n",
+                  (unsigned long long)r.size, (unsigned long long)r.count, o.dtype.c_str(),
+                  ag ? "none" : "sum", -1, r.time_us, r.algbw, r.busbw, r.wrong);
+      std::fflush(stdout);
+      rows.push_back(r);
+      out.push_back({{"op", op},
+                     {"ranks", n},
+                     {"transport", t.name()},
+                     {"dtype", o.dtype},
+                     {"size", r.size},
+                     {"count", r.count},
+                     {"time_us", r.time_us},
+                     {"algbw", r.algbw},
+                     {"busbw", r.busbw},
+                     {"wrong", r.wrong},
+                     {"iters", iters}});
+    }
+    if (rank == 0) {
+      long long bad = 0;
+      double sum_bw = 0;
+      for (auto& r : rows) bad += r.wrong, sum_bw += r.busbw;
+      std::printf("# Out of bounds values : %lld %s\n", bad, bad ? "FAILED" : "OK");
+      std::printf("# Avg bus bandwidth    : %g\n#\n",
+                  rows.empty() ? 0.0 : sum_bw / double(rows.size()));
+    }
+  }
+  world.barrier().wait(timeout);
+  if (rank == 0 && !o.json.empty()) {
+    std::ofstream f(o.json);
+    if (!f) throw UserError("cannot write --json file " + o.json);
+    f << out.dump(1) << "\n";
+  }
+  long long bad = 0;
+  for (auto& r : out) bad += r["wrong"].get<long long>();
+  return bad ? 1 : 0;
+}
+
+uint64_t parse_bytes(const std::string& s) {
+  size_t used = 0;
+  double v = std::stod(s, &used);
+  std::string unit = s.substr(used);
+  double mul = unit.empty() || unit == "B"    ? 1
+               : unit == "K" || unit == "KiB" ? 1024.0
+               : unit == "M" || unit == "MiB" ? 1048576.0
+               : unit == "G" || unit == "GiB" ? 1073741824.0
+                                              : -1;
+  if (mul < 0 || v < 0)
+    throw triad::UserError("size '" + s + "': use a number with an optional K, M or G");
+  return uint64_t(v * mul);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Collective bandwidth of a transport plugin (nccl-tests format), ranks forked locally."};
+  Options o;
+  std::string min_b = "8", max_b = "1G", ops = "allreduce,reducescatter,allgather";
+  app.add_option("-n,--ranks", o.ranks, "ranks to fork on this machine")->check(CLI::Range(1, 64));
+  app.add_option("--transport", o.transport, "transport plugin name (libtriad-transport-NAME.so)");
+  app.add_option("--plugin", o.plugin_file, "a transport plugin file instead of --transport");
+  app.add_option("--op", ops, "comma-separated: allreduce, reducescatter, allgather");
+  app.add_option("-d,--dtype", o.dtype, "float, bfloat16 or half");
+  app.add_option("-b,--min-bytes", min_b, "smallest size (e.g. 8, 64K, 1M)");
+  app.add_option("-e,--max-bytes", max_b, "largest size (e.g. 1G)");
+  app.add_option("-f,--step-factor", o.factor, "size multiplier between steps")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size");
+  app.add_option("-i,--iters", o.iters, "timed iterations per size (fewer above 32 MiB)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--json", o.json, "write the results as JSON here");
+  app.add_option("--param", o.params, "transport parameter key=value (repeatable)");
+  app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    o.min_bytes = std::max<uint64_t>(1, parse_bytes(min_b));
+    o.max_bytes = parse_bytes(max_b);
+    o.ops.clear();
+    std::stringstream ss(ops);
+    for (std::string op; std::getline(ss, op, ',');)
+      if (!op.empty()) o.ops.push_back(op);
+
+    const std::string token = triad::make_job_token();
+    triad::RendezvousServer server("127.0.0.1", 0, token);
+    std::vector<pid_t> kids;
+    for (int r = 0; r < o.ranks; ++r) {
+      pid_t pid = fork();
+      if (pid < 0) throw triad::UserError("fork failed");
+      if (pid == 0) {
+        int code = 0;
+        try {
+          code = run_rank(r, o, server.port(), token);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "bench-collectives rank %d: %s\n", r, e.what());
+          code = triad::kExitUserError;
+        }
+        std::fflush(stdout);
+        _exit(code);
+      }
+      kids.push_back(pid);
+    }
+    server.start();
+    int rc = 0;
+    for (pid_t k : kids) {
+      int st = 0;
+      waitpid(k, &st, 0);
+      int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+      rc = std::max(rc, code);
+    }
+    return rc;
+  } catch (const triad::UserError& e) {
+    std::fprintf(stderr, "bench-collectives: %s\n", e.what());
+    return triad::kExitUserError;
+  }
+}
