@@ -1,0 +1,78 @@
+// triad-launch: trains a GPT from a YAML config, in this process (one rank) or by starting
+// ranks (--nproc-per-node, --nnodes, or under srun / mpirun), or runs any program per rank
+// (--exec). See README "Launching".
+//   triad-launch [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
+//                CONFIG [--set key.path=value ...] [--dry-run] [-q]
+//   triad-launch [options] --exec PROGRAM [ARGS...]
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "agent.hpp"
+#include "cli.hpp"
+#include "plan.hpp"
+#include "spawn.hpp"
+#include "training.hpp"
+#include "triad/core/config.hpp"
+#include "triad/core/error.hpp"
+
+namespace {
+
+using namespace triad::launch;
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+int run(int argc, char** argv) {
+  LaunchArgs a;
+  if (auto code = parse_args(argc, argv, a)) return *code;
+  if (a.worker) return train_as_worker(a);
+
+  const Environment env = current_environment();
+  JobPlan plan = make_plan(a, env);
+  ChildSpec program;
+  if (a.exec.empty()) {
+    if (a.dry_run) {
+      if (plan.agent == 0) return print_dry_run(a, plan.world_size);
+      std::fprintf(stderr, "triad-launch: dry run: %s's launcher prints the report\n",
+                   plan.agent_name(0).c_str());
+      return 0;
+    }
+    if (plan.world_size == 1) return train_in_process(a);
+    // Checked here once, rather than failing the same way in every rank.
+    triad::load_config(a.config_path, a.sets, plan.world_size);
+    program.path = self_executable();
+    program.argv = {program.path, "--worker", a.config_path};
+    for (const auto& s : a.sets) program.argv.push_back("--set=" + s);
+    if (a.quiet) program.argv.push_back("--quiet");
+  } else {
+    auto path = env.find("PATH");
+    program.path = resolve_program(a.exec[0], path == env.end() ? "/usr/bin:/bin" : path->second);
+    program.argv = a.exec;
+  }
+  program.env = env;
+  assign_token(plan, env);
+
+  AgentSettings s;
+  s.rdzv_timeout = ms(a.rdzv_timeout_s);
+  s.heartbeat_timeout = ms(a.heartbeat_timeout_s);
+  s.stop_grace = ms(a.stop_grace_s);
+  s.prefix = !a.no_prefix;
+  return run_agent(plan, program, s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  try {
+    return run(argc, argv);
+  } catch (const triad::UserError& e) {
+    std::fprintf(stderr, "triad-launch: error: %s\n", e.what());
+    return triad::kExitUserError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "triad-launch: internal error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,75 @@
+#include "training.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "triad/core/config.hpp"
+#include "triad/core/dist_env.hpp"
+#include "triad/core/engine.hpp"
+#include "triad/core/plugin_loader.hpp"
+
+namespace triad::launch {
+
+namespace {
+
+std::string mib(size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+int train(const LaunchArgs& a, const DistEnv& dist) {
+  Config cfg = load_config(a.config_path, a.sets, dist.world_size);
+  TrainOptions opts;
+  opts.quiet = a.quiet;
+  opts.dist = dist;
+  const RunResult r = triad::train(cfg, opts);
+  // Every rank sees the same loss; one summary is enough.
+  const auto& s = r.steps;
+  if (dist.rank != 0 || s.empty()) return 0;
+  // Summary: throughput excludes step 1 (warm-up: first touches of every buffer).
+  double tok = 0, tfl = 0, ms = 0;
+  size_t n = 0;
+  for (size_t i = s.size() > 1 ? 1 : 0; i < s.size(); ++i, ++n) {
+    tok += s[i].tokens_per_s;
+    tfl += s[i].tflops;
+    ms += s[i].ms;
+  }
+  spdlog::info(
+      "done: {} steps | loss {:.4f} -> {:.4f} | {:.1f} ms/step | {:.0f} tokens/s | "
+      "{:.3f} TFLOP/s | peak {} | output {}",
+      s.size(), s.front().loss, s.back().loss, ms / double(n), tok / double(n), tfl / double(n),
+      mib(s.back().peak_bytes), r.output_dir);
+  return 0;
+}
+
+}  // namespace
+
+int print_dry_run(const LaunchArgs& a, int world_size) {
+  Config cfg = load_config(a.config_path, a.sets, world_size);
+  // Resolve the plugin choice too, so a dry run catches a bad plugin name or parameter.
+  PluginLoader loader;
+  auto plugin = loader.load("attention", cfg.attention.name);
+  resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
+  const RunPlan p = plan_run(cfg);
+  std::cout << "# resolved config (" << a.config_path << ")\n" << to_yaml(cfg) << "\n";
+  std::cout << "parameters:          " << p.num_params << "\n";
+  std::cout << "memory per rank:     " << mib(p.total_bytes()) << " (parameters "
+            << mib(p.param_bytes) << ", gradients " << mib(p.grad_bytes) << ", Adam moments "
+            << mib(p.optimizer_bytes) << ", activations " << mib(p.activation_bytes) << ")\n";
+  std::printf("FLOPs per step:      %.4g (%.4g per token)\n", p.flops_per_step,
+              p.flops_per_step / (double(cfg.training.global_batch_size) * cfg.model.seq_length));
+  return 0;
+}
+
+int train_in_process(const LaunchArgs& a) {
+  return train(a, DistEnv{});
+}
+
+int train_as_worker(const LaunchArgs& a) {
+  return train(a, DistEnv::from_environment());
+}
+
+}  // namespace triad::launch

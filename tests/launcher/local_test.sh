@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# triad-launch on this machine: the environment of 1..4 ranks, output prefixes, a failing
+# rank's exit code, kill -9 of one rank, SIGTERM to the launcher, training ranks, and the
+# errors a user can make.
+source "$(dirname "$0")/common.sh" "$@"
+cd "$SCRATCH"
+
+# 1. Environment and rendezvous for N = 1..4 ranks.
+for n in 1 2 3 4; do
+  timeout 60 "$LAUNCH" --nproc-per-node "$n" --exec "$PROBE" --rendezvous >out.$n 2>err.$n ||
+    fail "--nproc-per-node $n exited $? ($(cat err.$n))"
+  check_layout out.$n "$n" "$n"
+  expect_count out.$n "master=127\.0\.0\.1:[0-9]+ token_len=32 omp=1 " "$n"
+done
+pass "environment and rendezvous for 1..4 ranks"
+
+# 2. Every line prefixed, stdout to stdout and stderr to stderr, a last line without newline.
+timeout 30 "$LAUNCH" --nproc-per-node 2 --exec sh -c \
+  'echo "out one $RANK"; echo "err one $RANK" >&2; echo "out two $RANK"; printf "tail $RANK"' \
+  >out.p 2>err.p || fail "prefix run exited $?"
+for r in 0 1; do
+  expect out.p "^\[rank $r\] out one $r\$"
+  expect out.p "^\[rank $r\] out two $r\$"
+  expect out.p "^\[rank $r\] tail $r\$"
+  expect err.p "^\[rank $r\] err one $r\$"
+done
+expect_count out.p "." 6
+expect_not err.p "out|tail"
+expect_not out.p "err one"
+pass "output prefixed line by line"
+
+# 3. A rank exiting 3: the launcher exits 3 and names the rank.
+timeout 30 "$LAUNCH" --nproc-per-node 3 --exec "$PROBE" --fail-rank 2 --code 3 --sleep-forever \
+  >out.f 2>err.f
+rc=$?
+[[ $rc -eq 3 ]] || { cat err.f; fail "a rank exiting 3 made the launcher exit $rc"; }
+expect err.f "^triad-launch: rank 2 \(pid [0-9]+\) exited with code 3; stopping the other ranks"
+expect err.f "^\[rank 2\] probe rank=2 failing with code 3"
+pass "rank exiting 3 -> launcher exits 3 and names it"
+
+# 4. kill -9 of one rank: the others (sleeping forever) are stopped within 10 s.
+start_bg "$LAUNCH" --nproc-per-node 4 --exec "$PROBE" --sleep-forever >out.k 2>err.k
+launcher=$BG
+for _ in $(seq 100); do
+  [[ $(grep -c "probe rank=" out.k) -eq 4 ]] && break
+  sleep 0.1
+done
+expect_count out.k "probe rank=" 4
+victim=$(sed -n 's/^\[rank 1\] probe .* pid=\([0-9]*\)$/\1/p' out.k)
+others=$(sed -n 's/^\[rank [023]\] probe .* pid=\([0-9]*\)$/\1/p' out.k)
+start=$(now_ms)
+kill -9 "$victim"
+wait $launcher
+rc=$?
+took=$(($(now_ms) - start))
+[[ $rc -eq 137 ]] || { cat err.k; fail "launcher exited $rc after kill -9 of a rank (want 137)"; }
+((took < 10000)) || fail "the other ranks took $took ms to stop"
+expect err.k "^triad-launch: rank 1 \(pid $victim\) was killed by signal 9 \(SIGKILL\); stopping the other ranks"
+for p in $others; do
+  kill -0 "$p" 2>/dev/null && fail "rank pid $p still runs after the launcher exited"
+done
+pass "kill -9 of a rank stops the others in $took ms, exit 137"
+
+# 5. SIGTERM to the launcher reaches every rank.
+start_bg "$LAUNCH" --nproc-per-node 3 --exec "$PROBE" --trap-term --sleep-forever >out.t 2>err.t
+launcher=$BG
+for _ in $(seq 100); do
+  [[ $(grep -c "probe rank=" out.t) -eq 3 ]] && break
+  sleep 0.1
+done
+kill -TERM $launcher
+wait $launcher
+rc=$?
+[[ $rc -eq 143 ]] || { cat err.t; fail "launcher exited $rc after SIGTERM (want 143)"; }
+for r in 0 1 2; do expect out.t "^\[rank $r\] probe rank=$r got SIGTERM"; done
+expect err.t "^triad-launch: received SIGTERM; passing it to the ranks"
+pass "SIGTERM reaches every rank, exit 143"
+
+# 6. A rank ignoring SIGTERM gets SIGKILL after --stop-grace.
+start_bg "$LAUNCH" --nproc-per-node 2 --stop-grace 1 --exec sh -c \
+  'trap "" TERM; echo up; while :; do sleep 0.1; done' >out.g 2>err.g
+launcher=$BG
+for _ in $(seq 100); do
+  [[ $(grep -c up out.g) -eq 2 ]] && break
+  sleep 0.1
+done
+start=$(now_ms)
+kill -TERM $launcher
+wait $launcher
+took=$(($(now_ms) - start))
+expect err.g "did not stop within 1 s; sending SIGKILL"
+((took < 5000)) || fail "SIGKILL after a 1 s grace took $took ms"
+pass "SIGKILL after --stop-grace ($took ms)"
+
+# 7. Training ranks: the launcher starts itself in worker mode; each rank loads the config and
+# reaches train() (which may refuse several ranks until the engine is distributed).
+if [[ -n $CONFIGS && -f $CONFIGS/gpt-tiny.yaml ]]; then
+  # UCX (if the engine uses it) on shared memory only, never a real network interface.
+  export UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
+  timeout 120 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=1 \
+    --set output.dir="$SCRATCH/run" -q >out.w 2>err.w
+  rc=$?
+  cat out.w err.w >all.w
+  if [[ $rc -eq 0 ]]; then
+    expect all.w "^\[rank 0\] .*done: 1 steps" "rank 0's training summary"
+    expect_not all.w "^\[rank 1\] .*done:" "a summary from rank 1"
+  elif [[ $rc -eq 2 ]]; then
+    expect all.w "^\[rank [01]\] triad-launch: error: " "a training rank's own error"
+  else
+    cat err.w
+    fail "training with 2 ranks exited $rc"
+  fi
+  timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.d 2>err.d ||
+    fail "--dry-run with 2 ranks exited $? ($(cat err.d))"
+  expect_count out.d "^parameters:" 1
+  pass "training ranks start in worker mode (exit $rc); dry run prints once"
+fi
+
+# 8. Mistakes get one clear message and exit 2.
+"$LAUNCH" --nproc-per-node 2 --exec ./no-such-program >out.e 2>err.e
+[[ $? -eq 2 ]] || fail "a missing program did not exit 2"
+expect err.e "^triad-launch: error: --exec: '\./no-such-program' does not exist"
+env -u TRIAD_JOB_TOKEN "$LAUNCH" --nnodes 2 --node-rank 0 --exec true >out.e 2>err.e
+[[ $? -eq 2 ]] || fail "--nnodes 2 without a token did not exit 2"
+expect err.e "TRIAD_JOB_TOKEN is not set.*export TRIAD_JOB_TOKEN="
+port=$(free_port)
+start_bg "$LAUNCH" --master-port "$port" --exec "$PROBE" --sleep-forever >out.b 2>err.b
+holder=$BG
+for _ in $(seq 100); do
+  grep -q "probe rank=0" out.b && break
+  sleep 0.1
+done
+"$LAUNCH" --master-port "$port" --exec true >out.e 2>err.e
+[[ $? -eq 2 ]] || fail "a port in use did not exit 2"
+expect err.e "cannot listen on 127\.0\.0\.1:$port: the port is already in use"
+kill -TERM $holder
+wait $holder
+"$LAUNCH" --nproc-per-node 2 >out.e 2>err.e
+[[ $? -eq 2 ]] || fail "no CONFIG did not exit 2"
+expect err.e "no CONFIG given"
+pass "mistakes exit 2 with one message"
+echo "PASS"
