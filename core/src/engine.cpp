@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/attention.hpp"
+#include "triad/core/data_parallel.hpp"
 #include "triad/core/data.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
@@ -18,6 +19,8 @@
 #include "triad/core/hf.hpp"
 #include "triad/core/model.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/core/rendezvous.hpp"
+#include "triad/core/transport.hpp"
 #include "triad/core/services.hpp"
 #include "triad/kernels/cpu.hpp"
 
@@ -89,9 +92,73 @@ struct AdamW {
 
 }  // namespace
 
-RunResult train(const Config& cfg, const TrainOptions& opts) {
+namespace {
+
+// Everything a rank of a data-parallel job needs beyond the single-process run: the
+// rendezvous client, the transport, the world communicator and the data plugin.
+struct DataParallelRun {
+  std::unique_ptr<RendezvousClient> store;
+  std::unique_ptr<Transport> transport;
+  Communicator world;
+  std::unique_ptr<DataParallelBackend> data;
+  std::vector<float> scalar = std::vector<float>(1);
+
+  // Mean of x over the ranks.
+  double average(double x) {
+    scalar[0] = static_cast<float>(x);
+    world.all_reduce(scalar.data(), scalar.data(), 1, dl_float32()).wait(kCollectiveTimeout);
+    return scalar[0] / world.size();
+  }
+  static constexpr std::chrono::milliseconds kCollectiveTimeout{300000};
+};
+
+std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const DistEnv& env,
+                                                     const PluginLoader& loader,
+                                                     const CoreServices& services) {
+  auto run = std::make_unique<DataParallelRun>();
+  // Load and check both plugins before connecting to anyone.
+  auto tplugin = loader.load("transport", cfg.transport.name);
+  const ResolvedParams tparams =
+      resolve_params(tplugin->descriptor(), cfg.transport.params, cfg.transport.yaml_path);
+  auto dplugin = loader.load("data", "zero");
+  const auto& z = cfg.zero_optimization;
+  const ResolvedParams dparams = resolve_params(
+      dplugin->descriptor(),
+      {{"stage", std::to_string(z.stage)},
+       {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
+       {"overlap_comm", z.overlap_comm ? "true" : "false"}},
+      "zero_optimization");
+  run->data = std::make_unique<DataParallelBackend>(dplugin, dparams, services.c_services());
+  run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
+  run->transport->check_supported(TRIAD_MEM_BIT_HOST, TRIAD_DTYPE_BIT_FP32,
+                                  run->data->capabilities().transport_ops |
+                                      TRIAD_TRANSPORT_OP_ALL_REDUCE);
+  run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
+  run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
+                                          "transport/" + cfg.transport.name + "/");
+  return run;
+}
+
+}  // namespace
+
+RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const auto& m = cfg.model;
   const auto& t = cfg.training;
+  const DistEnv& env = opts_in.dist;
+  TrainOptions opts = opts_in;
+  if (env.rank != 0) {
+    // Rank 0 speaks for the job (DeepSpeed's habit): one log, one output folder.
+    opts.quiet = true;
+    opts.write_output = false;
+  }
+  if (env.world_size != cfg.parallel.data_parallel_size * cfg.parallel.tensor_model_parallel_size *
+                            cfg.parallel.pipeline_model_parallel_size)
+    throw UserError("the job has " + std::to_string(env.world_size) +
+                    " ranks but the config's layout is tp " +
+                    std::to_string(cfg.parallel.tensor_model_parallel_size) + " x pp " +
+                    std::to_string(cfg.parallel.pipeline_model_parallel_size) + " x dp " +
+                    std::to_string(cfg.parallel.data_parallel_size) +
+                    "; load the config with the job's world size");
   // Everything that can fail on bad input happens before the output folder is touched.
   auto device = make_device(cfg.device);
   PluginLoader loader;
@@ -101,7 +168,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
   CoreServices services(omp_get_max_threads());
   AttentionBackend attention(plugin, aparams, services.c_services());
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
-                               cfg.data.seed ? cfg.data.seed : t.seed, /*dp_rank=*/0,
+                               cfg.data.seed ? cfg.data.seed : t.seed, env.rank,
                                cfg.parallel.data_parallel_size);
   GPT model(m, *device, attention, t.micro_batch_size);
   if (!cfg.output.init_from_hf.empty()) {
@@ -110,6 +177,15 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
     model.init_weights(t.seed);
   }
   AdamW adam(*device, model.num_params());
+  std::unique_ptr<DataParallelRun> dp;
+  if (env.distributed()) {
+    dp = start_data_parallel(cfg, env, loader, services);
+    dp->data->setup(model.layout(), device->dl_device(), env.rank, env.world_size,
+                    dp->world.c_ref(), DataParallelRun::kCollectiveTimeout.count());
+    // Every rank starts from rank 0's weights, whatever it initialised or loaded.
+    dp->world.broadcast(model.params(), model.num_params(), dl_float32(), 0)
+        .wait(DataParallelRun::kCollectiveTimeout);
+  }
 
   RunResult result;
   result.output_dir = cfg.output.dir;
@@ -142,14 +218,27 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
     for (int micro = 0; micro < accum; ++micro) {
       data->micro_batch(step - 1, micro, inputs.data(), targets.data());
       loss += model.forward(inputs.data(), targets.data(), B);
-      model.backward(1.0f / accum);
+      if (dp && micro == accum - 1) {
+        // The last micro-batch's backward finishes gradients layer by layer; hand each range
+        // to the data plugin at once so its all-reduce overlaps the rest of the backward.
+        model.backward(1.0f / accum, [&](size_t off, size_t n) {
+          dp->data->grads_ready(model.grads(), off, n);
+        });
+      } else {
+        model.backward(1.0f / accum);
+      }
     }
     loss /= accum;
+    if (dp) {
+      dp->data->finish_grads(model.grads());
+      loss = dp->average(loss);
+    }
     const double norm = std::sqrt(kernels::cpu::sum_squares(model.grads(), model.num_params()));
     if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
       kernels::cpu::scale_inplace(model.grads(), model.num_params(),
                                   float(cfg.optimizer.clip_grad / (norm + 1e-6)));
     adam.step(model.layout(), model.params(), model.grads(), cfg.optimizer, lr, step);
+    if (dp) dp->data->after_step(model.params());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
@@ -181,7 +270,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
                    step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s,
                    r.tflops, mib(r.peak_bytes));
   }
-  if (!cfg.output.export_hf.empty()) {
+  if (!cfg.output.export_hf.empty() && env.rank == 0) {
     export_hf(cfg.output.export_hf, m, model.layout(), model.params());
     if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
   }

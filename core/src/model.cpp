@@ -211,7 +211,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
   return static_cast<float>(sum / N);
 }
 
-void GPT::backward(float loss_scale) {
+void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
   const int B = lastB_, T = T_, C = C_, N = B * T;
   const int D = C / H_;
   const size_t NC = size_t(N) * C;
@@ -225,6 +225,9 @@ void GPT::backward(float loss_scale) {
   k::layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
                         res_out_.data(), param("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(),
                         N, C);
+  const ParamInfo& lnf_w = layout_.find("ln_f.weight");
+  const size_t lnf_end = layout_.find("ln_f.bias").offset + layout_.find("ln_f.bias").numel;
+  if (grads_ready) grads_ready(lnf_w.offset, lnf_end - lnf_w.offset);
   // dres_ now holds d loss / d (residual stream) at the output of the last layer; each layer
   // turns it into the gradient at its input (the residual adds pass it through unchanged).
   for (int l = L_ - 1; l >= 0; --l) {
@@ -259,9 +262,19 @@ void GPT::backward(float loss_scale) {
     k::layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
                           dln_.data(), a.res_in.data(), param(h + "ln_1.weight"),
                           a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+    if (grads_ready) {
+      const size_t lo = layout_.find(h + "ln_1.weight").offset;
+      const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
+      grads_ready(lo, last.offset + last.numel - lo);
+    }
   }
   float* dwpe = rope_ ? nullptr : grad("wpe.weight");
   k::embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C);
+  if (grads_ready) {
+    // wte (and wpe) are final only now: the tied LM head wrote into wte first.
+    const size_t emb_end = L_ > 0 ? layout_.find("h.0.ln_1.weight").offset : lnf_w.offset;
+    grads_ready(0, emb_end);
+  }
 }
 
 }  // namespace triad

@@ -4,6 +4,9 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -37,3 +40,10 @@ inline std::string bad_plugin(const std::string& name) {
 }
 
 }  // namespace triad::test
+
+// A scratch folder of this test process: concurrent runs (ctest -j) never share files.
+inline std::filesystem::path test_tmp_dir() {
+  auto d = std::filesystem::temp_directory_path() / ("triad-plugin-tests-" + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}

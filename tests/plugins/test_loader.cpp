@@ -111,7 +111,7 @@ TEST(PluginLoader, LoadFileChecksExistenceFormatAndKind) {
   EXPECT_THAT(user_error([&] { loader.load_file("/nonexistent/libtriad-attention-x.so"); }),
               HasSubstr("/nonexistent/libtriad-attention-x.so does not exist"));
 
-  auto text = std::filesystem::temp_directory_path() / "libtriad-attention-text.so";
+  auto text = test_tmp_dir() / "libtriad-attention-text.so";
   std::ofstream(text) << "not a shared object\n";
   EXPECT_THAT(user_error([&] { loader.load_file(text.string()); }),
               HasSubstr("cannot load plugin " + text.string() + ": "));
@@ -122,7 +122,7 @@ TEST(PluginLoader, LoadFileChecksExistenceFormatAndKind) {
   EXPECT_EQ(loader.load_file(TRIAD_NAIVE_PLUGIN, "attention")->name(), "naive");
 
   // A plugin copied under a name that breaks the convention.
-  auto odd = std::filesystem::temp_directory_path() / "naive-copy.so";
+  auto odd = test_tmp_dir() / "naive-copy.so";
   std::filesystem::copy_file(TRIAD_NAIVE_PLUGIN, odd,
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THAT(user_error([&] { loader.load_file(odd.string()); }),
@@ -146,7 +146,7 @@ int exit_code(const std::string& cmd) {
 
 TEST(PluginTestTool, UserErrorsExitWithTwo) {
   const std::string tool = TRIAD_PLUGIN_TEST_EXE;
-  auto text = std::filesystem::temp_directory_path() / "triad-not-a-plugin.txt";
+  auto text = test_tmp_dir() / "triad-not-a-plugin.txt";
   std::ofstream(text) << "hello\n";
   EXPECT_EQ(exit_code(tool + " attention " + text.string()), 2);
   std::filesystem::remove(text);
@@ -165,7 +165,7 @@ TEST(PluginTestTool, FailingPluginExitsWithOne) {
 }
 
 TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
-  auto out = std::filesystem::temp_directory_path() / "triad-info-test.txt";
+  auto out = test_tmp_dir() / "triad-info-test.txt";
   std::string cmd = "TRIAD_PLUGIN_PATH=" TRIAD_TEST_PLUGIN_DIR ":" TRIAD_BAD_PLUGIN_DIR
                     " " TRIAD_INFO_EXE " --kind attention > " +
                     out.string();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "triad/core/attention.hpp"
@@ -34,8 +35,12 @@ class GPT {
   // inputs/targets (B,T) with B <= max_batch, T = seq_length. Returns the mean loss over the
   // B*T tokens and keeps the activations for backward().
   float forward(const int32_t* inputs, const int32_t* targets, int B);
+  // Called during backward each time a range [offset, offset+count) of the gradient arena is
+  // final: ln_f, then each layer from the last to the first, then the embeddings. The
+  // ranges cover the arena exactly once (data parallelism starts reducing them at once).
+  using GradsReady = std::function<void(size_t offset, size_t count)>;
   // grads += d(loss_scale * mean loss)/d params, for the last forward().
-  void backward(float loss_scale);
+  void backward(float loss_scale, const GradsReady& grads_ready = nullptr);
 
   // Logits of the last forward, (B,T,V) (valid until backward()).
   const float* logits() const { return logits_.data(); }

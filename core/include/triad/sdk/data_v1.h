@@ -1,0 +1,67 @@
+/* Triad data-parallel plugin ABI, version 1 — FROZEN.
+ *
+ * Kind "data": who owns which range of the flat parameter / gradient / optimizer arenas
+ * across the data-parallel group, and what happens to gradients and parameters around the
+ * optimizer step (ZeRO stages 0-3 are one plugin, "zero", with a `stage` parameter).
+ *
+ * The core calls, per training step:
+ *   grads_ready(offset, count)   during the LAST micro-batch's backward, each time a range of
+ *                                the gradient arena is final (layers finish back to front);
+ *                                ranges never overlap and together cover the arena once
+ *   finish_grads()               before the optimizer: every reduction is complete, and the
+ *                                gradients of the owned range are averaged over the group
+ *   owned_range()                the range this rank steps the optimizer on
+ *   after_step(params)           after the optimizer: parameters made whole again (stage 1+:
+ *                                all-gather of the owned shards; stage 0: nothing)
+ * Communication goes through the data-parallel communicator the core lends in setup: the
+ * transport plugin's own ops table and handles (the plugin never loads a transport itself).
+ */
+#ifndef TRIAD_SDK_DATA_V1_H
+#define TRIAD_SDK_DATA_V1_H
+
+#include "triad/sdk/plugin_v1.h"
+#include "triad/sdk/transport_v1.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator lent by the core: valid until the data plugin instance is destroyed. */
+typedef struct triad_comm_ref_v1 {
+  const triad_transport_ops_v1* ops;
+  void* transport; /* the transport instance handle */
+  void* comm;      /* a communicator of that instance */
+} triad_comm_ref_v1;
+
+typedef struct triad_data_caps_v1 {
+  uint32_t stages;         /* bit (1u << s) for each ZeRO stage s the plugin implements */
+  uint32_t transport_ops;  /* TRIAD_TRANSPORT_OP_* bits the configured stage needs */
+} triad_data_caps_v1;
+
+typedef struct triad_data_setup_v1 {
+  uint64_t num_elements; /* length of the flat arenas */
+  /* The tensors of the arena in arena order (buckets never split a tensor needlessly). */
+  size_t num_tensors;
+  const uint64_t* tensor_offsets;
+  const uint64_t* tensor_sizes;
+  DLDataType grad_dtype;
+  DLDevice device;
+  int32_t dp_rank, dp_size;
+  triad_comm_ref_v1 dp_comm;
+  int64_t timeout_ms; /* bound on every wait */
+} triad_data_setup_v1;
+
+typedef struct triad_data_ops_v1 {
+  int (*capabilities)(void* handle, triad_data_caps_v1* caps);
+  int (*setup)(void* handle, const triad_data_setup_v1* setup);
+  int (*grads_ready)(void* handle, void* grads, uint64_t offset, uint64_t count);
+  int (*finish_grads)(void* handle, void* grads);
+  int (*owned_range)(void* handle, uint64_t* offset, uint64_t* count);
+  int (*after_step)(void* handle, void* params);
+} triad_data_ops_v1;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRIAD_SDK_DATA_V1_H */
