@@ -381,9 +381,8 @@ TEST_F(ConfigTest, BadOverrides) {
                {"training.micro_batch_sise=4"});
   expect_error(kBase, {"'model.num_layers' is a value, not a section"}, {"model.num_layers.x=1"});
   expect_error(kBase, {"value '[1' is not valid YAML"}, {"model.num_layers=[1"});
-  // A section the override created points at the override too.
-  expect_error("", {"attention has no 'name' (--set 'attention.block_q=3')"},
-               {"attention.block_q=3"});
+  // A plugin section the override created names the default plugin.
+  EXPECT_EQ(load_config(write(""), {"attention.block_q=3"}).attention.name, "naive");
   expect_error(kBase,
                {"device 'cuda' is not available in this build (--set 'device=cuda'); use cpu"},
                {"device=cuda"});
@@ -468,10 +467,10 @@ TEST_F(ConfigTest, TransportOverrides) {
 
   expect_error(kBase, {"transport: 'a b' is not a plugin name (--set 'transport=a b')"},
                {"transport=a b"});
-  expect_error(
-      "",
-      {"transport has no 'name' (--set 'transport.tls=tcp')", "e.g. --set transport=ucx before it"},
-      {"transport.tls=tcp"});
+  // A parameter set on the command line without a name tunes the default plugin.
+  Config tuned = load_config(write(""), {"transport.tls=tcp"});
+  EXPECT_EQ(tuned.transport.name, "ucx");
+  EXPECT_EQ(tuned.transport.params.at("tls"), "tcp");
 }
 
 TEST_F(ConfigTest, ZeroOptimizationSection) {

@@ -8,7 +8,7 @@ LAUNCH=$1 SRC=$2 WORK=$3 PY=$4
 rm -rf "$WORK" && mkdir -p "$WORK"
 common=(--set training.train_iters=20 --set training.global_batch_size=16
         --set training.micro_batch_size=4 --set training.gradient_accumulation_steps=0
-        --set model.num_layers=2 --set transport=ucx --set transport.tls=sm,self)
+        --set model.num_layers=2 --set transport.tls=sm,self)
 for n in 1 2 4; do
   OMP_NUM_THREADS=1 "$LAUNCH" --nproc-per-node "$n" "$SRC/configs/gpt-tiny.yaml" -q \
     "${common[@]}" --set "output.dir=$WORK/dp$n" > "$WORK/dp$n.log" 2>&1 ||

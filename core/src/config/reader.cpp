@@ -320,9 +320,12 @@ class Reader {
           a.params[k] = text;
         }
       }
-      if (!named && where.starts_with("--set"))
-        throw UserError(name + " has no 'name' (" + where + "); choose the plugin first, e.g. " +
-                        "--set " + name + "=" + fallback + " before it");
+      // `--set transport.tls=tcp` on a config that never chose a transport tunes the
+      // default plugin, as a user would expect.
+      if (!named && where.starts_with("--set")) {
+        a.name = fallback;
+        named = true;
+      }
       if (!named)
         throw UserError(name + " has no 'name' (" + where + "); write " + name +
                         ": {name: " + std::string(section.other) + ", <parameters>} or " + name +
