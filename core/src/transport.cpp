@@ -201,68 +201,67 @@ std::string op_text(const char* op, uint64_t count, DLDataType t) {
                                        : "dtype";
   return std::string(op) + "(" + std::to_string(count) + " x " + dt + ")";
 }
+
+// Every operation: issue it through the plugin's `call(&req)`, turn a failed status into
+// a TransportError naming `what`, and wrap the request.
+template <class Call>
+TransportRequest issue(const std::shared_ptr<detail::TransportInstance>& inst, std::string what,
+                       Call call) {
+  void* req = nullptr;
+  inst->check(call(&req), what);
+  return TransportRequest(inst, req, std::move(what));
+}
+
 }  // namespace
 
 TransportRequest Communicator::all_reduce(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, int op, DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("all_reduce", count, dtype);
-  inst_->check(
-      inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op, &req),
-      what);
-  return TransportRequest(inst_, req, what);
+  return issue(inst_, op_text("all_reduce", count, dtype), [&](void** req) {
+    return inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op, req);
+  });
 }
 
 TransportRequest Communicator::reduce_scatter(const void* send, void* recv, uint64_t count,
                                               DLDataType dtype, int op, DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("reduce_scatter", count, dtype);
-  inst_->check(
-      inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device, op, &req),
-      what);
-  return TransportRequest(inst_, req, what);
+  return issue(inst_, op_text("reduce_scatter", count, dtype), [&](void** req) {
+    return inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device, op,
+                                      req);
+  });
 }
 
 TransportRequest Communicator::all_gather(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("all_gather", count, dtype);
-  inst_->check(inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, &req),
-               what);
-  return TransportRequest(inst_, req, what);
+  return issue(inst_, op_text("all_gather", count, dtype), [&](void** req) {
+    return inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, req);
+  });
 }
 
 TransportRequest Communicator::broadcast(void* buf, uint64_t count, DLDataType dtype, int root,
                                          DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("broadcast", count, dtype);
-  inst_->check(inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, &req),
-               what);
-  return TransportRequest(inst_, req, what);
+  return issue(inst_, op_text("broadcast", count, dtype), [&](void** req) {
+    return inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, req);
+  });
 }
 
 TransportRequest Communicator::send(const void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("send", count, dtype) + " to rank " + std::to_string(peer);
-  inst_->check(inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag, &req),
-               what);
-  return TransportRequest(inst_, req, what);
+  return issue(
+      inst_, op_text("send", count, dtype) + " to rank " + std::to_string(peer), [&](void** req) {
+        return inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
+      });
 }
 
 TransportRequest Communicator::recv(void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  void* req = nullptr;
-  std::string what = op_text("recv", count, dtype) + " from rank " + std::to_string(peer);
-  inst_->check(inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag, &req),
-               what);
-  return TransportRequest(inst_, req, what);
+  return issue(
+      inst_, op_text("recv", count, dtype) + " from rank " + std::to_string(peer), [&](void** req) {
+        return inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
+      });
 }
 
 TransportRequest Communicator::barrier() {
-  void* req = nullptr;
-  inst_->check(inst_->ops->barrier(inst_->handle, comm_, &req), "barrier");
-  return TransportRequest(inst_, req, "barrier");
+  return issue(inst_, "barrier",
+               [&](void** req) { return inst_->ops->barrier(inst_->handle, comm_, req); });
 }
 
 // ---------------------------------------------------------------------------------------

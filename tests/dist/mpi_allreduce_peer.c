@@ -1,6 +1,6 @@
 /* mpi-allreduce-peer: the Open MPI side of tools/bench-collectives-vs-mpi. Times
  * MPI_Allreduce / MPI_Reduce_scatter(_block) / MPI_Allgather(v) over the same sizes, with
- * the same definitions, iteration rule and output format as bench-collectives:
+ * the same definitions, iteration rule and output format as triad-bench-collectives:
  *   mpirun -n 2 mpi-allreduce-peer [-b 8] [-e 1G] [-f 2] [-w 5] [-i 20]
  *                                  [--op allreduce|reducescatter|allgather] [--json FILE]
  * Blocks follow Triad's split (rank r gets count/n, plus one for the first count%n). */
@@ -23,7 +23,8 @@ static uint64_t parse_bytes(const char* s) {
   return (uint64_t)v;
 }
 
-/* Same rule as bench-collectives: at least 2, at most iters, about iters * 32 MiB moved. */
+/* Same rule as triad-bench-collectives: at least 2, at most iters, about iters * 32 MiB
+ * moved. */
 static int iterations_for(uint64_t bytes, int iters) {
   uint64_t budget = (uint64_t)iters * (32u << 20), it = budget / (bytes ? bytes : 1);
   if (it > (uint64_t)iters) it = (uint64_t)iters;

@@ -192,6 +192,22 @@ class Rank {
     return c;
   }
 
+  // One case that runs `one(count)` for every count and stops at the first failure; it is
+  // skipped when the plugin lacks what it needs.
+  template <class F>
+  void per_count(const std::string& name, bool supported, const std::vector<uint64_t>& counts,
+                 const std::string& detail, F one) {
+    if (!supported) return skip(name, "not in the plugin's capabilities");
+    expect_ok(
+        name,
+        [&] {
+          for (uint64_t n : counts)
+            if (std::string e = one(n); !e.empty()) return e;
+          return std::string();
+        },
+        detail);
+  }
+
   void run_comm(const std::string& label, Communicator& c) {
     const int m = c.size(), r = c.rank();
     for (const DType& d : kDTypes) {
@@ -199,153 +215,98 @@ class Rank {
       auto counts = counts_for(d);
       std::string detail = "counts " + join_counts(counts);
       bool dt_ok = host() && has_dtype(d);
+      auto count_text = [](uint64_t n) { return "count " + std::to_string(n); };
       for (int op : {TRIAD_REDUCE_SUM, TRIAD_REDUCE_MAX}) {
-        std::string name =
-            label + " all_reduce(" + (op == TRIAD_REDUCE_SUM ? "sum" : "max") + ")" + dn;
-        if (!has(TRIAD_TRANSPORT_OP_ALL_REDUCE) || !dt_ok || !has_redop(op)) {
-          skip(name, "not in the plugin's capabilities");
-          continue;
-        }
-        expect_ok(
-            name,
-            [&] {
-              for (uint64_t n : counts) {
-                auto want = [&](uint64_t i) {
-                  float acc = value(0, i);
-                  for (int k = 1; k < m; ++k)
-                    acc = op == TRIAD_REDUCE_SUM ? acc + value(k, i) : std::max(acc, value(k, i));
-                  return acc;
-                };
-                Buf s(d, n, 0), out(d, n, kSentinel);
-                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                c.all_reduce(s.data(), out.data(), n, d.dl, op).wait(timeout_);
-                auto e = compare(out, n, want, "count " + std::to_string(n));
-                if (!e.empty()) return e;
-                if (n == 7 || n == counts.back()) {  // in place
-                  c.all_reduce(s.data(), s.data(), n, d.dl, op).wait(timeout_);
-                  e = compare(s, n, want, "in place, count " + std::to_string(n));
-                  if (!e.empty()) return e;
-                }
-              }
-              return std::string();
-            },
-            detail + ", in place");
-      }
-
-      std::string name = label + " reduce_scatter(sum)" + dn;
-      if (!has(TRIAD_TRANSPORT_OP_REDUCE_SCATTER) || !dt_ok) {
-        skip(name, "not in the plugin's capabilities");
-      } else {
-        expect_ok(
-            name,
-            [&] {
-              for (uint64_t n : counts) {
-                uint64_t off = 0, len = 0;
-                triad_transport_block(n, m, r, &off, &len);
-                Buf s(d, n, 0), out(d, len, kSentinel);
-                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                c.reduce_scatter(s.data(), out.data(), n, d.dl, TRIAD_REDUCE_SUM).wait(timeout_);
-                auto e = compare(
-                    out, len,
-                    [&](uint64_t i) {
-                      float acc = 0;
-                      for (int k = 0; k < m; ++k) acc += value(k, off + i);
+        per_count(label + " all_reduce(" + (op == TRIAD_REDUCE_SUM ? "sum" : "max") + ")" + dn,
+                  has(TRIAD_TRANSPORT_OP_ALL_REDUCE) && dt_ok && has_redop(op), counts,
+                  detail + ", in place", [&](uint64_t n) {
+                    auto want = [&](uint64_t i) {
+                      float acc = value(0, i);
+                      for (int k = 1; k < m; ++k)
+                        acc =
+                            op == TRIAD_REDUCE_SUM ? acc + value(k, i) : std::max(acc, value(k, i));
                       return acc;
-                    },
-                    "count " + std::to_string(n) + " (block at " + std::to_string(off) + ")");
-                if (!e.empty()) return e;
-              }
-              return std::string();
-            },
-            detail);
+                    };
+                    Buf s(d, n, 0), out(d, n, kSentinel);
+                    for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                    c.all_reduce(s.data(), out.data(), n, d.dl, op).wait(timeout_);
+                    auto e = compare(out, n, want, count_text(n));
+                    if (e.empty() && (n == 7 || n == counts.back())) {  // in place
+                      c.all_reduce(s.data(), s.data(), n, d.dl, op).wait(timeout_);
+                      e = compare(s, n, want, "in place, " + count_text(n));
+                    }
+                    return e;
+                  });
       }
 
-      name = label + " all_gather" + dn;
-      if (!has(TRIAD_TRANSPORT_OP_ALL_GATHER) || !host()) {
-        skip(name, "not in the plugin's capabilities");
-      } else {
-        expect_ok(
-            name,
-            [&] {
-              for (uint64_t n : counts) {
-                uint64_t off = 0, len = 0;
-                triad_transport_block(n, m, r, &off, &len);
-                std::vector<int> owner(n);
-                for (int k = 0; k < m; ++k) {
-                  uint64_t o2 = 0, l2 = 0;
-                  triad_transport_block(n, m, k, &o2, &l2);
-                  for (uint64_t i = 0; i < l2; ++i) owner[o2 + i] = k;
-                }
-                auto want = [&](uint64_t i) { return value(owner[i], i); };
-                Buf s(d, len, 0), out(d, n, kSentinel);
-                for (uint64_t i = 0; i < len; ++i) s.set(i, value(r, off + i));
-                c.all_gather(s.data(), out.data(), n, d.dl).wait(timeout_);
-                auto e = compare(out, n, want, "count " + std::to_string(n));
-                if (!e.empty()) return e;
-                Buf in(d, n, kSentinel);  // in place: send is recv + offset(rank)
-                for (uint64_t i = 0; i < len; ++i) in.set(off + i, value(r, off + i));
-                c.all_gather(in.at(off), in.data(), n, d.dl).wait(timeout_);
-                e = compare(in, n, want, "in place, count " + std::to_string(n));
-                if (!e.empty()) return e;
-              }
-              return std::string();
-            },
-            detail + ", in place");
-      }
+      per_count(label + " reduce_scatter(sum)" + dn,
+                has(TRIAD_TRANSPORT_OP_REDUCE_SCATTER) && dt_ok, counts, detail, [&](uint64_t n) {
+                  uint64_t off = 0, len = 0;
+                  triad_transport_block(n, m, r, &off, &len);
+                  Buf s(d, n, 0), out(d, len, kSentinel);
+                  for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                  c.reduce_scatter(s.data(), out.data(), n, d.dl, TRIAD_REDUCE_SUM).wait(timeout_);
+                  return compare(
+                      out, len,
+                      [&](uint64_t i) {
+                        float acc = 0;
+                        for (int k = 0; k < m; ++k) acc += value(k, off + i);
+                        return acc;
+                      },
+                      count_text(n) + " (block at " + std::to_string(off) + ")");
+                });
 
-      name = label + " broadcast" + dn;
-      if (!has(TRIAD_TRANSPORT_OP_BROADCAST) || !host()) {
-        skip(name, "not in the plugin's capabilities");
-      } else {
-        expect_ok(
-            name,
-            [&] {
-              const int root = m - 1;  // not 0, to catch a plugin that assumes it
-              for (uint64_t n : counts) {
-                Buf b(d, n, kSentinel);
-                if (r == root)
-                  for (uint64_t i = 0; i < n; ++i) b.set(i, value(root, i));
-                c.broadcast(b.data(), n, d.dl, root).wait(timeout_);
-                auto e = compare(
-                    b, n, [&](uint64_t i) { return value(root, i); }, "count " + std::to_string(n));
-                if (!e.empty()) return e;
-              }
-              return std::string();
-            },
-            detail + ", root = last rank");
-      }
+      per_count(label + " all_gather" + dn, has(TRIAD_TRANSPORT_OP_ALL_GATHER) && host(), counts,
+                detail + ", in place", [&](uint64_t n) {
+                  uint64_t off = 0, len = 0;
+                  triad_transport_block(n, m, r, &off, &len);
+                  std::vector<int> owner(n);
+                  for (int k = 0; k < m; ++k) {
+                    uint64_t o2 = 0, l2 = 0;
+                    triad_transport_block(n, m, k, &o2, &l2);
+                    for (uint64_t i = 0; i < l2; ++i) owner[o2 + i] = k;
+                  }
+                  auto want = [&](uint64_t i) { return value(owner[i], i); };
+                  Buf s(d, len, 0), out(d, n, kSentinel);
+                  for (uint64_t i = 0; i < len; ++i) s.set(i, value(r, off + i));
+                  c.all_gather(s.data(), out.data(), n, d.dl).wait(timeout_);
+                  auto e = compare(out, n, want, count_text(n));
+                  if (!e.empty()) return e;
+                  Buf in(d, n, kSentinel);  // in place: send is recv + offset(rank)
+                  for (uint64_t i = 0; i < len; ++i) in.set(off + i, value(r, off + i));
+                  c.all_gather(in.at(off), in.data(), n, d.dl).wait(timeout_);
+                  return compare(in, n, want, "in place, " + count_text(n));
+                });
 
-      name = label + " send/recv ring" + dn;
-      if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !host()) {
-        skip(name, "not in the plugin's capabilities");
-      } else {
-        expect_ok(
-            name,
-            [&] {
-              const int right = (r + 1) % m, left = (r + m - 1) % m;
-              for (uint64_t n : counts) {
-                Buf s(d, n, 0), out(d, n, kSentinel);
-                for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                auto rq = c.recv(out.data(), n, d.dl, left, 0);
-                auto sq = c.send(s.data(), n, d.dl, right, 0);
-                sq.wait(timeout_);
-                rq.wait(timeout_);
-                auto e = compare(
-                    out, n, [&](uint64_t i) { return value(left, i); },
-                    "count " + std::to_string(n));
-                if (!e.empty()) return e;
-              }
-              return std::string();
-            },
-            detail);
-      }
+      const int root = m - 1;  // not 0, to catch a plugin that assumes it
+      per_count(label + " broadcast" + dn, has(TRIAD_TRANSPORT_OP_BROADCAST) && host(), counts,
+                detail + ", root = last rank", [&](uint64_t n) {
+                  Buf b(d, n, kSentinel);
+                  if (r == root)
+                    for (uint64_t i = 0; i < n; ++i) b.set(i, value(root, i));
+                  c.broadcast(b.data(), n, d.dl, root).wait(timeout_);
+                  return compare(
+                      b, n, [&](uint64_t i) { return value(root, i); }, count_text(n));
+                });
 
-      name = label + " send/recv tag matching" + dn;
+      const int right = (r + 1) % m, left = (r + m - 1) % m;
+      per_count(label + " send/recv ring" + dn, has(TRIAD_TRANSPORT_OP_SEND_RECV) && host(), counts,
+                detail, [&](uint64_t n) {
+                  Buf s(d, n, 0), out(d, n, kSentinel);
+                  for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+                  auto rq = c.recv(out.data(), n, d.dl, left, 0);
+                  auto sq = c.send(s.data(), n, d.dl, right, 0);
+                  sq.wait(timeout_);
+                  rq.wait(timeout_);
+                  return compare(
+                      out, n, [&](uint64_t i) { return value(left, i); }, count_text(n));
+                });
+
+      std::string name = label + " send/recv tag matching" + dn;
       if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !has(TRIAD_TRANSPORT_OP_TAGS) || !host()) {
         skip(name, "not in the plugin's capabilities");
       } else {
         expect_ok(name, [&] {
-          const int right = (r + 1) % m, left = (r + m - 1) % m;
           // Matching is by tag: receive tag 2 before tag 1, with different lengths.
           Buf a(d, 5, 0), b(d, 3, 0), ra(d, 5, kSentinel), rb(d, 3, kSentinel);
           for (uint64_t i = 0; i < 5; ++i) a.set(i, value(r, i));

@@ -86,14 +86,7 @@ class Nccl final : public sdk::TransportPlugin {
   }
 
   triad_transport_caps_v1 capabilities() const override {
-    triad_transport_caps_v1 c{};
-    c.memory = TRIAD_MEM_BIT_CUDA;
-    c.dtypes = TRIAD_DTYPE_BIT_FP32 | TRIAD_DTYPE_BIT_BF16 | TRIAD_DTYPE_BIT_FP16;
-    c.reduce_ops = (1u << TRIAD_REDUCE_SUM) | (1u << TRIAD_REDUCE_MAX);
-    c.ops = TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_REDUCE_SCATTER |
-            TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_BROADCAST |
-            TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_BARRIER | TRIAD_TRANSPORT_OP_SPLIT;
-    return c;
+    return sdk::full_float_caps(TRIAD_MEM_BIT_CUDA);
   }
 
   sdk::TransportComm* init_world(int rank, int world, const triad_rendezvous_v1& rdv) override {

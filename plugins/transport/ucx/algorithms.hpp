@@ -1,13 +1,14 @@
 // Collective algorithms as Plans for the schedule engine (schedule.hpp).
 //   all_reduce     small: recursive doubling (non-power-of-two ranks fold in first);
-//                  large: ring reduce-scatter then ring all-gather
+//                  <= direct_max_ranks ranks: direct reduce-scatter then direct all-gather;
+//                  else ring reduce-scatter then ring all-gather
 //   reduce_scatter small: direct (each rank sends every block to its owner); large: ring
 //   all_gather     small or <= direct_max_ranks ranks: direct; else ring
 //   broadcast      small: binomial tree; <= direct_max_ranks ranks: direct; else chain
 //   barrier        dissemination
-// "Large" rings and chains are cut into lanes of chunk_bytes per block that stream through
-// `window` lanes at once. All ranks choose the same algorithm because they see the same
-// count, dtype and tuning parameters.
+// "Large" rings, chains and direct all-reduces are cut into lanes of (at most) chunk_bytes
+// per block that stream through `window` lanes at once. All ranks choose the same algorithm because
+// they see the same count, dtype and tuning parameters.
 #pragma once
 
 #include "reduce.hpp"
@@ -19,7 +20,7 @@ struct Tuning {
   size_t chunk_bytes = 512u << 10;
   size_t window = 4;
   size_t small_bytes = 64u << 10;
-  int direct_max_ranks = 8;  // all_gather / broadcast go direct up to this many ranks
+  int direct_max_ranks = 8;  // all_reduce / all_gather / broadcast go direct up to here
 };
 
 struct CollArgs {

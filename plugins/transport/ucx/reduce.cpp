@@ -1,5 +1,6 @@
 #include "reduce.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -19,9 +20,10 @@ inline float bf16_to_float(uint16_t h) {
 inline uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                         // nearest-even
-  return uint16_t(u >> 16);
+  // A select, not a branch, so that the loops below vectorise.
+  const uint32_t nan = (u >> 16) | 0x40;                            // quiet NaN
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest-even
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 struct Sum {
@@ -65,6 +67,25 @@ ReduceFn reduce_fn(DLDataType t, int op) {
   if (t.code == kDLBfloat && t.bits == 16) return sum ? &reduce_bf16<Sum> : &reduce_bf16<Max>;
   if (t.code == kDLFloat && t.bits == 16) return sum ? &reduce_f16<Sum> : &reduce_f16<Max>;
   return nullptr;
+}
+
+void fold(ReduceFn f, void* dst, const void* const* parts, int k, size_t n, size_t esize) {
+  if (k <= 0 || n == 0) return;
+  if (k == 1) {
+    if (dst != parts[0]) std::memmove(dst, parts[0], n * esize);
+    return;
+  }
+  // The partial result of a tile stays in L1 while every part streams through it once;
+  // it lives apart from dst because dst may be one of the parts still to be read.
+  alignas(64) char acc[16u << 10];
+  const size_t tile = sizeof(acc) / esize;
+  for (size_t lo = 0; lo < n; lo += tile) {
+    const size_t len = std::min(tile, n - lo), at = lo * esize;
+    auto part = [&](int j) { return static_cast<const char*>(parts[j]) + at; };
+    f(acc, part(0), part(1), len);
+    for (int j = 2; j < k; ++j) f(acc, acc, part(j), len);
+    std::memcpy(static_cast<char*>(dst) + at, acc, len * esize);
+  }
 }
 
 }  // namespace triad::ucx

@@ -13,4 +13,10 @@ using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t n);
 // nullptr when (dtype, op) is not supported.
 ReduceFn reduce_fn(DLDataType dtype, int op);
 
+// dst = parts[0] op parts[1] op ... op parts[k-1], folded left to right (so every rank that
+// folds the same parts gets the same bits), n elements of esize bytes. Works through
+// cache-sized tiles so that each part is read from memory once, whatever k is; dst may
+// alias any part.
+void fold(ReduceFn f, void* dst, const void* const* parts, int k, size_t n, size_t esize);
+
 }  // namespace triad::ucx

@@ -1,5 +1,7 @@
 #include "schedule.hpp"
 
+#include <tuple>
+
 namespace triad::ucx {
 
 Schedule::Schedule(Wire wire, const UcxComm& comm, std::string what, Plan plan)
@@ -10,14 +12,40 @@ Schedule::Schedule(Wire wire, const UcxComm& comm, std::string what, Plan plan)
       what_(std::move(what)),
       plan_(std::move(plan)) {
   size_t slots = std::min(plan_.window, plan_.num_lanes);
-  for (size_t i = 0; i < slots; ++i) {
-    slots_.emplace_back(plan_.slot_bytes);
-    free_slots_.push_back(int(i));
+  for (size_t i = 0; i < slots; ++i) free_slots_.push_back(int(i));
+  if (slots * plan_.slot_bytes > 0) {
+    if (wire_.pool) {
+      std::tie(scratch_, scratch_bytes_) = wire_.pool->take(slots * plan_.slot_bytes);
+    } else {
+      scratch_bytes_ = slots * plan_.slot_bytes;
+      scratch_.reset(new char[scratch_bytes_]);
+    }
   }
 }
 
 Schedule::~Schedule() {
   cancel();
+  // Only after cancel: a cancelled receive may still have been writing into its slot.
+  if (scratch_ && wire_.pool) wire_.pool->give(std::move(scratch_), scratch_bytes_);
+}
+
+std::pair<ScratchPool::Buffer, size_t> ScratchPool::take(size_t bytes) {
+  auto it = free_.lower_bound(bytes);
+  if (it == free_.end()) return {Buffer(new char[bytes]), bytes};
+  std::pair<Buffer, size_t> got{std::move(it->second), it->first};
+  kept_ -= it->first;
+  free_.erase(it);
+  return got;
+}
+
+void ScratchPool::give(Buffer b, size_t bytes) {
+  // Past the cap, drop the smallest kept buffers first: large ones are the costly ones.
+  free_.emplace(bytes, std::move(b));
+  kept_ += bytes;
+  while (kept_ > kMaxKeptBytes && !free_.empty()) {
+    kept_ -= free_.begin()->first;
+    free_.erase(free_.begin());
+  }
 }
 
 void Schedule::fail(const std::string& msg) {
@@ -134,7 +162,8 @@ bool Schedule::progress() {
       Active& a = active_.emplace_back();
       a.index = next_lane_++;
       a.slot = slot;
-      a.lane = plan_.make_lane(a.index, slots_.empty() ? nullptr : slots_[size_t(slot)].data());
+      a.lane = plan_.make_lane(
+          a.index, scratch_ ? scratch_.get() + size_t(slot) * plan_.slot_bytes : nullptr);
       moved = true;
     }
     for (auto it = active_.begin(); it != active_.end() && !finished_;) {

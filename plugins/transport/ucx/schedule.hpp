@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <list>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,10 +42,28 @@ struct Plan {
   std::function<Lane(size_t lane, char* slot)> make_lane;
 };
 
-// Where a schedule sends: the worker and the endpoints of the world ranks.
+// Scratch memory kept across operations: a fresh allocation per collective would be
+// mapped and zeroed page by page every time, which costs as much as the copies themselves
+// for messages of a few MiB. Buffers are not initialised.
+class ScratchPool {
+ public:
+  using Buffer = std::unique_ptr<char[]>;
+  // A buffer of at least `bytes` (the smallest kept one that fits, else a new one).
+  std::pair<Buffer, size_t> take(size_t bytes);
+  void give(Buffer b, size_t bytes);
+
+ private:
+  static constexpr size_t kMaxKeptBytes = size_t(256) << 20;
+  std::multimap<size_t, Buffer> free_;
+  size_t kept_ = 0;
+};
+
+// Where a schedule sends: the worker and the endpoints of the world ranks; and where it
+// borrows scratch memory from.
 struct Wire {
   ucp_worker_h worker = nullptr;
   const std::vector<ucp_ep_h>* eps = nullptr;
+  ScratchPool* pool = nullptr;
 };
 
 class Schedule : public sdk::TransportRequest {
@@ -80,7 +100,8 @@ class Schedule : public sdk::TransportRequest {
   uint32_t comm_id_ = 0;
   std::string what_;
   Plan plan_;
-  std::vector<std::vector<char>> slots_;
+  ScratchPool::Buffer scratch_;  // the slots, slot_bytes apart
+  size_t scratch_bytes_ = 0;
   std::vector<int> free_slots_;
   std::list<Active> active_;
   size_t next_lane_ = 0;

@@ -26,8 +26,8 @@ const triad_param_spec_v1 kParams[] = {
     {"small_message_bytes", TRIAD_PARAM_INT, "65536",
      "messages up to this size use latency-bound algorithms (recursive doubling, direct, tree)"},
     {"direct_max_ranks", TRIAD_PARAM_INT, "8",
-     "all_gather and broadcast send every block straight to every rank up to this many ranks "
-     "(best within one node); above it they use a ring / chain"},
+     "all_reduce, all_gather and broadcast send every block straight to every rank up to this "
+     "many ranks (best within one node); above it they use a ring / chain"},
     {"tls", TRIAD_PARAM_STRING, "",
      "UCX transports, as UCX_TLS (e.g. 'sm,self' or 'tcp,self'); empty: UCX's choice"},
     {"spin_us", TRIAD_PARAM_INT, "0",
@@ -66,14 +66,7 @@ class Ucx final : public sdk::TransportPlugin {
   ~Ucx() override { shutdown(); }
 
   triad_transport_caps_v1 capabilities() const override {
-    triad_transport_caps_v1 c{};
-    c.memory = TRIAD_MEM_BIT_HOST;
-    c.dtypes = TRIAD_DTYPE_BIT_FP32 | TRIAD_DTYPE_BIT_BF16 | TRIAD_DTYPE_BIT_FP16;
-    c.reduce_ops = (1u << TRIAD_REDUCE_SUM) | (1u << TRIAD_REDUCE_MAX);
-    c.ops = TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_REDUCE_SCATTER |
-            TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_BROADCAST |
-            TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_BARRIER | TRIAD_TRANSPORT_OP_SPLIT |
-            TRIAD_TRANSPORT_OP_TAGS;
+    auto c = sdk::full_float_caps(TRIAD_MEM_BIT_HOST, TRIAD_TRANSPORT_OP_TAGS);
     c.max_world_size = kMaxRanks;
     return c;
   }
@@ -289,7 +282,7 @@ class Ucx final : public sdk::TransportPlugin {
   }
 
   Schedule* make(const UcxComm& c, std::string what, Plan plan) {
-    auto* s = new Schedule(Wire{worker_, &eps_}, c, std::move(what), std::move(plan));
+    auto* s = new Schedule(Wire{worker_, &eps_, &scratch_}, c, std::move(what), std::move(plan));
     active_.push_back(s);
     s->progress();
     return s;
@@ -395,6 +388,7 @@ class Ucx final : public sdk::TransportPlugin {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<Schedule*> active_;
+  ScratchPool scratch_;
   uint32_t next_comm_id_ = 1;
 };
 
@@ -402,6 +396,6 @@ class Ucx final : public sdk::TransportPlugin {
 }  // namespace triad::ucx
 
 TRIAD_TRANSPORT_PLUGIN(triad::ucx::Ucx, "ucx", "1.0",
-                       "host memory over UCX tagged messages (shared memory, TCP, RDMA); ring "
-                       "and recursive-doubling collectives",
+                       "host memory over UCX tagged messages (shared memory, TCP, RDMA); direct, "
+                       "ring and recursive-doubling collectives",
                        TRIAD_PARAMS(triad::ucx::kParams))

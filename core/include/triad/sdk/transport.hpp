@@ -72,6 +72,21 @@ inline const char* reduce_op_name(int op) {
   return op == TRIAD_REDUCE_SUM ? "sum" : op == TRIAD_REDUCE_MAX ? "max" : "unknown";
 }
 
+// The capabilities of a transport that moves fp32, bf16 and fp16, reduces with sum and max,
+// and has every collective plus send/recv, barrier and split, over `memory`
+// (TRIAD_MEM_BIT_*); `extra_ops` adds more (e.g. TRIAD_TRANSPORT_OP_TAGS).
+inline triad_transport_caps_v1 full_float_caps(uint32_t memory, uint32_t extra_ops = 0) {
+  triad_transport_caps_v1 c{};
+  c.memory = memory;
+  c.dtypes = TRIAD_DTYPE_BIT_FP32 | TRIAD_DTYPE_BIT_BF16 | TRIAD_DTYPE_BIT_FP16;
+  c.reduce_ops = (1u << TRIAD_REDUCE_SUM) | (1u << TRIAD_REDUCE_MAX);
+  c.ops = TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_REDUCE_SCATTER |
+          TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_BROADCAST |
+          TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_BARRIER | TRIAD_TRANSPORT_OP_SPLIT |
+          extra_ops;
+  return c;
+}
+
 inline uint32_t memory_bit(DLDevice d) {
   if (d.device_type == kDLCPU) return TRIAD_MEM_BIT_HOST;
   if (d.device_type == kDLCUDA || d.device_type == kDLCUDAHost) return TRIAD_MEM_BIT_CUDA;

@@ -1,13 +1,18 @@
-// bench-collectives: all-reduce, reduce-scatter and all-gather bandwidth of a transport
-// plugin, in nccl-tests' format and definitions:
+// triad-bench-collectives: all-reduce, reduce-scatter and all-gather bandwidth of a
+// transport plugin, in nccl-tests' format and definitions:
 //   size   bytes of the whole vector (all-reduce: each rank's buffer; reduce-scatter: the
 //          send buffer; all-gather: the receive buffer)
 //   count  elements per rank's share (all-reduce: the whole vector; else size / n)
 //   time   microseconds per operation, averaged over the timed iterations, max over ranks
 //   algbw  size / time;  busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (the others)
-// Ranks are forked on this machine (-n) and meet through the rendezvous store; every size
-// is checked for exact results (#wrong). tools/bench-collectives-vs-mpi runs Open MPI
-// (tests/dist/mpi_allreduce_peer.c) on the same sizes and prints the ratio.
+// Every size is checked for exact results (#wrong). Run it through the launcher, one rank
+// per process, on any transport:
+//   triad-launch --nproc-per-node 4 --exec build/bin/triad-bench-collectives --transport ucx
+// Each rank meets the others through the launcher's rendezvous store (MASTER_ADDR,
+// MASTER_PORT, TRIAD_JOB_TOKEN); rank 0 prints the table and writes --json. Outside the
+// launcher, -n N forks N ranks on this machine for a quick local run.
+// tools/bench-collectives-vs-mpi runs Open MPI (tests/dist/mpi_allreduce_peer.c) on the
+// same sizes and prints the ratio.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -23,6 +29,7 @@
 #include <sstream>
 #include <vector>
 
+#include "triad/core/dist_env.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/rendezvous.hpp"
@@ -93,8 +100,17 @@ float get(DLDataType t, const void* b, uint64_t i) {
   return float(static_cast<const _Float16*>(b)[i]);
 }
 
-// One rank: runs every op over every size; rank 0 prints and returns the rows.
-int run_rank(int rank, const Options& o, uint16_t port, const std::string& token) {
+// Where this rank finds the others.
+struct Job {
+  int rank = 0, world = 1;
+  std::string store_host = "127.0.0.1";
+  uint16_t store_port = 0;
+  std::string token;
+};
+
+// One rank: runs every op over every size; rank 0 prints the tables and writes --json.
+// Returns 1 when any result was wrong.
+int run_rank(const Job& job, const Options& o) {
   using namespace triad;
   PluginLoader loader;
   auto plugin = o.plugin_file.empty() ? loader.load("transport", o.transport)
@@ -108,8 +124,9 @@ int run_rank(int rank, const Options& o, uint16_t port, const std::string& token
   ResolvedParams params = resolve_params(plugin->descriptor(), given, "transport");
   CoreServices services;
   Transport t(plugin, params, services.c_services());
-  RendezvousClient store("127.0.0.1", port, token, std::chrono::seconds(30));
-  Communicator world = t.init_world(rank, o.ranks, store, "bench/");
+  RendezvousClient store(job.store_host, job.store_port, job.token, std::chrono::seconds(60));
+  Communicator world = t.init_world(job.rank, job.world, store, "bench/");
+  const int rank = job.rank;
   const int n = world.size();
   const auto timeout = std::chrono::milliseconds(o.timeout_ms);
   size_t es = 0;
@@ -233,14 +250,52 @@ uint64_t parse_bytes(const std::string& s) {
   return uint64_t(v * mul);
 }
 
+// -n: this process serves the rendezvous and forks the ranks.
+int run_forked(const Options& o) {
+  const std::string token = triad::make_job_token();
+  triad::RendezvousServer server("127.0.0.1", 0, token);
+  std::vector<pid_t> kids;
+  for (int r = 0; r < o.ranks; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) throw triad::UserError("fork failed");
+    if (pid == 0) {
+      int code = 0;
+      try {
+        code = run_rank(Job{r, o.ranks, "127.0.0.1", server.port(), token}, o);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "triad-bench-collectives rank %d: %s\n", r, e.what());
+        code = triad::kExitUserError;
+      }
+      std::fflush(stdout);
+      _exit(code);
+    }
+    kids.push_back(pid);
+  }
+  server.start();
+  int rc = 0;
+  for (pid_t k : kids) {
+    int st = 0;
+    waitpid(k, &st, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    rc = std::max(rc, code);
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Collective bandwidth of a transport plugin (nccl-tests format), ranks forked locally."};
+      "Collective bandwidth of a transport plugin (nccl-tests format). Run one rank per "
+      "process under the launcher:\n"
+      "  triad-launch --nproc-per-node 4 --exec triad-bench-collectives --transport ucx\n"
+      "or fork the ranks locally with -n N."};
   Options o;
   std::string min_b = "8", max_b = "1G", ops = "allreduce,reducescatter,allgather";
-  app.add_option("-n,--ranks", o.ranks, "ranks to fork on this machine")->check(CLI::Range(1, 64));
+  auto* ranks_opt =
+      app.add_option("-n,--ranks", o.ranks,
+                     "outside the launcher: fork this many ranks on this machine (default 2)")
+          ->check(CLI::Range(1, 64));
   app.add_option("--transport", o.transport, "transport plugin name (libtriad-transport-NAME.so)");
   app.add_option("--plugin", o.plugin_file, "a transport plugin file instead of --transport");
   app.add_option("--op", ops, "comma-separated: allreduce, reducescatter, allgather");
@@ -265,36 +320,26 @@ int main(int argc, char** argv) {
     for (std::string op; std::getline(ss, op, ',');)
       if (!op.empty()) o.ops.push_back(op);
 
-    const std::string token = triad::make_job_token();
-    triad::RendezvousServer server("127.0.0.1", 0, token);
-    std::vector<pid_t> kids;
-    for (int r = 0; r < o.ranks; ++r) {
-      pid_t pid = fork();
-      if (pid < 0) throw triad::UserError("fork failed");
-      if (pid == 0) {
-        int code = 0;
-        try {
-          code = run_rank(r, o, server.port(), token);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "bench-collectives rank %d: %s\n", r, e.what());
-          code = triad::kExitUserError;
-        }
-        std::fflush(stdout);
-        _exit(code);
-      }
-      kids.push_back(pid);
+    const triad::DistEnv env = triad::DistEnv::from_environment();
+    const bool launched = env.distributed() || std::getenv("WORLD_SIZE") != nullptr;
+    if (!launched) return run_forked(o);
+    if (ranks_opt->count() > 0)
+      throw triad::UserError("-n " + std::to_string(o.ranks) +
+                             " forks ranks, but this process is already rank " +
+                             std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                             " started by the launcher (WORLD_SIZE is set); drop -n and set the "
+                             "ranks with triad-launch --nproc-per-node");
+    if (!env.distributed()) {
+      o.ranks = 1;
+      return run_forked(o);  // a launched world of one needs no store of the launcher's
     }
-    server.start();
-    int rc = 0;
-    for (pid_t k : kids) {
-      int st = 0;
-      waitpid(k, &st, 0);
-      int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-      rc = std::max(rc, code);
-    }
-    return rc;
+    return run_rank(
+        Job{env.rank, env.world_size, env.master_addr, uint16_t(env.master_port), env.token}, o);
   } catch (const triad::UserError& e) {
-    std::fprintf(stderr, "bench-collectives: %s\n", e.what());
+    std::fprintf(stderr, "triad-bench-collectives: %s\n", e.what());
     return triad::kExitUserError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "triad-bench-collectives: internal error: %s\n", e.what());
+    return 1;
   }
 }
