@@ -141,6 +141,38 @@ std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const Di
 
 }  // namespace
 
+namespace {
+
+// Refuses a shape the chosen attention backend cannot run before anything is allocated, and
+// names the installed backends that can.
+void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int micro_batch,
+                     DLDevice device, const PluginLoader& loader, const CoreServices& services) {
+  const triad_attention_shape_v1 shape{micro_batch, m.num_attention_heads, m.seq_length,
+                                       m.hidden_size / m.num_attention_heads, 1,
+                                       DLDataType{kDLFloat, 32, 1}, device};
+  try {
+    chosen.check_supported(shape);
+  } catch (const UserError& e) {
+    std::string can;
+    for (const auto& name : loader.available("attention")) {
+      if (name == chosen.name()) continue;
+      try {
+        auto p = loader.load("attention", name);
+        AttentionBackend other(p, resolve_params(p->descriptor(), {}, "attention"),
+                               services.c_services());
+        other.check_supported(shape);
+        can += (can.empty() ? "" : ", ") + name;
+      } catch (const std::exception&) {
+      }
+    }
+    throw UserError(std::string(e.what()) +
+                    (can.empty() ? "; no installed attention backend can run this shape"
+                                 : "; attention backends that can: " + can));
+  }
+}
+
+}  // namespace
+
 RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const auto& m = cfg.model;
   const auto& t = cfg.training;
@@ -167,6 +199,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
   CoreServices services(omp_get_max_threads());
   AttentionBackend attention(plugin, aparams, services.c_services());
+  check_attention(attention, m, t.micro_batch_size, device->dl_device(), loader, services);
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
                                cfg.data.seed ? cfg.data.seed : t.seed, env.rank,
                                cfg.parallel.data_parallel_size);

@@ -48,6 +48,8 @@ printf '{"n_layer": 4, "n_embd": 128, "n_head": 4, "vocab_size": 256, "n_positio
 printf '\xff\xff\xff\xff\xff\xff\x00\x00{}' > "$WORK/hf/model.safetensors"
 expect_error corrupt_safetensors "model.safetensors" "$BASE" --set output.init_from_hf="$WORK/hf"
 expect_error missing_text "no-such-text.txt" "$BASE" --set data.path="$WORK/no-such-text.txt"
+expect_error head_dim_unsupported "head dim 512" "$BASE" --set model.hidden_size=1024 \
+  --set model.num_attention_heads=2
 expect_error tensor_parallel "tensor_model_parallel_size" "$BASE" --set parallel.tensor_model_parallel_size=2
 expect_error world_mismatch "data_parallel_size" "$BASE" --nproc-per-node 2 --set parallel.data_parallel_size=4
 

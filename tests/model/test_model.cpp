@@ -171,3 +171,29 @@ TEST(HuggingFace, ExportThenImportIsExact) {
   }
   fs::remove_all(dir);
 }
+
+// flash1 and flash2 reproduce naive's loss sequence over 20 steps of a gpt-tiny-shaped run,
+// with learned and with rotary positions.
+TEST(Engine, FlashBackendsReproduceNaiveLosses) {
+  TrainOptions o;
+  o.quiet = true;
+  o.write_output = false;
+  for (const char* pos : {"learned", "rope"}) {
+    auto run = [&](const char* attn) {
+      return train(load_config(tiny(),
+                               {"training.train_iters=20", "model.num_layers=2",
+                                std::string("model.position_embedding=") + pos,
+                                std::string("attention=") + attn},
+                               1),
+                   o);
+    };
+    const auto naive = run("naive");
+    for (const char* attn : {"flash1", "flash2"}) {
+      const auto other = run(attn);
+      ASSERT_EQ(other.steps.size(), 20u);
+      for (size_t i = 0; i < naive.steps.size(); ++i)
+        EXPECT_NEAR(other.steps[i].loss, naive.steps[i].loss, 1e-5 * naive.steps[i].loss)
+            << attn << " " << pos << " step " << i + 1;
+    }
+  }
+}
