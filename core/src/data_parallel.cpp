@@ -31,8 +31,8 @@ void DataParallelBackend::check(int status, const char* what) const {
                   " failed: " + (le && *le ? le : "no reason given"));
 }
 
-void DataParallelBackend::setup(const GptLayout& layout, DLDevice device, int dp_rank,
-                                int dp_size, const triad_comm_ref_v1& comm, int64_t timeout_ms) {
+void DataParallelBackend::setup(const GptLayout& layout, DLDevice device, int dp_rank, int dp_size,
+                                const triad_comm_ref_v1& comm, int64_t timeout_ms) {
   offsets_.clear();
   sizes_.clear();
   for (const auto& p : layout.params) {

@@ -10,7 +10,9 @@ namespace triad {
 
 namespace {
 
-std::string mib(size_t b) { return std::to_string(b / (1024 * 1024)) + " MiB"; }
+std::string mib(size_t b) {
+  return std::to_string(b / (1024 * 1024)) + " MiB";
+}
 
 class CpuDevice final : public Device {
  public:

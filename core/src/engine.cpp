@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/attention.hpp"
-#include "triad/core/data_parallel.hpp"
 #include "triad/core/data.hpp"
+#include "triad/core/data_parallel.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/gpt_layout.hpp"
@@ -20,8 +20,8 @@
 #include "triad/core/model.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/rendezvous.hpp"
-#include "triad/core/transport.hpp"
 #include "triad/core/services.hpp"
+#include "triad/core/transport.hpp"
 #include "triad/kernels/cpu.hpp"
 
 namespace triad {
@@ -122,17 +122,17 @@ std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const Di
       resolve_params(tplugin->descriptor(), cfg.transport.params, cfg.transport.yaml_path);
   auto dplugin = loader.load("data", "zero");
   const auto& z = cfg.zero_optimization;
-  const ResolvedParams dparams = resolve_params(
-      dplugin->descriptor(),
-      {{"stage", std::to_string(z.stage)},
-       {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
-       {"overlap_comm", z.overlap_comm ? "true" : "false"}},
-      "zero_optimization");
+  const ResolvedParams dparams =
+      resolve_params(dplugin->descriptor(),
+                     {{"stage", std::to_string(z.stage)},
+                      {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
+                      {"overlap_comm", z.overlap_comm ? "true" : "false"}},
+                     "zero_optimization");
   run->data = std::make_unique<DataParallelBackend>(dplugin, dparams, services.c_services());
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
-  run->transport->check_supported(TRIAD_MEM_BIT_HOST, TRIAD_DTYPE_BIT_FP32,
-                                  run->data->capabilities().transport_ops |
-                                      TRIAD_TRANSPORT_OP_ALL_REDUCE);
+  run->transport->check_supported(
+      TRIAD_MEM_BIT_HOST, TRIAD_DTYPE_BIT_FP32,
+      run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE);
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
                                           "transport/" + cfg.transport.name + "/");
@@ -147,9 +147,9 @@ namespace {
 // names the installed backends that can.
 void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int micro_batch,
                      DLDevice device, const PluginLoader& loader, const CoreServices& services) {
-  const triad_attention_shape_v1 shape{micro_batch, m.num_attention_heads, m.seq_length,
-                                       m.hidden_size / m.num_attention_heads, 1,
-                                       DLDataType{kDLFloat, 32, 1}, device};
+  const triad_attention_shape_v1 shape{
+      micro_batch, m.num_attention_heads,       m.seq_length, m.hidden_size / m.num_attention_heads,
+      1,           DLDataType{kDLFloat, 32, 1}, device};
   try {
     chosen.check_supported(shape);
   } catch (const UserError& e) {
@@ -229,9 +229,10 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     jsonl.open(fs::path(cfg.output.dir) / "metrics.jsonl", std::ios::trunc);
   }
   if (!opts.quiet) {
-    spdlog::info("model: {} layers, hidden {}, {} heads, seq {}, vocab {}, {} positions: {} parameters",
-                 m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
-                 m.position_embedding, model.num_params());
+    spdlog::info(
+        "model: {} layers, hidden {}, {} heads, seq {}, vocab {}, {} positions: {} parameters",
+        m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
+        m.position_embedding, model.num_params());
     spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
                  t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps,
                  cfg.parallel.data_parallel_size);
@@ -254,9 +255,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       if (dp && micro == accum - 1) {
         // The last micro-batch's backward finishes gradients layer by layer; hand each range
         // to the data plugin at once so its all-reduce overlaps the rest of the backward.
-        model.backward(1.0f / accum, [&](size_t off, size_t n) {
-          dp->data->grads_ready(model.grads(), off, n);
-        });
+        model.backward(1.0f / accum,
+                       [&](size_t off, size_t n) { dp->data->grads_ready(model.grads(), off, n); });
       } else {
         model.backward(1.0f / accum);
       }
@@ -290,18 +290,24 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       throw UserError("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
                       "; lower optimizer.lr or enable clip_grad");
     if (jsonl.is_open()) {
-      nlohmann::json j{{"step", step},          {"loss", loss},
-                       {"lr", lr},              {"grad_norm", norm},
-                       {"ms_per_step", ms},     {"samples_per_s", r.samples_per_s},
-                       {"tokens_per_s", r.tokens_per_s}, {"tflops_per_device", r.tflops},
-                       {"mfu", nullptr},        {"peak_memory_bytes", r.peak_bytes}};
+      nlohmann::json j{{"step", step},
+                       {"loss", loss},
+                       {"lr", lr},
+                       {"grad_norm", norm},
+                       {"ms_per_step", ms},
+                       {"samples_per_s", r.samples_per_s},
+                       {"tokens_per_s", r.tokens_per_s},
+                       {"tflops_per_device", r.tflops},
+                       {"mfu", nullptr},
+                       {"peak_memory_bytes", r.peak_bytes}};
       jsonl << j.dump() << "\n" << std::flush;
     }
     if (!opts.quiet && (step % t.log_interval == 0 || step == 1 || step == t.train_iters))
-      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
-                   "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s | peak {}",
-                   step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s,
-                   r.tflops, mib(r.peak_bytes));
+      spdlog::info(
+          "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
+          "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s | peak {}",
+          step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s, r.tflops,
+          mib(r.peak_bytes));
   }
   if (!cfg.output.export_hf.empty() && env.rank == 0) {
     export_hf(cfg.output.export_hf, m, model.layout(), model.params());

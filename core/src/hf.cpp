@@ -39,7 +39,10 @@ json hf_config_json(const ModelConfig& m) {
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
-  if (!in) throw UserError("init_from_hf: '" + p.string() + "' not found; the folder needs config.json and model.safetensors (as written by export_hf or save_pretrained)");
+  if (!in)
+    throw UserError("init_from_hf: '" + p.string() +
+                    "' not found; the folder needs config.json and model.safetensors (as written "
+                    "by export_hf or save_pretrained)");
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
@@ -51,7 +54,8 @@ void check_config(const fs::path& dir, const ModelConfig& m) {
   const json c = read_json(dir / "config.json");
   auto expect = [&](const char* key, long long want, const char* ours) {
     if (!c.contains(key) || !c[key].is_number_integer())
-      throw UserError("init_from_hf: " + (dir / "config.json").string() + " has no integer '" + key + "'");
+      throw UserError("init_from_hf: " + (dir / "config.json").string() + " has no integer '" +
+                      key + "'");
     const long long got = c[key].get<long long>();
     if (got != want)
       throw UserError("init_from_hf: " + (dir / "config.json").string() + " has " + key + " = " +
@@ -86,8 +90,8 @@ const safetensors::TensorData& find_tensor(const safetensors::File& f, const fs:
   if (it == f.tensors.end())
     throw UserError("init_from_hf: " + file.string() + " has no tensor '" + kPrefix + p.name + "'");
   if (it->second.shape != hf_shape(p)) {
-    throw UserError("init_from_hf: tensor '" + it->first + "' in " + file.string() + " has shape (" +
-                    join_shape(it->second.shape) + ") but the model needs (" +
+    throw UserError("init_from_hf: tensor '" + it->first + "' in " + file.string() +
+                    " has shape (" + join_shape(it->second.shape) + ") but the model needs (" +
                     join_shape(hf_shape(p)) + ")");
   }
   return it->second;
@@ -95,7 +99,10 @@ const safetensors::TensorData& find_tensor(const safetensors::File& f, const fs:
 
 void require_learned(const ModelConfig& m, const char* what) {
   if (m.position_embedding != "learned")
-    throw UserError(std::string(what) + " uses the GPT-2 layout, which has learned positions; model.position_embedding is '" + m.position_embedding + "'");
+    throw UserError(
+        std::string(what) +
+        " uses the GPT-2 layout, which has learned positions; model.position_embedding is '" +
+        m.position_embedding + "'");
 }
 
 }  // namespace
@@ -132,8 +139,7 @@ void export_hf(const std::string& dir, const ModelConfig& m, const GptLayout& la
 
 void check_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout) {
   require_learned(m, "init_from_hf");
-  if (!fs::is_directory(dir))
-    throw UserError("init_from_hf: folder '" + dir + "' not found");
+  if (!fs::is_directory(dir)) throw UserError("init_from_hf: folder '" + dir + "' not found");
   check_config(dir, m);
   const fs::path file = fs::path(dir) / "model.safetensors";
   const auto f = safetensors::read(file.string());

@@ -18,8 +18,7 @@ struct HeadView {
   int64_t shape[4];
   int64_t strides[4];
   DLTensor t{};
-  HeadView(float* base, int B, int T, int H, int D, int64_t row_width, int64_t col0,
-           DLDevice dev) {
+  HeadView(float* base, int B, int T, int H, int D, int64_t row_width, int64_t col0, DLDevice dev) {
     shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
     strides[0] = T * row_width, strides[1] = D, strides[2] = row_width, strides[3] = 1;
     t.data = base + col0;
@@ -93,7 +92,7 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
   dfch_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
   dfch_gelu_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
 
-  triad_attention_shape_v1 shape{maxB_, H_, T_, C_ / H_, 1, DLDataType{kDLFloat, 32, 1},
+  triad_attention_shape_v1 shape{maxB_,           H_, T_, C_ / H_, 1, DLDataType{kDLFloat, 32, 1},
                                  dev_.dl_device()};
   attn_.check_supported(shape);
   attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
@@ -123,7 +122,9 @@ void GPT::init_weights(uint64_t seed) {
   }
 }
 
-void GPT::zero_grad() { std::memset(grads_.data(), 0, layout_.total * sizeof(float)); }
+void GPT::zero_grad() {
+  std::memset(grads_.data(), 0, layout_.total * sizeof(float));
+}
 
 void GPT::attention_forward(LayerActs& a, int B) {
   const int D = C_ / H_;
@@ -133,9 +134,15 @@ void GPT::attention_forward(LayerActs& a, int B) {
   HeadView v(a.qkv.data(), B, T_, H_, D, 3 * C_, 2 * C_, d);
   HeadView out(a.atty.data(), B, T_, H_, D, C_, 0, d);
   LseView lse(a.lse.data(), B, H_, T_, d);
-  triad_attention_fwd_args_v1 args{&q.t, &kk.t, &v.t, &out.t, &lse.t, 1,
+  triad_attention_fwd_args_v1 args{&q.t,
+                                   &kk.t,
+                                   &v.t,
+                                   &out.t,
+                                   &lse.t,
+                                   1,
                                    1.0f / std::sqrt(static_cast<float>(D)),
-                                   attn_workspace_.data(), attn_workspace_.size()};
+                                   attn_workspace_.data(),
+                                   attn_workspace_.size()};
   attn_.forward(args);
 }
 
@@ -151,10 +158,19 @@ void GPT::attention_backward(LayerActs& a, float* dqkv, const float* datty, int 
   HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d);
   HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d);
   LseView lse(a.lse.data(), B, H_, T_, d);
-  triad_attention_bwd_args_v1 args{&q.t,  &kk.t, &v.t,  &out.t, &lse.t,
-                                   &dout.t, &dq.t, &dk.t, &dv.t, 1,
+  triad_attention_bwd_args_v1 args{&q.t,
+                                   &kk.t,
+                                   &v.t,
+                                   &out.t,
+                                   &lse.t,
+                                   &dout.t,
+                                   &dq.t,
+                                   &dk.t,
+                                   &dv.t,
+                                   1,
                                    1.0f / std::sqrt(static_cast<float>(D)),
-                                   attn_workspace_.data(), attn_workspace_.size()};
+                                   attn_workspace_.data(),
+                                   attn_workspace_.size()};
   attn_.backward(args);
 }
 
@@ -180,8 +196,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
     if (rope_) {
       // rotate q and k in place: (B,T,H,D) views with row stride 3C
       k::rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      k::rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
-                      cfg_.rope_base);
+      k::rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
     }
     attention_forward(a, B);
     // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
@@ -243,9 +258,9 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     std::memset(dln_.data(), 0, NC * sizeof(float));
     k::matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
                        dfch_.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"), N, C, 4 * C);
-    k::layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"),
-                          dln_.data(), a.res_mid.data(), param(h + "ln_2.weight"),
-                          a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+    k::layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"), dln_.data(),
+                          a.res_mid.data(), param(h + "ln_2.weight"), a.ln2_mean.data(),
+                          a.ln2_rstd.data(), N, C);
     // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
     std::memset(datty_.data(), 0, NC * sizeof(float));
     k::matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"), grad(h + "attn.c_proj.bias"),
@@ -253,15 +268,14 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     attention_backward(a, dqkv_.data(), datty_.data(), B);
     if (rope_) {
       k::rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      k::rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
-                       cfg_.rope_base);
+      k::rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
     }
     std::memset(dln_.data(), 0, NC * sizeof(float));
     k::matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
                        dqkv_.data(), a.ln1.data(), param(h + "attn.c_attn.weight"), N, C, 3 * C);
-    k::layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
-                          dln_.data(), a.res_in.data(), param(h + "ln_1.weight"),
-                          a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+    k::layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"), dln_.data(),
+                          a.res_in.data(), param(h + "ln_1.weight"), a.ln1_mean.data(),
+                          a.ln1_rstd.data(), N, C);
     if (grads_ready) {
       const size_t lo = layout_.find(h + "ln_1.weight").offset;
       const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");

@@ -22,10 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tiny() { return std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml"; }
+std::string tiny() {
+  return std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml";
+}
 
 Config small_config(std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"model.num_layers=2", "model.hidden_size=32",
+  std::vector<std::string> sets = {"model.num_layers=2",          "model.hidden_size=32",
                                    "model.num_attention_heads=2", "model.seq_length=16",
                                    "training.micro_batch_size=4", "training.train_iters=4",
                                    "data.kind=synthetic"};
@@ -84,9 +86,9 @@ TEST(Engine, WritesConfigAndJsonl) {
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"ms_per_step\"",
-                            "\"samples_per_s\"", "\"tokens_per_s\"", "\"tflops_per_device\"",
-                            "\"peak_memory_bytes\""})
+    for (const char* key :
+         {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"ms_per_step\"", "\"samples_per_s\"",
+          "\"tokens_per_s\"", "\"tflops_per_device\"", "\"peak_memory_bytes\""})
       EXPECT_NE(line.find(key), std::string::npos) << key;
   }
   EXPECT_EQ(n, 3);
@@ -145,8 +147,8 @@ TEST(Engine, FlopsFormula) {
   ModelConfig m;
   m.num_layers = 12, m.hidden_size = 768, m.seq_length = 1024, m.vocab_size = 50257;
   // 72 B s l h^2 (1 + s/6h + V/12lh) for B = 8
-  const double expect = 72.0 * 8 * 1024 * 12 * 768.0 * 768.0 *
-                        (1 + 1024.0 / (6 * 768) + 50257.0 / (12.0 * 12 * 768));
+  const double expect =
+      72.0 * 8 * 1024 * 12 * 768.0 * 768.0 * (1 + 1024.0 / (6 * 768) + 50257.0 / (12.0 * 12 * 768));
   EXPECT_DOUBLE_EQ(model_flops_per_step(m, 8), expect);
 }
 

@@ -86,7 +86,8 @@ class Zero final : public triad::sdk::DataPlugin {
   void finish_grads(void* grads) override {
     for (auto& b : buckets_) {
       if (b.ready != b.hi - b.lo)
-        throw triad::sdk::invalid("gradients [" + std::to_string(b.lo) + ", " + std::to_string(b.hi) +
+        throw triad::sdk::invalid("gradients [" + std::to_string(b.lo) + ", " +
+                                  std::to_string(b.hi) +
                                   ") were not all reported ready before finish_grads");
       if (!b.request) launch(b, grads);
     }
@@ -149,5 +150,6 @@ class Zero final : public triad::sdk::DataPlugin {
 
 }  // namespace
 
-TRIAD_DATA_PLUGIN(Zero, "zero", "1.0", "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce)",
+TRIAD_DATA_PLUGIN(Zero, "zero", "1.0",
+                  "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce)",
                   TRIAD_PARAMS(kParams))

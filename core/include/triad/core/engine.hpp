@@ -17,7 +17,9 @@ namespace triad {
 struct RunPlan {
   size_t num_params = 0;
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
-  size_t total_bytes() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
+  size_t total_bytes() const {
+    return param_bytes + grad_bytes + optimizer_bytes + activation_bytes;
+  }
   double flops_per_step = 0;  // Megatron's formula, see model_flops_per_step
 };
 RunPlan plan_run(const Config& cfg);
@@ -29,12 +31,12 @@ double model_flops_per_step(const ModelConfig& m, int global_batch);
 
 // Megatron's schedule: linear warmup to lr over lr_warmup_iters (step s gets lr·s/warmup),
 // then cosine / linear decay to min_lr at lr_decay_iters, constant after. Steps from 1.
-double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters, int step);
+double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters,
+                     int step);
 
 struct StepRecord {
   int step = 0;
-  double loss = 0, lr = 0, grad_norm = 0, ms = 0, samples_per_s = 0, tokens_per_s = 0,
-         tflops = 0;
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0, samples_per_s = 0, tokens_per_s = 0, tflops = 0;
   size_t peak_bytes = 0;
 };
 
@@ -44,7 +46,7 @@ struct RunResult {
 };
 
 struct TrainOptions {
-  bool quiet = false;  // no per-step log lines (tests, benches)
+  bool quiet = false;        // no per-step log lines (tests, benches)
   bool write_output = true;  // create output.dir with config.yaml and metrics.jsonl
   DistEnv dist;              // this rank's place in the job (world of one by default)
 };

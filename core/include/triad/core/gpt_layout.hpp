@@ -27,7 +27,7 @@ struct ParamInfo {
   std::vector<int64_t> shape;
   size_t offset = 0;  // in elements, into the flat arena
   size_t numel = 0;
-  bool weight_decay = false;  // matmul weights and embeddings decay; biases, layernorm don't
+  bool weight_decay = false;      // matmul weights and embeddings decay; biases, layernorm don't
   bool is_matmul_weight = false;  // (out,in) here, (in,out) in HF's Conv1D layout
 };
 

@@ -47,12 +47,12 @@ class GPT {
 
  private:
   struct LayerActs {
-    Buffer<float> res_in;       // (B,T,C) input of the layer (residual stream)
+    Buffer<float> res_in;  // (B,T,C) input of the layer (residual stream)
     Buffer<float> ln1, ln1_mean, ln1_rstd;
-    Buffer<float> qkv;          // (B,T,3C), q and k rotated in place when rope
-    Buffer<float> atty;         // (B,T,C) attention output, heads interleaved
-    Buffer<float> lse;          // (B,H,T)
-    Buffer<float> res_mid;      // (B,T,C) after the attention residual
+    Buffer<float> qkv;      // (B,T,3C), q and k rotated in place when rope
+    Buffer<float> atty;     // (B,T,C) attention output, heads interleaved
+    Buffer<float> lse;      // (B,H,T)
+    Buffer<float> res_mid;  // (B,T,C) after the attention residual
     Buffer<float> ln2, ln2_mean, ln2_rstd;
     Buffer<float> fch, fch_gelu;  // (B,T,4C)
   };

@@ -30,7 +30,10 @@ struct View4 {
 };
 
 inline std::string dl_dtype_name(DLDataType t) {
-  const char* base = t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : t.code == kDLInt ? "int" : "type";
+  const char* base = t.code == kDLFloat    ? "float"
+                     : t.code == kDLBfloat ? "bfloat"
+                     : t.code == kDLInt    ? "int"
+                                           : "type";
   return std::string(base) + std::to_string(t.bits);
 }
 
@@ -38,9 +41,12 @@ inline std::string dl_dtype_name(DLDataType t) {
 template <class T>
 View4<T> view4(const DLTensor* t, const char* what) {
   if (!t) throw invalid(std::string(what) + " is null");
-  if (t->ndim != 4) throw invalid(std::string(what) + " must be 4-d (B,H,T,D), got ndim " + std::to_string(t->ndim));
+  if (t->ndim != 4)
+    throw invalid(std::string(what) + " must be 4-d (B,H,T,D), got ndim " +
+                  std::to_string(t->ndim));
   if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1)
-    throw unsupported(std::string(what) + " dtype " + dl_dtype_name(t->dtype) + " is not supported (float32 only)");
+    throw unsupported(std::string(what) + " dtype " + dl_dtype_name(t->dtype) +
+                      " is not supported (float32 only)");
   View4<T> v;
   v.data = reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
   for (int i = 0; i < 4; ++i) v.n[i] = t->shape[i];
@@ -91,6 +97,6 @@ struct AttentionAdapter {
 }  // namespace triad::sdk
 
 // Impl must be constructible from (triad::sdk::Services, triad::sdk::Params).
-#define TRIAD_ATTENTION_PLUGIN(Impl, NAME, VERSION, DESC, PARAMS)                              \
-  TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, "attention", NAME, VERSION, DESC,                        \
+#define TRIAD_ATTENTION_PLUGIN(Impl, NAME, VERSION, DESC, PARAMS)        \
+  TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, "attention", NAME, VERSION, DESC, \
                                  &::triad::sdk::AttentionAdapter<Impl>::ops, PARAMS)

@@ -46,6 +46,6 @@ struct DataAdapter {
 
 }  // namespace triad::sdk
 
-#define TRIAD_DATA_PLUGIN(Impl, NAME, VERSION, DESC, PARAMS)                                   \
-  TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, "data", NAME, VERSION, DESC,                             \
+#define TRIAD_DATA_PLUGIN(Impl, NAME, VERSION, DESC, PARAMS)        \
+  TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, "data", NAME, VERSION, DESC, \
                                  &::triad::sdk::DataAdapter<Impl>::ops, PARAMS)

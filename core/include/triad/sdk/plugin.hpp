@@ -27,8 +27,12 @@ class Error : public std::runtime_error {
   int status_;
 };
 
-inline Error invalid(const std::string& msg) { return Error(TRIAD_ERR_INVALID, msg); }
-inline Error unsupported(const std::string& msg) { return Error(TRIAD_ERR_UNSUPPORTED, msg); }
+inline Error invalid(const std::string& msg) {
+  return Error(TRIAD_ERR_INVALID, msg);
+}
+inline Error unsupported(const std::string& msg) {
+  return Error(TRIAD_ERR_UNSUPPORTED, msg);
+}
 
 // The plugin's resolved parameters (the core has validated and defaulted them).
 class Params {
@@ -57,7 +61,8 @@ class Services {
  public:
   Services(const triad_services_v1* s, const char* plugin_name) : s_(s), name_(plugin_name) {}
   void log(int level, const std::string& msg) const {
-    if (s_ && s_->logger && s_->logger->log) s_->logger->log(s_->logger->ctx, level, name_, msg.c_str());
+    if (s_ && s_->logger && s_->logger->log)
+      s_->logger->log(s_->logger->ctx, level, name_, msg.c_str());
   }
   void info(const std::string& m) const { log(TRIAD_LOG_INFO, m); }
   void warn(const std::string& m) const { log(TRIAD_LOG_WARN, m); }
@@ -104,8 +109,8 @@ int guarded(void* handle, F&& f) {
 template <class Impl>
 struct Lifecycle {
   static const char* name;
-  static int create(const triad_services_v1* services, const triad_params_v1* params,
-                    void** handle, char* err, size_t err_len) {
+  static int create(const triad_services_v1* services, const triad_params_v1* params, void** handle,
+                    char* err, size_t err_len) {
     try {
       auto* inst = new Instance<Impl>();
       try {
@@ -153,10 +158,17 @@ const char* Lifecycle<Impl>::name = "plugin";
 // Generates the exported descriptor. KIND_STR must match the ops table type. The params
 // are variadic because TRIAD_PARAMS(...) / TRIAD_NO_PARAMS expand to two arguments before
 // a kind macro (TRIAD_ATTENTION_PLUGIN) forwards them here.
-#define TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, KIND_STR, NAME, VERSION, DESC, OPS_PTR, ...)        \
-  template <>                                                                                  \
-  const char* ::triad::sdk::Lifecycle<Impl>::name = NAME;                                       \
-  extern "C" TRIAD_SDK_EXPORT const triad_plugin_v1 triad_plugin_descriptor_v1 = {             \
-      TRIAD_ABI_VERSION_1, KIND_STR, NAME, VERSION, DESC, __VA_ARGS__,                          \
-      &::triad::sdk::Lifecycle<Impl>::create, &::triad::sdk::Lifecycle<Impl>::destroy,          \
-      &::triad::sdk::Lifecycle<Impl>::last_error, OPS_PTR};
+#define TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, KIND_STR, NAME, VERSION, DESC, OPS_PTR, ...) \
+  template <>                                                                             \
+  const char* ::triad::sdk::Lifecycle<Impl>::name = NAME;                                 \
+  extern "C" TRIAD_SDK_EXPORT const triad_plugin_v1 triad_plugin_descriptor_v1 = {        \
+      TRIAD_ABI_VERSION_1,                                                                \
+      KIND_STR,                                                                           \
+      NAME,                                                                               \
+      VERSION,                                                                            \
+      DESC,                                                                               \
+      __VA_ARGS__,                                                                        \
+      &::triad::sdk::Lifecycle<Impl>::create,                                             \
+      &::triad::sdk::Lifecycle<Impl>::destroy,                                            \
+      &::triad::sdk::Lifecycle<Impl>::last_error,                                         \
+      OPS_PTR};
