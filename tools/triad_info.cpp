@@ -14,21 +14,6 @@
 
 namespace {
 
-const char* type_name(int t) {
-  switch (t) {
-    case TRIAD_PARAM_INT:
-      return "int";
-    case TRIAD_PARAM_FLOAT:
-      return "float";
-    case TRIAD_PARAM_BOOL:
-      return "bool";
-    case TRIAD_PARAM_STRING:
-      return "string";
-    default:
-      return "?";
-  }
-}
-
 // Kind as the file name says (libtriad-<kind>-<name>.so), to filter before loading.
 std::string file_kind(const std::string& path) {
   std::string f = std::filesystem::path(path).filename().string();
@@ -70,7 +55,7 @@ void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
   for (size_t i = 0; i < d.num_params; ++i) {
     const auto& s = d.params[i];
     std::cout << "    " << std::left << std::setw(static_cast<int>(w)) << s.name << "  "
-              << std::setw(6) << type_name(s.type) << "  default "
+              << std::setw(6) << triad::param_type_name(s.type) << "  default "
               << (*s.default_value ? s.default_value : "''") << "  " << s.help << "\n";
   }
 }

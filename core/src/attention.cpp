@@ -7,23 +7,6 @@
 namespace triad {
 namespace {
 
-std::string status_name(int s) {
-  switch (s) {
-    case TRIAD_OK:
-      return "OK";
-    case TRIAD_ERR_INVALID:
-      return "INVALID";
-    case TRIAD_ERR_UNSUPPORTED:
-      return "UNSUPPORTED";
-    case TRIAD_ERR_NO_MEMORY:
-      return "NO_MEMORY";
-    case TRIAD_ERR_INTERNAL:
-      return "INTERNAL";
-    default:
-      return "status " + std::to_string(s);
-  }
-}
-
 std::string device_name(int type) {
   switch (type) {
     case kDLCPU:

@@ -99,21 +99,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-const char* type_name(int type) {
-  switch (type) {
-    case TRIAD_PARAM_INT:
-      return "int";
-    case TRIAD_PARAM_FLOAT:
-      return "float";
-    case TRIAD_PARAM_BOOL:
-      return "bool";
-    case TRIAD_PARAM_STRING:
-      return "string";
-    default:
-      return "unknown";
-  }
-}
-
 // Canonical text for one value of the given type, or an error message in *err.
 bool canonical(int type, const std::string& raw, std::string* out, std::string* err) {
   std::string v = trim(raw);
@@ -193,6 +178,38 @@ void add_unique(std::vector<std::string>& path, const std::string& dir) {
 
 }  // namespace
 
+const char* param_type_name(int type) {
+  switch (type) {
+    case TRIAD_PARAM_INT:
+      return "int";
+    case TRIAD_PARAM_FLOAT:
+      return "float";
+    case TRIAD_PARAM_BOOL:
+      return "bool";
+    case TRIAD_PARAM_STRING:
+      return "string";
+    default:
+      return "unknown";
+  }
+}
+
+std::string status_name(int s) {
+  switch (s) {
+    case TRIAD_OK:
+      return "OK";
+    case TRIAD_ERR_INVALID:
+      return "INVALID";
+    case TRIAD_ERR_UNSUPPORTED:
+      return "UNSUPPORTED";
+    case TRIAD_ERR_NO_MEMORY:
+      return "NO_MEMORY";
+    case TRIAD_ERR_INTERNAL:
+      return "INTERNAL";
+    default:
+      return "status " + std::to_string(s);
+  }
+}
+
 // ---- ResolvedParams -------------------------------------------------------------------
 
 ResolvedParams::ResolvedParams(std::map<std::string, std::string> values)
@@ -257,9 +274,9 @@ ResolvedParams resolve_params(const triad_plugin_v1& desc,
     if (!canonical(spec.type, raw, &out, &err)) {
       if (from_yaml)
         throw UserError(prefix + spec.name + ": '" + raw + "' " + err + " (" + who + " expects " +
-                        type_name(spec.type) + ")");
+                        param_type_name(spec.type) + ")");
       throw UserError(who + " declares parameter '" + spec.name + "' of type " +
-                      type_name(spec.type) + " with default '" + raw + "', which " + err +
+                      param_type_name(spec.type) + " with default '" + raw + "', which " + err +
                       "; fix the plugin's parameter table");
     }
     values[spec.name] = out;

@@ -175,23 +175,6 @@ triad_attention_shape_v1 shape_of(const ShapeCase& c) {
   return s;
 }
 
-std::string status_text(int s) {
-  switch (s) {
-    case TRIAD_OK:
-      return "OK";
-    case TRIAD_ERR_INVALID:
-      return "INVALID";
-    case TRIAD_ERR_UNSUPPORTED:
-      return "UNSUPPORTED";
-    case TRIAD_ERR_NO_MEMORY:
-      return "NO_MEMORY";
-    case TRIAD_ERR_INTERNAL:
-      return "INTERNAL";
-    default:
-      return "status " + std::to_string(s);
-  }
-}
-
 std::string sci(double x) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1e", x);
@@ -283,7 +266,7 @@ CaseResult run_shape(AttentionBackend& be, const ShapeCase& c, double tol, float
                                  fws.bytes()};
   int s = be.try_forward(fa);
   if (s != TRIAD_OK)
-    return fail("forward returned " + status_text(s) +
+    return fail("forward returned " + status_name(s) +
                 " for a shape its capabilities accept: " + be.last_error());
   if (!fws.guard_intact())
     return fail("forward wrote past the " + std::to_string(fwd_bytes) +
@@ -321,7 +304,7 @@ CaseResult run_shape(AttentionBackend& be, const ShapeCase& c, double tol, float
                                  bws.bytes()};
   s = be.try_backward(ba);
   if (s != TRIAD_OK)
-    return fail("backward returned " + status_text(s) +
+    return fail("backward returned " + status_name(s) +
                 " for a shape its capabilities accept: " + be.last_error());
   if (!bws.guard_intact())
     return fail("backward wrote past the " + std::to_string(bwd_bytes) +
@@ -410,15 +393,15 @@ void run_bad_inputs(AttentionBackend& be, const ShapeCase& c, Summary& sum,
     std::string msg = status != TRIAD_OK ? be.last_error() : "";
     if (!ok) {
       std::string want;
-      for (int a : allowed) want += (want.empty() ? "" : " or ") + status_text(a);
+      for (int a : allowed) want += (want.empty() ? "" : " or ") + status_name(a);
       r.outcome = Outcome::kFail;
-      r.detail = "returned " + status_text(status) + ", expected " +
+      r.detail = "returned " + status_name(status) + ", expected " +
                  (want.empty() ? "an error status" : want);
     } else if (msg.empty() || msg == "no message") {
       r.outcome = Outcome::kFail;
-      r.detail = "returned " + status_text(status) + " but last_error() gave no message";
+      r.detail = "returned " + status_name(status) + " but last_error() gave no message";
     } else {
-      r.detail = status_text(status) + ": " + msg;
+      r.detail = status_name(status) + ": " + msg;
     }
     report(r);
   };
@@ -426,7 +409,7 @@ void run_bad_inputs(AttentionBackend& be, const ShapeCase& c, Summary& sum,
   const std::string name = "forward on a valid " + describe(c);
   int s = be.try_forward(fwd_args());
   if (s != TRIAD_OK) {
-    report({name, Outcome::kFail, "returned " + status_text(s) + ": " + be.last_error()});
+    report({name, Outcome::kFail, "returned " + status_name(s) + ": " + be.last_error()});
     return;
   }
   const std::vector<int> kInvalid = {TRIAD_ERR_INVALID};

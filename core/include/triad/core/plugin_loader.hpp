@@ -80,6 +80,10 @@ class PluginLoader {
   std::vector<std::string> search_path_;
 };
 
+// Names of ABI values, for messages: "UNSUPPORTED", "int".
+std::string status_name(int status);
+const char* param_type_name(int type);
+
 // Closest candidate by edit distance (for "did you mean"); empty if nothing is close.
 std::string closest_name(const std::string& given, const std::vector<std::string>& candidates);
 
