@@ -126,19 +126,27 @@ void GPT::zero_grad() {
   std::memset(grads_.data(), 0, layout_.total * sizeof(float));
 }
 
+// The attention plugin's views of one layer: q, k, v inside qkv (B,T,3C), the output inside
+// atty (B,T,C), lse (B,H,T). Forward and backward see the same ones.
+struct GPT::AttnViews {
+  HeadView q, k, v, out;
+  LseView lse;
+  AttnViews(LayerActs& a, int B, int T, int H, int C, DLDevice d)
+      : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d),
+        k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d),
+        v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d),
+        out(a.atty.data(), B, T, H, C / H, C, 0, d),
+        lse(a.lse.data(), B, H, T, d) {}
+};
+
 void GPT::attention_forward(LayerActs& a, int B) {
   const int D = C_ / H_;
-  const DLDevice d = dev_.dl_device();
-  HeadView q(a.qkv.data(), B, T_, H_, D, 3 * C_, 0, d);
-  HeadView kk(a.qkv.data(), B, T_, H_, D, 3 * C_, C_, d);
-  HeadView v(a.qkv.data(), B, T_, H_, D, 3 * C_, 2 * C_, d);
-  HeadView out(a.atty.data(), B, T_, H_, D, C_, 0, d);
-  LseView lse(a.lse.data(), B, H_, T_, d);
-  triad_attention_fwd_args_v1 args{&q.t,
-                                   &kk.t,
-                                   &v.t,
-                                   &out.t,
-                                   &lse.t,
+  AttnViews w(a, B, T_, H_, C_, dev_.dl_device());
+  triad_attention_fwd_args_v1 args{&w.q.t,
+                                   &w.k.t,
+                                   &w.v.t,
+                                   &w.out.t,
+                                   &w.lse.t,
                                    1,
                                    1.0f / std::sqrt(static_cast<float>(D)),
                                    attn_workspace_.data(),
@@ -149,20 +157,16 @@ void GPT::attention_forward(LayerActs& a, int B) {
 void GPT::attention_backward(LayerActs& a, float* dqkv, const float* datty, int B) {
   const int D = C_ / H_;
   const DLDevice d = dev_.dl_device();
-  HeadView q(a.qkv.data(), B, T_, H_, D, 3 * C_, 0, d);
-  HeadView kk(a.qkv.data(), B, T_, H_, D, 3 * C_, C_, d);
-  HeadView v(a.qkv.data(), B, T_, H_, D, 3 * C_, 2 * C_, d);
-  HeadView out(a.atty.data(), B, T_, H_, D, C_, 0, d);
+  AttnViews w(a, B, T_, H_, C_, d);
   HeadView dout(const_cast<float*>(datty), B, T_, H_, D, C_, 0, d);
   HeadView dq(dqkv, B, T_, H_, D, 3 * C_, 0, d);
   HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d);
   HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d);
-  LseView lse(a.lse.data(), B, H_, T_, d);
-  triad_attention_bwd_args_v1 args{&q.t,
-                                   &kk.t,
-                                   &v.t,
-                                   &out.t,
-                                   &lse.t,
+  triad_attention_bwd_args_v1 args{&w.q.t,
+                                   &w.k.t,
+                                   &w.v.t,
+                                   &w.out.t,
+                                   &w.lse.t,
                                    &dout.t,
                                    &dq.t,
                                    &dk.t,

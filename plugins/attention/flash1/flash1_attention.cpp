@@ -95,16 +95,7 @@ class Flash1 : public triad::sdk::AttentionPlugin {
   }
 
   void backward(const triad_attention_bwd_args_v1& args) override {
-    BwdArgs a;
-    a.h = check_heads(args.q, args.k, args.v, kName);
-    a.out = input_view(args.out, "out", a.h, kName);
-    a.dout = input_view(args.dout, "dout", a.h, kName);
-    a.dq = output_view(args.dq, "dq", a.h, kName);
-    a.dk = output_view(args.dk, "dk", a.h, kName);
-    a.dv = output_view(args.dv, "dv", a.h, kName);
-    a.lse = lse_data(args.lse, a.h, kName);
-    a.causal = args.causal != 0;
-    a.scale = args.scale;
+    BwdArgs a = unpack_bwd_args(args, kName);
     const Heads& h = a.h;
     const int64_t rows = int64_t{h.B} * h.H * h.T;
     if (rows == 0) return;

@@ -22,6 +22,21 @@ struct BwdArgs {
   float scale = 1.f;
 };
 
+// Checks and unpacks the ABI's backward arguments (both flash plugins take them alike).
+inline BwdArgs unpack_bwd_args(const triad_attention_bwd_args_v1& args, const char* plugin) {
+  BwdArgs a;
+  a.h = check_heads(args.q, args.k, args.v, plugin);
+  a.out = input_view(args.out, "out", a.h, plugin);
+  a.dout = input_view(args.dout, "dout", a.h, plugin);
+  a.dq = output_view(args.dq, "dq", a.h, plugin);
+  a.dk = output_view(args.dk, "dk", a.h, plugin);
+  a.dv = output_view(args.dv, "dv", a.h, plugin);
+  a.lse = lse_data(args.lse, a.h, plugin);
+  a.causal = args.causal != 0;
+  a.scale = args.scale;
+  return a;
+}
+
 // One thread's scratch for backward_k_tile.
 struct BwdScratch {
   float *kt = nullptr, *k = nullptr, *vt = nullptr, *dk = nullptr, *dv = nullptr;
