@@ -5,8 +5,15 @@
 
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
+#include "triad/kernels/cpu.hpp"
 
 namespace triad {
+
+namespace k = kernels::cpu;
+
+#ifdef TRIAD_HAVE_CUDA
+std::unique_ptr<Device> make_cuda_device(int local_rank, bool allow_tf32);  // device_cuda.cpp
+#endif
 
 namespace {
 
@@ -18,6 +25,78 @@ class CpuDevice final : public Device {
  public:
   DLDevice dl_device() const override { return DLDevice{kDLCPU, 0}; }
   std::string name() const override { return "cpu"; }
+
+  void to_device(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+  void fill_zero(void* ptr, size_t bytes) override {
+    if (bytes) std::memset(ptr, 0, bytes);
+  }
+  void synchronize() override {}
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    k::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C, int /*V*/) override {
+    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C, float eps) override {
+    k::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override {
+    k::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC) override {
+    k::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    k::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    k::gelu_backward(dinp, inp, dout, n);
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    k::residual_forward(out, a, b, n);
+  }
+  void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                            int N, int V) override {
+    k::crossentropy_forward(losses, lse, logits, targets, N, V);
+  }
+  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                             const int32_t* targets, float dloss, int N, int V) override {
+    k::crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+  }
+  void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                    double base) override {
+    k::rope_forward(x, B, T, H, D, sb, st, sh, base);
+  }
+  void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                     double base) override {
+    k::rope_backward(dx, B, T, H, D, sb, st, sh, base);
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int t) override {
+    k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+  }
+  double sum(const float* x, size_t n) override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += x[i];
+    return s;
+  }
+  double sum_squares(const float* x, size_t n) override { return k::sum_squares(x, n); }
+  void scale_inplace(float* x, size_t n, float s) override { k::scale_inplace(x, n, s); }
 
  protected:
   void* raw_allocate(size_t bytes) override {
@@ -51,9 +130,27 @@ void Device::release(void* ptr, size_t bytes) {
   current_.fetch_sub(bytes);
 }
 
-std::unique_ptr<Device> make_device(const std::string& name) {
+bool cuda_device_built() {
+#ifdef TRIAD_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Device> make_device(const std::string& name, int local_rank, bool allow_tf32) {
   if (name == "cpu") return std::make_unique<CpuDevice>();
-  throw UserError("device '" + name + "' is not available in this build; use device: cpu");
+#ifdef TRIAD_HAVE_CUDA
+  if (name == "cuda") return make_cuda_device(local_rank, allow_tf32);
+#else
+  (void)local_rank;
+  (void)allow_tf32;
+  if (name == "cuda")
+    throw UserError(
+        "device 'cuda' is not available: this build found no CUDA toolkit (nvcc); rebuild "
+        "where nvcc is on PATH, or use device: cpu");
+#endif
+  throw UserError("device '" + name + "' is unknown; use device: cpu or device: cuda");
 }
 
 }  // namespace triad

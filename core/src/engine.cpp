@@ -22,7 +22,6 @@
 #include "triad/core/rendezvous.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/transport.hpp"
-#include "triad/kernels/cpu.hpp"
 
 namespace triad {
 
@@ -79,13 +78,13 @@ std::string mib(size_t b) {
 struct AdamW {
   Buffer<float> m, v;
   AdamW(Device& dev, size_t n) : m(dev, n, "Adam first moment"), v(dev, n, "Adam second moment") {}
-  void step(const GptLayout& layout, float* params, const float* grads, const OptimizerConfig& o,
-            double lr, int t) {
+  void step(Device& dev, const GptLayout& layout, float* params, const float* grads,
+            const OptimizerConfig& o, double lr, int t) {
     for (const auto& p : layout.params) {
-      kernels::cpu::adamw_update(params + p.offset, grads + p.offset, m.data() + p.offset,
-                                 v.data() + p.offset, p.numel, float(lr), float(o.adam_beta1),
-                                 float(o.adam_beta2), float(o.adam_eps),
-                                 p.weight_decay ? float(o.weight_decay) : 0.0f, t);
+      dev.adamw_update(params + p.offset, grads + p.offset, m.data() + p.offset,
+                       v.data() + p.offset, p.numel, float(lr), float(o.adam_beta1),
+                       float(o.adam_beta2), float(o.adam_eps),
+                       p.weight_decay ? float(o.weight_decay) : 0.0f, t);
     }
   }
 };
@@ -192,12 +191,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                     std::to_string(cfg.parallel.data_parallel_size) +
                     "; load the config with the job's world size");
   // Everything that can fail on bad input happens before the output folder is touched.
-  auto device = make_device(cfg.device);
+  auto device = make_device(cfg.device, env.local_rank);
   PluginLoader loader;
   auto plugin = loader.load("attention", cfg.attention.name);
   const ResolvedParams aparams =
       resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
-  CoreServices services(omp_get_max_threads());
+  CoreServices services(omp_get_max_threads(), device->stream());
   AttentionBackend attention(plugin, aparams, services.c_services());
   check_attention(attention, m, t.micro_batch_size, device->dl_device(), loader, services);
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
@@ -205,7 +204,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                                cfg.parallel.data_parallel_size);
   GPT model(m, *device, attention, t.micro_batch_size);
   if (!cfg.output.init_from_hf.empty()) {
-    import_hf(cfg.output.init_from_hf, m, model.layout(), model.params());
+    std::vector<float> host(model.num_params());
+    import_hf(cfg.output.init_from_hf, m, model.layout(), host.data());
+    model.params_from_host(host);
   } else {
     model.init_weights(t.seed);
   }
@@ -266,12 +267,13 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       dp->data->finish_grads(model.grads());
       loss = dp->average(loss);
     }
-    const double norm = std::sqrt(kernels::cpu::sum_squares(model.grads(), model.num_params()));
+    const double norm = std::sqrt(device->sum_squares(model.grads(), model.num_params()));
     if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
-      kernels::cpu::scale_inplace(model.grads(), model.num_params(),
-                                  float(cfg.optimizer.clip_grad / (norm + 1e-6)));
-    adam.step(model.layout(), model.params(), model.grads(), cfg.optimizer, lr, step);
+      device->scale_inplace(model.grads(), model.num_params(),
+                            float(cfg.optimizer.clip_grad / (norm + 1e-6)));
+    adam.step(*device, model.layout(), model.params(), model.grads(), cfg.optimizer, lr, step);
     if (dp) dp->data->after_step(model.params());
+    device->synchronize();  // the step's time includes its device work
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
@@ -310,7 +312,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           mib(r.peak_bytes));
   }
   if (!cfg.output.export_hf.empty() && env.rank == 0) {
-    export_hf(cfg.output.export_hf, m, model.layout(), model.params());
+    export_hf(cfg.output.export_hf, m, model.layout(), model.params_to_host().data());
     if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
   }
   return result;

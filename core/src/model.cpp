@@ -4,11 +4,7 @@
 #include <cstring>
 #include <random>
 
-#include "triad/kernels/cpu.hpp"
-
 namespace triad {
-
-namespace k = kernels::cpu;
 
 namespace {
 
@@ -98,16 +94,17 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
   attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
   const size_t ws = std::max(ws_fwd_, ws_bwd_);
   if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
-  targets_.resize(BT);
-  inputs_.resize(BT);
+  targets_ = Buffer<int32_t>(dev_, BT, "token ids");
+  inputs_ = Buffer<int32_t>(dev_, BT, "token ids");
 }
 
 void GPT::init_weights(uint64_t seed) {
+  std::vector<float> host(layout_.total);
   std::mt19937_64 rng(seed);
   const float std = static_cast<float>(cfg_.init_std);
   const float proj_std = std / std::sqrt(2.0f * L_);
   for (const auto& p : layout_.params) {
-    float* w = params_.data() + p.offset;
+    float* w = host.data() + p.offset;
     const bool is_bias = p.name.ends_with(".bias");
     const bool is_ln = p.name.find("ln_") != std::string::npos;
     if (is_ln && !is_bias) {
@@ -120,10 +117,27 @@ void GPT::init_weights(uint64_t seed) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
     }
   }
+  dev_.to_device(params_.data(), host.data(), host.size() * sizeof(float));
+}
+
+std::vector<float> GPT::params_to_host() const {
+  std::vector<float> host(layout_.total);
+  dev_.to_host(host.data(), params_.data(), host.size() * sizeof(float));
+  return host;
+}
+
+std::vector<float> GPT::grads_to_host() const {
+  std::vector<float> host(layout_.total);
+  dev_.to_host(host.data(), grads_.data(), host.size() * sizeof(float));
+  return host;
+}
+
+void GPT::params_from_host(const std::vector<float>& host) {
+  dev_.to_device(params_.data(), host.data(), layout_.total * sizeof(float));
 }
 
 void GPT::zero_grad() {
-  std::memset(grads_.data(), 0, layout_.total * sizeof(float));
+  dev_.fill_zero(grads_.data(), layout_.total * sizeof(float));
 }
 
 // The attention plugin's views of one layer: q, k, v inside qkv (B,T,3C), the output inside
@@ -182,52 +196,50 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
   const int T = T_, C = C_, N = B * T;
   const int D = C / H_;
   lastB_ = B;
-  std::memcpy(inputs_.data(), inputs, sizeof(int32_t) * N);
-  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  dev_.to_device(inputs_.data(), inputs, sizeof(int32_t) * N);
+  dev_.to_device(targets_.data(), targets, sizeof(int32_t) * N);
   const float* wpe = rope_ ? nullptr : param("wpe.weight");
   // x (B,T,C) = wte[tokens] + wpe[positions]
-  k::embedding_forward(acts_[0].res_in.data(), inputs, param("wte.weight"), wpe, B, T, C);
+  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), param("wte.weight"), wpe, B, T, C);
   for (int l = 0; l < L_; ++l) {
     LayerActs& a = acts_[l];
     const std::string h = "h." + std::to_string(l) + ".";
     float* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
-    k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
-                         param(h + "ln_1.weight"), param(h + "ln_1.bias"), N, C,
-                         static_cast<float>(cfg_.layernorm_epsilon));
+    dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
+                           param(h + "ln_1.weight"), param(h + "ln_1.bias"), N, C,
+                           static_cast<float>(cfg_.layernorm_epsilon));
     // qkv (N,3C) = ln1 @ Wqkv^T + b
-    k::matmul_forward(a.qkv.data(), a.ln1.data(), param(h + "attn.c_attn.weight"),
-                      param(h + "attn.c_attn.bias"), N, C, 3 * C);
+    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), param(h + "attn.c_attn.weight"),
+                        param(h + "attn.c_attn.bias"), N, C, 3 * C);
     if (rope_) {
       // rotate q and k in place: (B,T,H,D) views with row stride 3C
-      k::rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      k::rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      dev_.rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      dev_.rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
+                        cfg_.rope_base);
     }
     attention_forward(a, B);
     // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-    k::matmul_forward(out, a.atty.data(), param(h + "attn.c_proj.weight"),
-                      param(h + "attn.c_proj.bias"), N, C, C);
-    k::residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C);
-    k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
-                         param(h + "ln_2.weight"), param(h + "ln_2.bias"), N, C,
-                         static_cast<float>(cfg_.layernorm_epsilon));
-    k::matmul_forward(a.fch.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"),
-                      param(h + "mlp.c_fc.bias"), N, C, 4 * C);
-    k::gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C);
+    dev_.matmul_forward(out, a.atty.data(), param(h + "attn.c_proj.weight"),
+                        param(h + "attn.c_proj.bias"), N, C, C);
+    dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C);
+    dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
+                           param(h + "ln_2.weight"), param(h + "ln_2.bias"), N, C,
+                           static_cast<float>(cfg_.layernorm_epsilon));
+    dev_.matmul_forward(a.fch.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"),
+                        param(h + "mlp.c_fc.bias"), N, C, 4 * C);
+    dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C);
     // out = res_mid + fch_gelu @ Wfcproj^T + b
-    k::matmul_forward(out, a.fch_gelu.data(), param(h + "mlp.c_proj.weight"),
-                      param(h + "mlp.c_proj.bias"), N, 4 * C, C);
-    k::residual_forward(out, a.res_mid.data(), out, size_t(N) * C);
+    dev_.matmul_forward(out, a.fch_gelu.data(), param(h + "mlp.c_proj.weight"),
+                        param(h + "mlp.c_proj.bias"), N, 4 * C, C);
+    dev_.residual_forward(out, a.res_mid.data(), out, size_t(N) * C);
   }
-  k::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
-                       param("ln_f.weight"), param("ln_f.bias"), N, C,
-                       static_cast<float>(cfg_.layernorm_epsilon));
+  dev_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
+                         param("ln_f.weight"), param("ln_f.bias"), N, C,
+                         static_cast<float>(cfg_.layernorm_epsilon));
   // logits (N,V) = lnf @ wte^T  (tied head, no bias)
-  k::matmul_forward(logits_.data(), lnf_.data(), param("wte.weight"), static_cast<float*>(nullptr),
-                    N, C, V_);
-  k::crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets, N, V_);
-  double sum = 0;
-  for (int i = 0; i < N; ++i) sum += losses_.data()[i];
-  return static_cast<float>(sum / N);
+  dev_.matmul_forward(logits_.data(), lnf_.data(), param("wte.weight"), nullptr, N, C, V_);
+  dev_.crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets_.data(), N, V_);
+  return static_cast<float>(dev_.sum(losses_.data(), N) / N);
 }
 
 void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
@@ -235,15 +247,15 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
   const int D = C / H_;
   const size_t NC = size_t(N) * C;
   // dlogits (in place over logits) = scale/N * (softmax - onehot)
-  k::crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
-                           loss_scale / N, N, V_);
-  std::memset(dln_.data(), 0, NC * sizeof(float));
-  k::matmul_backward(dln_.data(), grad("wte.weight"), static_cast<float*>(nullptr), logits_.data(),
-                     lnf_.data(), param("wte.weight"), N, C, V_);
-  std::memset(dres_.data(), 0, NC * sizeof(float));
-  k::layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
-                        res_out_.data(), param("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(),
-                        N, C);
+  dev_.crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
+                             loss_scale / N, N, V_);
+  dev_.fill_zero(dln_.data(), NC * sizeof(float));
+  dev_.matmul_backward(dln_.data(), grad("wte.weight"), nullptr, logits_.data(), lnf_.data(),
+                       param("wte.weight"), N, C, V_);
+  dev_.fill_zero(dres_.data(), NC * sizeof(float));
+  dev_.layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
+                          res_out_.data(), param("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(),
+                          N, C);
   const ParamInfo& lnf_w = layout_.find("ln_f.weight");
   const size_t lnf_end = layout_.find("ln_f.bias").offset + layout_.find("ln_f.bias").numel;
   if (grads_ready) grads_ready(lnf_w.offset, lnf_end - lnf_w.offset);
@@ -253,33 +265,35 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     LayerActs& a = acts_[l];
     const std::string h = "h." + std::to_string(l) + ".";
     // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
-    std::memset(dfch_gelu_.data(), 0, 4 * NC * sizeof(float));
-    k::matmul_backward(dfch_gelu_.data(), grad(h + "mlp.c_proj.weight"),
-                       grad(h + "mlp.c_proj.bias"), dres_.data(), a.fch_gelu.data(),
-                       param(h + "mlp.c_proj.weight"), N, 4 * C, C);
-    std::memset(dfch_.data(), 0, 4 * NC * sizeof(float));
-    k::gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC);
-    std::memset(dln_.data(), 0, NC * sizeof(float));
-    k::matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
-                       dfch_.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"), N, C, 4 * C);
-    k::layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"), dln_.data(),
-                          a.res_mid.data(), param(h + "ln_2.weight"), a.ln2_mean.data(),
-                          a.ln2_rstd.data(), N, C);
+    dev_.fill_zero(dfch_gelu_.data(), 4 * NC * sizeof(float));
+    dev_.matmul_backward(dfch_gelu_.data(), grad(h + "mlp.c_proj.weight"),
+                         grad(h + "mlp.c_proj.bias"), dres_.data(), a.fch_gelu.data(),
+                         param(h + "mlp.c_proj.weight"), N, 4 * C, C);
+    dev_.fill_zero(dfch_.data(), 4 * NC * sizeof(float));
+    dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC);
+    dev_.fill_zero(dln_.data(), NC * sizeof(float));
+    dev_.matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
+                         dfch_.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"), N, C, 4 * C);
+    dev_.layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"),
+                            dln_.data(), a.res_mid.data(), param(h + "ln_2.weight"),
+                            a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
     // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
-    std::memset(datty_.data(), 0, NC * sizeof(float));
-    k::matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"), grad(h + "attn.c_proj.bias"),
-                       dres_.data(), a.atty.data(), param(h + "attn.c_proj.weight"), N, C, C);
+    dev_.fill_zero(datty_.data(), NC * sizeof(float));
+    dev_.matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"),
+                         grad(h + "attn.c_proj.bias"), dres_.data(), a.atty.data(),
+                         param(h + "attn.c_proj.weight"), N, C, C);
     attention_backward(a, dqkv_.data(), datty_.data(), B);
     if (rope_) {
-      k::rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      k::rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      dev_.rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
+      dev_.rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
+                         cfg_.rope_base);
     }
-    std::memset(dln_.data(), 0, NC * sizeof(float));
-    k::matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
-                       dqkv_.data(), a.ln1.data(), param(h + "attn.c_attn.weight"), N, C, 3 * C);
-    k::layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"), dln_.data(),
-                          a.res_in.data(), param(h + "ln_1.weight"), a.ln1_mean.data(),
-                          a.ln1_rstd.data(), N, C);
+    dev_.fill_zero(dln_.data(), NC * sizeof(float));
+    dev_.matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
+                         dqkv_.data(), a.ln1.data(), param(h + "attn.c_attn.weight"), N, C, 3 * C);
+    dev_.layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
+                            dln_.data(), a.res_in.data(), param(h + "ln_1.weight"),
+                            a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
     if (grads_ready) {
       const size_t lo = layout_.find(h + "ln_1.weight").offset;
       const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
@@ -287,7 +301,7 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     }
   }
   float* dwpe = rope_ ? nullptr : grad("wpe.weight");
-  k::embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C);
+  dev_.embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C, V_);
   if (grads_ready) {
     // wte (and wpe) are final only now: the tied LM head wrote into wte first.
     const size_t emb_end = L_ > 0 ? layout_.find("h.0.ln_1.weight").offset : lnf_w.offset;

@@ -1,11 +1,16 @@
-// Devices own memory and count it. The model and engine allocate through a Device and call
-// kernels through it; they never test which device it is. CPU first; CUDA plugs in beside it.
+// Devices own memory and count it, and run every kernel. The model and engine allocate through a
+// Device and call kernels through it; they never include a kernels/ header and never test which
+// device it is. The CPU device is always built; the CUDA device where nvcc was found.
+// Kernel semantics are those of triad/kernels/cpu.hpp (backward ACCUMULATES unless it says
+// "overwrites"). Every call is ordered on the device's stream; only the calls that return a
+// value to the host (to_host, sum, sum_squares) wait for it.
 #pragma once
 
 #include <dlpack/dlpack.h>
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,6 +21,50 @@ class Device {
   virtual ~Device() = default;
   virtual DLDevice dl_device() const = 0;
   virtual std::string name() const = 0;
+  // The stream plugins must order their work on (cudaStream_t); null on the CPU.
+  virtual void* stream() const { return nullptr; }
+
+  // Memory. to_device/to_host copy between host memory and this device's memory; copy and
+  // fill_zero stay on the device. to_host returns once the bytes are on the host.
+  virtual void to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* ptr, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // Kernels, fp32. Shapes as in triad/kernels/cpu.hpp.
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) = 0;
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void crossentropy_forward(float* losses, float* lse, const float* logits,
+                                    const int32_t* targets, int N, int V) = 0;
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                     const int32_t* targets, float dloss, int N, int V) = 0;
+  virtual void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st,
+                            int64_t sh, double base) = 0;
+  virtual void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st,
+                             int64_t sh, double base) = 0;
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int t) = 0;
+  // Sum of x and of its squares, accumulated in double; they wait for the result.
+  virtual double sum(const float* x, size_t n) = 0;
+  virtual double sum_squares(const float* x, size_t n) = 0;
+  virtual void scale_inplace(float* x, size_t n, float s) = 0;
   // Counts the bytes; on failure throws UserError naming what, how much and the peak so far.
   void* allocate(size_t bytes, const char* what);
   void release(void* ptr, size_t bytes);
@@ -32,8 +81,12 @@ class Device {
   std::atomic<size_t> peak_{0};
 };
 
-// "cpu"; throws UserError for a device this build or machine cannot provide.
-std::unique_ptr<Device> make_device(const std::string& name);
+// "cpu" or "cuda" (GPU local_rank modulo the visible GPUs); throws UserError for a device this
+// build or machine cannot provide. allow_tf32: fp32 GEMMs may use TF32 tensor cores.
+std::unique_ptr<Device> make_device(const std::string& name, int local_rank = 0,
+                                    bool allow_tf32 = false);
+// True when this build has the CUDA device (whether or not a GPU is present).
+bool cuda_device_built();
 
 // An owned, zero-initialised array of T on a device.
 template <class T>

@@ -30,6 +30,10 @@ class GPT {
   // GPT-2 initialisation: N(0, init_std), residual projections scaled by 1/sqrt(2 L),
   // biases 0, layernorm weights 1. Deterministic for a seed.
   void init_weights(uint64_t seed);
+  // Whole arenas between the device and the host (HF import/export, tests).
+  std::vector<float> params_to_host() const;
+  std::vector<float> grads_to_host() const;
+  void params_from_host(const std::vector<float>& host);
   void zero_grad();
 
   // inputs/targets (B,T) with B <= max_batch, T = seq_length. Returns the mean loss over the
@@ -42,7 +46,7 @@ class GPT {
   // grads += d(loss_scale * mean loss)/d params, for the last forward().
   void backward(float loss_scale, const GradsReady& grads_ready = nullptr);
 
-  // Logits of the last forward, (B,T,V) (valid until backward()).
+  // Logits of the last forward, (B,T,V) on the device (valid until backward()).
   const float* logits() const { return logits_.data(); }
 
  private:
@@ -73,8 +77,7 @@ class GPT {
   Buffer<float> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
   Buffer<uint8_t> attn_workspace_;
   size_t ws_fwd_ = 0, ws_bwd_ = 0;
-  std::vector<int32_t> targets_;
-  std::vector<int32_t> inputs_;
+  Buffer<int32_t> targets_, inputs_;  // of the last forward, on the device
   int lastB_ = 0;
 };
 
