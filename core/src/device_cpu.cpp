@@ -130,14 +130,6 @@ void Device::release(void* ptr, size_t bytes) {
   current_.fetch_sub(bytes);
 }
 
-bool cuda_device_built() {
-#ifdef TRIAD_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::unique_ptr<Device> make_device(const std::string& name, int local_rank, bool allow_tf32) {
   if (name == "cpu") return std::make_unique<CpuDevice>();
 #ifdef TRIAD_HAVE_CUDA

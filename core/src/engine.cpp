@@ -100,21 +100,54 @@ struct DataParallelRun {
   std::unique_ptr<Transport> transport;
   Communicator world;
   std::unique_ptr<DataParallelBackend> data;
-  std::vector<float> scalar = std::vector<float>(1);
+  Device* device = nullptr;
+  Buffer<float> scalar;  // on the run's device: the transport moves that device's memory
 
   // Mean of x over the ranks.
   double average(double x) {
-    scalar[0] = static_cast<float>(x);
-    world.all_reduce(scalar.data(), scalar.data(), 1, dl_float32()).wait(kCollectiveTimeout);
-    return scalar[0] / world.size();
+    float v = static_cast<float>(x);
+    device->to_device(scalar.data(), &v, sizeof v);
+    world
+        .all_reduce(scalar.data(), scalar.data(), 1, dl_float32(), TRIAD_REDUCE_SUM,
+                    device->dl_device())
+        .wait(kCollectiveTimeout);
+    device->to_host(&v, scalar.data(), sizeof v);
+    return v / world.size();
   }
   static constexpr std::chrono::milliseconds kCollectiveTimeout{300000};
 };
 
+// Refuses a transport that cannot touch the run's device memory, before anyone connects, and
+// names the installed transports that can.
+void check_transport_memory(const Transport& chosen, const std::string& device_name,
+                            uint32_t memory, const PluginLoader& loader,
+                            const CoreServices& services) {
+  if (chosen.capabilities().memory & memory) return;
+  std::vector<std::string> can;
+  for (const auto& name : loader.available("transport")) {
+    if (name == chosen.name()) continue;
+    try {
+      auto p = loader.load("transport", name);
+      Transport other(p, resolve_params(p->descriptor(), {}, "transport"), services.c_services());
+      if (other.capabilities().memory & memory) can.push_back(name);
+    } catch (const std::exception&) {
+    }
+  }
+  std::string fix = "no installed transport can";
+  for (size_t i = 0; i < can.size(); ++i)
+    fix = i == 0 ? "set transport: " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
+  if (can.size() > 1) fix += ")";
+  throw UserError("transport '" + chosen.name() + "' cannot touch " +
+                  (memory == TRIAD_MEM_BIT_HOST ? "host" : "CUDA") +
+                  " memory, which device: " + device_name + " needs; " + fix);
+}
+
 std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const DistEnv& env,
                                                      const PluginLoader& loader,
-                                                     const CoreServices& services) {
+                                                     const CoreServices& services, Device& device) {
   auto run = std::make_unique<DataParallelRun>();
+  run->device = &device;
+  run->scalar = Buffer<float>(device, 1, "data-parallel loss scalar");
   // Load and check both plugins before connecting to anyone.
   auto tplugin = loader.load("transport", cfg.transport.name);
   const ResolvedParams tparams =
@@ -129,8 +162,11 @@ std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const Di
                      "zero_optimization");
   run->data = std::make_unique<DataParallelBackend>(dplugin, dparams, services.c_services());
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
+  const uint32_t memory =
+      device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
+  check_transport_memory(*run->transport, cfg.device, memory, loader, services);
   run->transport->check_supported(
-      TRIAD_MEM_BIT_HOST, TRIAD_DTYPE_BIT_FP32,
+      memory, TRIAD_DTYPE_BIT_FP32,
       run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE);
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
@@ -191,7 +227,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                     std::to_string(cfg.parallel.data_parallel_size) +
                     "; load the config with the job's world size");
   // Everything that can fail on bad input happens before the output folder is touched.
-  auto device = make_device(cfg.device, env.local_rank);
+  auto device = make_device(cfg.device, env.local_rank, cfg.allow_tf32);
+  const double peak_tflops =
+      cfg.peak_tflops > 0 ? cfg.peak_tflops : device->peak_tflops(cfg.precision, cfg.allow_tf32);
   PluginLoader loader;
   auto plugin = loader.load("attention", cfg.attention.name);
   const ResolvedParams aparams =
@@ -199,6 +237,10 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   CoreServices services(omp_get_max_threads(), device->stream());
   AttentionBackend attention(plugin, aparams, services.c_services());
   check_attention(attention, m, t.micro_batch_size, device->dl_device(), loader, services);
+  // Data parallelism before the model: a transport that cannot touch this device's memory
+  // stops the run here, before any rank connects or allocates the model.
+  std::unique_ptr<DataParallelRun> dp;
+  if (env.distributed()) dp = start_data_parallel(cfg, env, loader, services, *device);
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
                                cfg.data.seed ? cfg.data.seed : t.seed, env.rank,
                                cfg.parallel.data_parallel_size);
@@ -211,13 +253,11 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     model.init_weights(t.seed);
   }
   AdamW adam(*device, model.num_params());
-  std::unique_ptr<DataParallelRun> dp;
-  if (env.distributed()) {
-    dp = start_data_parallel(cfg, env, loader, services);
+  if (dp) {
     dp->data->setup(model.layout(), device->dl_device(), env.rank, env.world_size,
                     dp->world.c_ref(), DataParallelRun::kCollectiveTimeout.count());
     // Every rank starts from rank 0's weights, whatever it initialised or loaded.
-    dp->world.broadcast(model.params(), model.num_params(), dl_float32(), 0)
+    dp->world.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
         .wait(DataParallelRun::kCollectiveTimeout);
   }
 
@@ -245,6 +285,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   const double flops = model_flops_per_step(m, t.global_batch_size);
   const int accum = t.gradient_accumulation_steps;
+  // With data parallelism each rank also scales by 1/dp, so the data plugin's sum over the
+  // group is the mean (zero_optimization: no pass over the gradients after the reduction).
+  const float grad_scale = 1.0f / (float(accum) * float(dp ? env.world_size : 1));
   for (int step = 1; step <= t.train_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
@@ -256,10 +299,10 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       if (dp && micro == accum - 1) {
         // The last micro-batch's backward finishes gradients layer by layer; hand each range
         // to the data plugin at once so its all-reduce overlaps the rest of the backward.
-        model.backward(1.0f / accum,
+        model.backward(grad_scale,
                        [&](size_t off, size_t n) { dp->data->grads_ready(model.grads(), off, n); });
       } else {
-        model.backward(1.0f / accum);
+        model.backward(grad_scale);
       }
     }
     loss /= accum;
@@ -285,7 +328,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     r.ms = ms;
     r.samples_per_s = t.global_batch_size / (ms / 1e3);
     r.tokens_per_s = r.samples_per_s * T;
-    r.tflops = flops / (ms / 1e3) / 1e12;
+    r.tflops = flops / (ms / 1e3) / 1e12 / env.world_size;
+    r.mfu = peak_tflops > 0 ? r.tflops / peak_tflops : 0;
     r.peak_bytes = device->peak_bytes() + services.peak_bytes();
     result.steps.push_back(r);
     if (!std::isfinite(loss))
@@ -300,15 +344,16 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                        {"samples_per_s", r.samples_per_s},
                        {"tokens_per_s", r.tokens_per_s},
                        {"tflops_per_device", r.tflops},
-                       {"mfu", nullptr},
+                       {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
                        {"peak_memory_bytes", r.peak_bytes}};
       jsonl << j.dump() << "\n" << std::flush;
     }
     if (!opts.quiet && (step % t.log_interval == 0 || step == 1 || step == t.train_iters))
       spdlog::info(
           "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
-          "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s | peak {}",
+          "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s{} | peak {}",
           step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s, r.tflops,
+          peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string(),
           mib(r.peak_bytes));
   }
   if (!cfg.output.export_hf.empty() && env.rank == 0) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 
+#include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {
@@ -209,7 +210,7 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
       {"data:\n  kind: json\n", {"data.kind: 'json' is not one of synthetic, text, tokens"}},
       {"data:\n  kind: text\n", {"data.path is required for data.kind 'text' ($F:9:9)"}},
       {"data:\n  kind: tokens\n", {"data.path is required for data.kind 'tokens'"}},
-      {"device: cuda\n", {"device 'cuda' is not available in this build ($F:8:9); use cpu"}},
+      {"device: tpu\n", {"device 'tpu' is unknown ($F:8:9); use cpu or cuda"}},
       {"precision: bf16\n", {"precision 'bf16' is not supported yet", "use fp32"}},
       {"parallel:\n  tensor_model_parallel_size: 2\n",
        {"parallel.tensor_model_parallel_size 2 is not supported yet ($F:9:",
@@ -383,9 +384,16 @@ TEST_F(ConfigTest, BadOverrides) {
   expect_error(kBase, {"value '[1' is not valid YAML"}, {"model.num_layers=[1"});
   // A plugin section the override created names the default plugin.
   EXPECT_EQ(load_config(write(""), {"attention.block_q=3"}).attention.name, "naive");
-  expect_error(kBase,
-               {"device 'cuda' is not available in this build (--set 'device=cuda'); use cpu"},
-               {"device=cuda"});
+  expect_error(kBase, {"device 'gpu' is unknown (--set 'device=gpu'); use cpu or cuda"},
+               {"device=gpu"});
+  if (cuda_device_built()) {
+    EXPECT_EQ(load_config(write(""), {"device=cuda"}).device, "cuda");
+  } else {
+    expect_error(kBase,
+                 {"device 'cuda' is not available in this build (--set 'device=cuda')",
+                  "rebuild where nvcc is on PATH, or use cpu"},
+                 {"device=cuda"});
+  }
 }
 
 TEST_F(ConfigTest, AttentionSection) {

@@ -1,6 +1,7 @@
 #include "checks.hpp"
 
 #include "schema.hpp"
+#include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::config_detail {
@@ -84,9 +85,12 @@ void check_training(const Config& c, const Checker& k) {
 
 // Features that come with later parts of the runtime: refuse them now rather than mid-run.
 void check_available(Config& c, const Checker& k) {
-  if (c.device != "cpu")
-    fail("device '" + c.device + "' is not available in this build (" + k.at("device") +
-         "); use cpu");
+  if (c.device != "cpu" && c.device != "cuda")
+    fail("device '" + c.device + "' is unknown (" + k.at("device") + "); use cpu or cuda");
+  if (c.device == "cuda" && !cuda_device_built())
+    fail("device 'cuda' is not available in this build (" + k.at("device") +
+         "): no CUDA toolkit (nvcc) was found when it was built; rebuild where nvcc is on PATH, "
+         "or use cpu");
   if (c.precision != "fp32")
     fail("precision '" + c.precision + "' is not supported yet (" + k.at("precision") +
          "); use fp32");

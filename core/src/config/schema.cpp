@@ -131,6 +131,10 @@ std::vector<Section> build_schema() {
        {
            F("device", TRIAD_SLOT(device)),
            F("precision", TRIAD_SLOT(precision)),
+           // fp32 GEMMs on the GPU may use TF32 tensor cores (PyTorch's allow_tf32).
+           F("allow_tf32", TRIAD_SLOT(allow_tf32)),
+           // The device's peak FLOP/s for MFU, in TFLOP/s; 0 = from the table of known GPUs.
+           F("peak_tflops", TRIAD_SLOT(peak_tflops)).min(0),
        }},
   };
 }

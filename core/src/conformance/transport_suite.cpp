@@ -1,6 +1,9 @@
 // Transport conformance: the parent forks one process per rank; each rank runs every case
 // and reports "P|name|detail" lines through its own pipe; the parent merges the ranks'
 // verdicts (a case passes when every rank passed it) and kills ranks that hang.
+// The cases run once per kind of memory the plugin declares: on host buffers, and on CUDA
+// buffers from the core's CUDA device (filled and checked on the host, moved with
+// to_device / to_host) where a GPU per rank is visible. The parent never touches CUDA.
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/rendezvous.hpp"
@@ -69,21 +73,40 @@ float get(const DType& t, const void* buf, uint64_t i) {
   return float(static_cast<const _Float16*>(buf)[i]);
 }
 
+// A buffer the transport reads or writes: host memory, or memory of `dev` (a CUDA device)
+// with a host copy. set() writes the host copy, data() uploads it first when it changed,
+// and compare() downloads before reading.
 struct Buf {
-  Buf(const DType& t, uint64_t count, float fill)
-      : t_(t), bytes_(std::max<size_t>(1, count * t.size)) {
-    data_.resize(bytes_);
-    for (uint64_t i = 0; i < count; ++i) put(t, data_.data(), i, fill);
+  Buf(const DType& t, uint64_t count, float fill, Device* dev = nullptr)
+      : t_(t), bytes_(std::max<size_t>(1, count * t.size)), dev_(dev) {
+    host_.resize(bytes_);
+    for (uint64_t i = 0; i < count; ++i) put(t, host_.data(), i, fill);
+    if (dev_) mem_ = Buffer<char>(*dev_, bytes_, "transport conformance buffer");
   }
-  void* data() { return data_.data(); }
-  char* at(uint64_t elem) { return data_.data() + elem * t_.size; }
-  float operator[](uint64_t i) const { return get(t_, data_.data(), i); }
-  void set(uint64_t i, float v) { put(t_, data_.data(), i, v); }
+  void* data() {
+    if (!dev_) return host_.data();
+    if (dirty_) dev_->to_device(mem_.data(), host_.data(), bytes_);
+    dirty_ = false;
+    return mem_.data();
+  }
+  char* at(uint64_t elem) { return static_cast<char*>(data()) + elem * t_.size; }
+  float operator[](uint64_t i) const { return get(t_, host_.data(), i); }
+  void set(uint64_t i, float v) {
+    put(t_, host_.data(), i, v);
+    dirty_ = true;
+  }
+  // The device's bytes into the host copy (after an operation wrote them).
+  void fetch() const {
+    if (dev_) dev_->to_host(host_.data(), mem_.data(), bytes_);
+  }
 
  private:
   const DType& t_;
   size_t bytes_;
-  std::vector<char> data_;
+  Device* dev_;
+  mutable std::vector<char> host_;
+  Buffer<char> mem_;
+  bool dirty_ = true;
 };
 
 std::string join_counts(const std::vector<uint64_t>& c) {
@@ -98,6 +121,7 @@ std::string join_counts(const std::vector<uint64_t>& c) {
 // First mismatch of got[i] against want(i) for i < count, or "".
 template <class Want>
 std::string compare(const Buf& got, uint64_t count, Want want, const std::string& what) {
+  got.fetch();
   for (uint64_t i = 0; i < count; ++i) {
     float w = want(i), g = got[i];
     if (g != w)
@@ -114,10 +138,18 @@ struct Abort {};  // the communicator may be out of step: stop this rank's cases
 
 class Rank {
  public:
+  // dev: the CUDA device whose memory every case uses, or null for host memory.
   Rank(int fd, int world_rank, int world_size, const std::string& plugin_name,
-       const TransportSuiteOptions& o)
-      : fd_(fd), wr_(world_rank), wn_(world_size), o_(o), timeout_(o.op_timeout_ms) {
-    prefix_ = plugin_name + " n=" + std::to_string(world_size) + " ";
+       const TransportSuiteOptions& o, Device* dev)
+      : fd_(fd),
+        wr_(world_rank),
+        wn_(world_size),
+        o_(o),
+        timeout_(o.op_timeout_ms),
+        dev_(dev),
+        dl_(dev ? dev->dl_device() : dl_cpu()),
+        mem_bit_(dev ? TRIAD_MEM_BIT_CUDA : TRIAD_MEM_BIT_HOST) {
+    prefix_ = plugin_name + " n=" + std::to_string(world_size) + (dev ? " cuda " : " ");
     counts_ = {0, 1, 7, 1023};
   }
 
@@ -156,7 +188,8 @@ class Rank {
   bool has(uint32_t op) const { return (caps_.ops & op) != 0; }
   bool has_dtype(const DType& d) const { return (caps_.dtypes & d.bit) != 0; }
   bool has_redop(int op) const { return (caps_.reduce_ops & (1u << op)) != 0; }
-  bool host() const { return (caps_.memory & TRIAD_MEM_BIT_HOST) != 0; }
+  // The plugin can touch the memory this rank's cases use.
+  bool mem_ok() const { return (caps_.memory & mem_bit_) != 0; }
 
   void report(Outcome o, const std::string& name, std::string detail) {
     std::replace(detail.begin(), detail.end(), '\n', ' ');
@@ -214,7 +247,7 @@ class Rank {
       std::string dn = std::string(" ") + d.name;
       auto counts = counts_for(d);
       std::string detail = "counts " + join_counts(counts);
-      bool dt_ok = host() && has_dtype(d);
+      bool dt_ok = mem_ok() && has_dtype(d);
       auto count_text = [](uint64_t n) { return "count " + std::to_string(n); };
       for (int op : {TRIAD_REDUCE_SUM, TRIAD_REDUCE_MAX}) {
         per_count(label + " all_reduce(" + (op == TRIAD_REDUCE_SUM ? "sum" : "max") + ")" + dn,
@@ -227,36 +260,37 @@ class Rank {
                             op == TRIAD_REDUCE_SUM ? acc + value(k, i) : std::max(acc, value(k, i));
                       return acc;
                     };
-                    Buf s(d, n, 0), out(d, n, kSentinel);
+                    Buf s(d, n, 0, dev_), out(d, n, kSentinel, dev_);
                     for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                    c.all_reduce(s.data(), out.data(), n, d.dl, op).wait(timeout_);
+                    c.all_reduce(s.data(), out.data(), n, d.dl, op, dl_).wait(timeout_);
                     auto e = compare(out, n, want, count_text(n));
                     if (e.empty() && (n == 7 || n == counts.back())) {  // in place
-                      c.all_reduce(s.data(), s.data(), n, d.dl, op).wait(timeout_);
+                      c.all_reduce(s.data(), s.data(), n, d.dl, op, dl_).wait(timeout_);
                       e = compare(s, n, want, "in place, " + count_text(n));
                     }
                     return e;
                   });
       }
 
-      per_count(label + " reduce_scatter(sum)" + dn,
-                has(TRIAD_TRANSPORT_OP_REDUCE_SCATTER) && dt_ok, counts, detail, [&](uint64_t n) {
-                  uint64_t off = 0, len = 0;
-                  triad_transport_block(n, m, r, &off, &len);
-                  Buf s(d, n, 0), out(d, len, kSentinel);
-                  for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                  c.reduce_scatter(s.data(), out.data(), n, d.dl, TRIAD_REDUCE_SUM).wait(timeout_);
-                  return compare(
-                      out, len,
-                      [&](uint64_t i) {
-                        float acc = 0;
-                        for (int k = 0; k < m; ++k) acc += value(k, off + i);
-                        return acc;
-                      },
-                      count_text(n) + " (block at " + std::to_string(off) + ")");
-                });
+      per_count(
+          label + " reduce_scatter(sum)" + dn, has(TRIAD_TRANSPORT_OP_REDUCE_SCATTER) && dt_ok,
+          counts, detail, [&](uint64_t n) {
+            uint64_t off = 0, len = 0;
+            triad_transport_block(n, m, r, &off, &len);
+            Buf s(d, n, 0, dev_), out(d, len, kSentinel, dev_);
+            for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
+            c.reduce_scatter(s.data(), out.data(), n, d.dl, TRIAD_REDUCE_SUM, dl_).wait(timeout_);
+            return compare(
+                out, len,
+                [&](uint64_t i) {
+                  float acc = 0;
+                  for (int k = 0; k < m; ++k) acc += value(k, off + i);
+                  return acc;
+                },
+                count_text(n) + " (block at " + std::to_string(off) + ")");
+          });
 
-      per_count(label + " all_gather" + dn, has(TRIAD_TRANSPORT_OP_ALL_GATHER) && host(), counts,
+      per_count(label + " all_gather" + dn, has(TRIAD_TRANSPORT_OP_ALL_GATHER) && mem_ok(), counts,
                 detail + ", in place", [&](uint64_t n) {
                   uint64_t off = 0, len = 0;
                   triad_transport_block(n, m, r, &off, &len);
@@ -267,35 +301,35 @@ class Rank {
                     for (uint64_t i = 0; i < l2; ++i) owner[o2 + i] = k;
                   }
                   auto want = [&](uint64_t i) { return value(owner[i], i); };
-                  Buf s(d, len, 0), out(d, n, kSentinel);
+                  Buf s(d, len, 0, dev_), out(d, n, kSentinel, dev_);
                   for (uint64_t i = 0; i < len; ++i) s.set(i, value(r, off + i));
-                  c.all_gather(s.data(), out.data(), n, d.dl).wait(timeout_);
+                  c.all_gather(s.data(), out.data(), n, d.dl, dl_).wait(timeout_);
                   auto e = compare(out, n, want, count_text(n));
                   if (!e.empty()) return e;
-                  Buf in(d, n, kSentinel);  // in place: send is recv + offset(rank)
+                  Buf in(d, n, kSentinel, dev_);  // in place: send is recv + offset(rank)
                   for (uint64_t i = 0; i < len; ++i) in.set(off + i, value(r, off + i));
-                  c.all_gather(in.at(off), in.data(), n, d.dl).wait(timeout_);
+                  c.all_gather(in.at(off), in.data(), n, d.dl, dl_).wait(timeout_);
                   return compare(in, n, want, "in place, " + count_text(n));
                 });
 
       const int root = m - 1;  // not 0, to catch a plugin that assumes it
-      per_count(label + " broadcast" + dn, has(TRIAD_TRANSPORT_OP_BROADCAST) && host(), counts,
+      per_count(label + " broadcast" + dn, has(TRIAD_TRANSPORT_OP_BROADCAST) && mem_ok(), counts,
                 detail + ", root = last rank", [&](uint64_t n) {
-                  Buf b(d, n, kSentinel);
+                  Buf b(d, n, kSentinel, dev_);
                   if (r == root)
                     for (uint64_t i = 0; i < n; ++i) b.set(i, value(root, i));
-                  c.broadcast(b.data(), n, d.dl, root).wait(timeout_);
+                  c.broadcast(b.data(), n, d.dl, root, dl_).wait(timeout_);
                   return compare(
                       b, n, [&](uint64_t i) { return value(root, i); }, count_text(n));
                 });
 
       const int right = (r + 1) % m, left = (r + m - 1) % m;
-      per_count(label + " send/recv ring" + dn, has(TRIAD_TRANSPORT_OP_SEND_RECV) && host(), counts,
-                detail, [&](uint64_t n) {
-                  Buf s(d, n, 0), out(d, n, kSentinel);
+      per_count(label + " send/recv ring" + dn, has(TRIAD_TRANSPORT_OP_SEND_RECV) && mem_ok(),
+                counts, detail, [&](uint64_t n) {
+                  Buf s(d, n, 0, dev_), out(d, n, kSentinel, dev_);
                   for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
-                  auto rq = c.recv(out.data(), n, d.dl, left, 0);
-                  auto sq = c.send(s.data(), n, d.dl, right, 0);
+                  auto rq = c.recv(out.data(), n, d.dl, left, 0, dl_);
+                  auto sq = c.send(s.data(), n, d.dl, right, 0, dl_);
                   sq.wait(timeout_);
                   rq.wait(timeout_);
                   return compare(
@@ -303,18 +337,19 @@ class Rank {
                 });
 
       std::string name = label + " send/recv tag matching" + dn;
-      if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !has(TRIAD_TRANSPORT_OP_TAGS) || !host()) {
+      if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !has(TRIAD_TRANSPORT_OP_TAGS) || !mem_ok()) {
         skip(name, "not in the plugin's capabilities");
       } else {
         expect_ok(name, [&] {
           // Matching is by tag: receive tag 2 before tag 1, with different lengths.
-          Buf a(d, 5, 0), b(d, 3, 0), ra(d, 5, kSentinel), rb(d, 3, kSentinel);
+          Buf a(d, 5, 0, dev_), b(d, 3, 0, dev_), ra(d, 5, kSentinel, dev_),
+              rb(d, 3, kSentinel, dev_);
           for (uint64_t i = 0; i < 5; ++i) a.set(i, value(r, i));
           for (uint64_t i = 0; i < 3; ++i) b.set(i, value(r, i + 10));
-          auto s1 = c.send(a.data(), 5, d.dl, right, 1);
-          auto s2 = c.send(b.data(), 3, d.dl, right, 2);
-          auto r2 = c.recv(rb.data(), 3, d.dl, left, 2);
-          auto r1 = c.recv(ra.data(), 5, d.dl, left, 1);
+          auto s1 = c.send(a.data(), 5, d.dl, right, 1, dl_);
+          auto s2 = c.send(b.data(), 3, d.dl, right, 2, dl_);
+          auto r2 = c.recv(rb.data(), 3, d.dl, left, 2, dl_);
+          auto r1 = c.recv(ra.data(), 5, d.dl, left, 1, dl_);
           r2.wait(timeout_);
           r1.wait(timeout_);
           s1.wait(timeout_);
@@ -345,14 +380,14 @@ class Rank {
     expect_ok(name, [&] {
       const DType& d = kDTypes[0];
       const uint64_t n1 = 1023, n2 = (uint64_t(1) << 18) + 5;
-      Buf s1(d, n1, 0), o1(d, n1, kSentinel), s2(d, n2, 0), o2(d, n2, kSentinel), s3(d, n1, 0),
-          o3(d, n1, kSentinel);
+      Buf s1(d, n1, 0, dev_), o1(d, n1, kSentinel, dev_), s2(d, n2, 0, dev_),
+          o2(d, n2, kSentinel, dev_), s3(d, n1, 0, dev_), o3(d, n1, kSentinel, dev_);
       for (uint64_t i = 0; i < n1; ++i)
         s1.set(i, value(world.rank(), i)), s3.set(i, value(world.rank(), i + 1));
       for (uint64_t i = 0; i < n2; ++i) s2.set(i, value(sub.rank(), i));
-      auto a = world.all_reduce(s1.data(), o1.data(), n1, d.dl);
-      auto b = sub.all_reduce(s2.data(), o2.data(), n2, d.dl);
-      auto c = world.all_reduce(s3.data(), o3.data(), n1, d.dl);
+      auto a = world.all_reduce(s1.data(), o1.data(), n1, d.dl, TRIAD_REDUCE_SUM, dl_);
+      auto b = sub.all_reduce(s2.data(), o2.data(), n2, d.dl, TRIAD_REDUCE_SUM, dl_);
+      auto c = world.all_reduce(s3.data(), o3.data(), n1, d.dl, TRIAD_REDUCE_SUM, dl_);
       c.wait(timeout_);
       b.wait(timeout_);
       a.wait(timeout_);
@@ -384,9 +419,9 @@ class Rank {
                std::to_string(wn_ - 1);
       if (!has(TRIAD_TRANSPORT_OP_ALL_REDUCE)) return std::string();
       const DType& d = kDTypes[0];
-      Buf s(d, 7, 0), o(d, 7, kSentinel);
+      Buf s(d, 7, 0, dev_), o(d, 7, kSentinel, dev_);
       for (uint64_t i = 0; i < 7; ++i) s.set(i, value(c.rank(), i));
-      c.all_reduce(s.data(), o.data(), 7, d.dl).wait(timeout_);
+      c.all_reduce(s.data(), o.data(), 7, d.dl, TRIAD_REDUCE_SUM, dl_).wait(timeout_);
       return compare(
           o, 7,
           [&](uint64_t i) {
@@ -401,8 +436,9 @@ class Rank {
   // A wait that cannot finish must time out with a message naming the operation.
   void timeout_case(Communicator& world) {
     const std::string name = "wait times out naming the operation";
-    if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !host())
-      return skip(name, "no send/recv of host memory");
+    if (!has(TRIAD_TRANSPORT_OP_SEND_RECV) || !mem_ok())
+      return skip(name, dev_ ? "no send/recv of CUDA memory" : "no send/recv of host memory");
+    if (dev_) return device_timeout_case(world, name);
     expect_ok(name, [&] {
       Communicator dup = world.split(0, wr_);  // abandoned requests spoil only this one
       float buf[4];
@@ -423,10 +459,56 @@ class Rank {
     });
   }
 
+  // The same on device memory, where a receive from itself that nothing sends may be refused
+  // outright (NCCL: "recv to self without a matching send"), and where a receive from a
+  // peer must find its connection made, or it would wait in connection setup rather than on
+  // the device: so with peers, a send/recv ring goes first and the lone receive is from the
+  // left neighbour. A plugin that refuses the lone self-receive at world 1 is skipped.
+  void device_timeout_case(Communicator& world, const std::string& name) {
+    try {
+      Communicator dup = world.split(0, wr_);  // the timeout may abort this one
+      const DType& d = kDTypes[0];
+      const int m = dup.size(), me = dup.rank();
+      const int left = (me + m - 1) % m, right = (me + 1) % m;
+      Buf warm(d, 4, 1, dev_), in(d, 4, kSentinel, dev_);
+      if (m > 1) {
+        auto rq = dup.recv(in.data(), 4, d.dl, left, 0, dl_);
+        auto sq = dup.send(warm.data(), 4, d.dl, right, 0, dl_);
+        sq.wait(timeout_);
+        rq.wait(timeout_);
+      }
+      TransportRequest req;
+      const auto t0 = Clock::now();
+      try {
+        req = dup.recv(in.data(), 4, d.dl, left, 0, dl_);
+        req.wait(std::chrono::milliseconds(300));
+      } catch (const TransportError& e) {
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!e.timed_out() && m == 1 && e.status() == TRIAD_ERR_INVALID)
+          return skip(name, std::string("the plugin refuses a receive from itself that nothing "
+                                        "sends, so a wait cannot be left pending at world 1 (") +
+                                e.what() + ")");
+        std::string err;
+        if (!e.timed_out())
+          err = std::string("wrong status ") + std::to_string(e.status()) + ": " + e.what();
+        else if (std::string(e.what()).find("recv") == std::string::npos)
+          err = std::string("message does not name the operation: ") + e.what();
+        else if (ms > 5000)
+          err = "took " + std::to_string(ms) + " ms for a 300 ms timeout";
+        return report(err.empty() ? Outcome::kPass : Outcome::kFail, name, err);
+      }
+      report(Outcome::kFail, name, "a receive nobody sends completed");
+    } catch (const std::exception& e) {
+      report(Outcome::kFail, name, e.what());
+      throw Abort{};
+    }
+  }
+
   // Bad arguments give a status, not a crash; nothing is sent, so no rank falls out of step.
   void invalid_args(Communicator& world) {
     expect_ok("bad arguments are refused", [&] {
-      float buf[4] = {0, 0, 0, 0};
+      Buf b(kDTypes[0], 4, 0, dev_);
+      void* buf = b.data();
       std::string e;
       auto refused = [&](const char* what, auto f) {
         try {
@@ -439,16 +521,17 @@ class Rank {
       const int m = world.size();
       if (has(TRIAD_TRANSPORT_OP_BROADCAST))
         refused("broadcast from root = size",
-                [&] { world.broadcast(buf, 4, kDTypes[0].dl, m).wait(timeout_); });
+                [&] { world.broadcast(buf, 4, kDTypes[0].dl, m, dl_).wait(timeout_); });
       if (has(TRIAD_TRANSPORT_OP_SEND_RECV))
         refused("send to rank -1",
-                [&] { world.send(buf, 4, kDTypes[0].dl, -1, 0).wait(timeout_); });
+                [&] { world.send(buf, 4, kDTypes[0].dl, -1, 0, dl_).wait(timeout_); });
       if (has(TRIAD_TRANSPORT_OP_ALL_REDUCE)) {
         refused("all_reduce of int8", [&] {
-          world.all_reduce(buf, buf, 4, DLDataType{kDLInt, 8, 1}).wait(timeout_);
+          world.all_reduce(buf, buf, 4, DLDataType{kDLInt, 8, 1}, TRIAD_REDUCE_SUM, dl_)
+              .wait(timeout_);
         });
         refused("all_reduce with op 99",
-                [&] { world.all_reduce(buf, buf, 4, kDTypes[0].dl, 99).wait(timeout_); });
+                [&] { world.all_reduce(buf, buf, 4, kDTypes[0].dl, 99, dl_).wait(timeout_); });
       }
       return e;
     });
@@ -458,6 +541,9 @@ class Rank {
   const TransportSuiteOptions& o_;
   std::chrono::milliseconds timeout_;
   std::string prefix_;
+  Device* dev_;
+  DLDevice dl_;
+  uint32_t mem_bit_;
   std::vector<uint64_t> counts_;
   triad_transport_caps_v1 caps_{};
 };
@@ -554,8 +640,11 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
 
   // Load and create once in a throwaway child: the parent must stay free of the plugin's
   // state (UCX and CUDA do not survive fork), and a plugin that crashes crashes there.
-  std::string name;
+  // For a plugin that touches CUDA memory it also counts the GPUs that ranks 0..N-1 would get
+  // (make_device("cuda", r) takes GPU r modulo the visible ones), or says why there are none.
+  std::string name, no_gpu;
   uint32_t memory = 0;
+  int gpus = 0;
   {
     Child probe = spawn("load", [&](int fd) {
       std::string msg;
@@ -564,7 +653,19 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
         ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
         CoreServices services;
         Transport t(plugin, params, services.c_services());
-        msg = "OK|" + t.name() + "|" + std::to_string(t.capabilities().memory) + "\n";
+        const uint32_t mem = t.capabilities().memory;
+        int n = 0;
+        std::string why;
+        if (mem & TRIAD_MEM_BIT_CUDA) {
+          try {
+            while (n < o.max_world_size && make_device("cuda", n)->dl_device().device_id == n) ++n;
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+        }
+        std::replace(why.begin(), why.end(), '|', '/');
+        msg = "OK|" + t.name() + "|" + std::to_string(mem) + "|" + std::to_string(n) + "|" + why +
+              "\n";
       } catch (const std::exception& e) {
         msg = std::string("ERR|") + e.what() + "|\n";
       }
@@ -579,9 +680,11 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
       ::waitpid(kids[0].pid, nullptr, 0);
     }
     if (line.rfind("OK|", 0) == 0) {
-      size_t bar = line.find('|', 3);
-      name = line.substr(3, bar - 3);
-      memory = uint32_t(std::stoul(line.substr(bar + 1)));
+      const size_t b1 = line.find('|', 3), b2 = line.find('|', b1 + 1), b3 = line.find('|', b2 + 1);
+      name = line.substr(3, b1 - 3);
+      memory = uint32_t(std::stoul(line.substr(b1 + 1, b2 - b1 - 1)));
+      gpus = std::stoi(line.substr(b2 + 1, b3 - b2 - 1));
+      no_gpu = line.substr(b3 + 1);
     } else if (line.rfind("ERR|", 0) == 0) {
       throw UserError(line.substr(4, line.rfind('|') - 4));
     } else {
@@ -589,30 +692,35 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
     }
   }
 
-  if (!(memory & TRIAD_MEM_BIT_HOST)) {
-    // Every case here uses host buffers; device-memory cases come with the core's CUDA device.
-    emit(CaseResult{name, Outcome::kSkip,
-                    "the plugin cannot touch host memory, and this suite runs on host buffers"});
+  if (!(memory & (TRIAD_MEM_BIT_HOST | TRIAD_MEM_BIT_CUDA))) {
+    emit(
+        CaseResult{name, Outcome::kSkip,
+                   "the plugin declares neither host nor CUDA memory, the kinds this suite tests"});
     return sum;
   }
   const long long world_ms =
       o.world_timeout_ms > 0 ? o.world_timeout_ms : (o.quick ? 120000 : 600000);
-  for (int n = 1; n <= o.max_world_size; ++n) {
+  // One world of n ranks on host buffers (cuda false) or on CUDA buffers, rank r on GPU r.
+  auto run_world = [&](int n, bool cuda) {
+    const std::string label = name + " n=" + std::to_string(n) + (cuda ? " cuda" : "");
     const std::string token = make_job_token();
     RendezvousServer server("127.0.0.1", 0, token);
     const uint16_t port = server.port();
     std::vector<Child> kids;
     for (int r = 0; r < n; ++r) {
-      kids.push_back(spawn(name + " n=" + std::to_string(n) + " init_world", [&, r](int fd) {
+      kids.push_back(spawn(label + " init_world", [&, r](int fd) {
         for (auto& k : kids) ::close(k.fd);  // the siblings' pipes are not ours
         auto plugin = load(so_path);
         ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
-        CoreServices services;
+        // The device first: it makes its GPU current, and the plugin orders its work on the
+        // device's stream (services.stream), as in a training run.
+        std::unique_ptr<Device> dev = cuda ? make_device("cuda", r) : nullptr;
+        CoreServices services(0, dev ? dev->stream() : nullptr);
         int code = 0;
         {
           Transport t(plugin, params, services.c_services());
           RendezvousClient store("127.0.0.1", port, token, std::chrono::seconds(30));
-          Rank rank(fd, r, n, name, o);
+          Rank rank(fd, r, n, name, o, dev.get());
           rank.run(t, store);
         }
         return code;
@@ -675,7 +783,7 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
       }
       emit(CaseResult{c, v.outcome, v.detail});
     }
-    std::string pname = name + " n=" + std::to_string(n) + " ranks";
+    std::string pname = label + " ranks";
     if (problems.empty()) {
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       char d[64];
@@ -685,6 +793,24 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
       std::string d;
       for (size_t i = 0; i < problems.size(); ++i) d += (i ? "; " : "") + problems[i];
       emit(CaseResult{pname, Outcome::kFail, d});
+    }
+  };
+
+  for (int n = 1; n <= o.max_world_size; ++n)
+    if (memory & TRIAD_MEM_BIT_HOST) run_world(n, false);
+  if (memory & TRIAD_MEM_BIT_CUDA) {
+    for (int n = 1; n <= o.max_world_size; ++n) {
+      const std::string label = name + " n=" + std::to_string(n) + " cuda";
+      if (gpus == 0)
+        emit(CaseResult{label, Outcome::kSkip,
+                        "CUDA-memory cases need a GPU: " +
+                            (no_gpu.empty() ? std::string("none is visible") : no_gpu)});
+      else if (n > gpus)
+        emit(CaseResult{
+            label, Outcome::kSkip,
+            "CUDA-memory cases need one GPU per rank; " + std::to_string(gpus) + " visible"});
+      else
+        run_world(n, true);
     }
   }
   return sum;

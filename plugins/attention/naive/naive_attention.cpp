@@ -1,13 +1,19 @@
 // The reference attention plugin: for each (batch, head) it writes the whole (T x T) score
 // matrix into the workspace, softmaxes it row by row and multiplies by V. Memory grows as
 // T^2, so it is for checking the fast backends and for small models, not for long contexts.
+// Where the build has CUDA, tensors in GPU memory run the same algorithm with cuBLAS batched
+// GEMMs and a softmax kernel (kernels/cuda), on the stream the core passed in.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "triad/sdk/attention.hpp"
+#ifdef TRIAD_NAIVE_CUDA
+#include "triad/kernels/cuda.hpp"
+#endif
 
 namespace {
 
@@ -22,11 +28,20 @@ struct Heads {
   int64_t B, H, T, D;
 };
 
-// All tensors on the host, non-null data; throws the status the ABI asks for otherwise.
+#ifdef TRIAD_NAIVE_CUDA
+constexpr uint32_t kDevices = (1u << kDLCPU) | (1u << kDLCUDA);
+#else
+constexpr uint32_t kDevices = 1u << kDLCPU;
+#endif
+
+// Every tensor on a device naive runs on, with non-null data; throws the status the ABI asks
+// for otherwise. (All tensors of one call must be on q's device: checked by the caller.)
 void require_cpu(const DLTensor* t, const char* what) {
   if (!t) throw invalid(std::string(what) + " is null");
-  if (t->device.device_type != kDLCPU)
-    throw unsupported(std::string(what) + " is not in host memory; naive runs on the CPU only");
+  if (!(kDevices & (1u << t->device.device_type)))
+    throw unsupported(std::string(what) +
+                      " is in memory naive cannot reach; this build of naive runs on " +
+                      (kDevices & (1u << kDLCUDA) ? "the CPU and CUDA GPUs" : "the CPU only"));
   int64_t numel = 1;
   for (int i = 0; i < t->ndim; ++i) numel *= t->shape[i];
   if (!t->data && numel > 0) throw invalid(std::string(what) + " has no data");
@@ -88,11 +103,12 @@ inline void axpy(float a, const float* x, float* y, int64_t n) {
 class NaiveAttention : public triad::sdk::AttentionPlugin {
  public:
   NaiveAttention(triad::sdk::Services services, triad::sdk::Params)
-      : threads_(services.num_threads() > 0 ? services.num_threads() : omp_get_max_threads()) {}
+      : threads_(services.num_threads() > 0 ? services.num_threads() : omp_get_max_threads()),
+        stream_(services.stream()) {}
 
   triad_attention_caps_v1 capabilities() const override {
     triad_attention_caps_v1 c{};
-    c.devices = 1u << kDLCPU;
+    c.devices = kDevices;
     c.dtypes = TRIAD_DTYPE_BIT_FP32;
     c.num_head_dims = 0;
     c.max_head_dim = kMaxHeadDim;
@@ -105,8 +121,14 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     if (s.batch < 0 || s.heads < 0 || s.seq_len < 0) throw invalid("negative size in shape");
     // Forward holds the scores, backward the probabilities (then dS in place): one T x T
     // matrix per (b, h) so every head can run on its own thread.
-    if (fwd) *fwd = score_bytes(s.batch, s.heads, s.seq_len);
-    if (bwd) *bwd = score_bytes(s.batch, s.heads, s.seq_len);
+    size_t bytes = score_bytes(s.batch, s.heads, s.seq_len);
+#ifdef TRIAD_NAIVE_CUDA
+    if (s.device.device_type == kDLCUDA)
+      bytes = triad::kernels::cuda::attention_naive_workspace_bytes(
+          int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim));
+#endif
+    if (fwd) *fwd = bytes;
+    if (bwd) *bwd = bytes;
   }
 
   void forward(const triad_attention_fwd_args_v1& a) override {
@@ -114,6 +136,16 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     View4<float> out = output(a.out, "out", h);
     require_cpu(a.lse, "lse");
     float* lse = triad::sdk::lse_view(a.lse, h.B, h.H, h.T);
+    require_same_device(a.q, {a.k, a.v, a.out, a.lse});
+#ifdef TRIAD_NAIVE_CUDA
+    if (a.q->device.device_type == kDLCUDA) {
+      namespace kc = triad::kernels::cuda;
+      kc::attention_naive_forward(blas(), head(out), lse, head(h.q), head(h.k), head(h.v), int(h.B),
+                                  int(h.H), int(h.T), int(h.D), a.causal != 0, a.scale, a.workspace,
+                                  a.workspace_bytes);
+      return;
+    }
+#endif
     float* ws = scores(a.workspace, a.workspace_bytes, h);
     const bool causal = a.causal != 0;
     const float scale = a.scale;
@@ -130,6 +162,17 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     View4<float> dq = output(a.dq, "dq", h), dk = output(a.dk, "dk", h), dv = output(a.dv, "dv", h);
     require_cpu(a.lse, "lse");
     const float* lse = triad::sdk::lse_view(a.lse, h.B, h.H, h.T);
+    require_same_device(a.q, {a.k, a.v, a.out, a.lse, a.dout, a.dq, a.dk, a.dv});
+#ifdef TRIAD_NAIVE_CUDA
+    if (a.q->device.device_type == kDLCUDA) {
+      namespace kc = triad::kernels::cuda;
+      kc::attention_naive_backward(blas(), head(dq), head(dk), head(dv), head(h.q), head(h.k),
+                                   head(h.v), head(out), lse, head(dout), int(h.B), int(h.H),
+                                   int(h.T), int(h.D), a.causal != 0, a.scale, a.workspace,
+                                   a.workspace_bytes);
+      return;
+    }
+#endif
     float* ws = scores(a.workspace, a.workspace_bytes, h);
     const bool causal = a.causal != 0;
     const float scale = a.scale;
@@ -199,12 +242,36 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     }
   }
 
+  static void require_same_device(const DLTensor* q, std::initializer_list<const DLTensor*> ts) {
+    for (const DLTensor* t : ts)
+      if (t->device.device_type != q->device.device_type ||
+          t->device.device_id != q->device.device_id)
+        throw invalid("tensors of one call are on different devices (q on device type " +
+                      std::to_string(q->device.device_type) + ", another on " +
+                      std::to_string(t->device.device_type) + ")");
+  }
+
+#ifdef TRIAD_NAIVE_CUDA
+  template <class T>
+  static triad::kernels::cuda::HeadView head(const View4<T>& v) {
+    return {const_cast<float*>(v.data), v.s[0], v.s[1], v.s[2]};
+  }
+  // cuBLAS handles on the core's stream, made at the first GPU call.
+  triad::kernels::cuda::Blas& blas() {
+    if (!blas_)
+      blas_ = std::make_unique<triad::kernels::cuda::Blas>(static_cast<cudaStream_t>(stream_),
+                                                           /*allow_tf32=*/false);
+    return *blas_;
+  }
+  std::unique_ptr<triad::kernels::cuda::Blas> blas_;
+#endif
   int threads_;
+  void* stream_;
 };
 
 }  // namespace
 
 TRIAD_ATTENTION_PLUGIN(NaiveAttention, "naive", "1.0",
-                       "reference attention: materialises the T x T scores, fp32, CPU, any "
-                       "head dim up to 256, causal or not",
+                       "reference attention: materialises the T x T scores, fp32, CPU (and "
+                       "CUDA GPUs where built with CUDA), any head dim up to 256, causal or not",
                        TRIAD_NO_PARAMS)

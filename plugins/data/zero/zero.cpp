@@ -1,8 +1,12 @@
 // The "zero" data-parallel plugin. Stage 0 (DDP): every rank holds everything; gradients are
 // cut into buckets of about reduce_bucket_size elements in backward order (last layer
 // first), and each bucket's in-place all-reduce starts as soon as its last gradient is final,
-// so communication overlaps the rest of the backward pass. finish_grads waits for them all
-// and divides by the group size.
+// so communication overlaps the rest of the backward pass. finish_grads waits for them all.
+//
+// Averaging: the core scales every rank's loss gradient by 1/dp_size (folded into the loss
+// scale of backward), so the sum over the group is the mean and nothing is left to divide.
+// The plugin never touches gradient memory itself: it may live on a GPU, and only the
+// transport (over the device's stream) reads and writes it.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -100,11 +104,6 @@ class Zero final : public triad::sdk::DataPlugin {
       c.ops->request_free(c.transport, b.request);
       b.request = nullptr;
       b.ready = 0;
-    }
-    if (setup_.dp_size > 1) {
-      float* g = static_cast<float*>(grads);
-      const float inv = 1.0f / static_cast<float>(setup_.dp_size);
-      for (uint64_t i = 0; i < setup_.num_elements; ++i) g[i] *= inv;
     }
   }
 

@@ -1,13 +1,26 @@
 // The `nccl` transport: CUDA memory through NCCL. Every operation is enqueued on the stream
-// the core passed in (services.stream; a stream of its own when none), and its request is
-// a CUDA event recorded after it. Messages match in order (no tags), as in NCCL.
+// the core passed in (services.stream, the run device's stream; a stream of its own when
+// none), and its request is a CUDA event recorded after it. The CUDA device must be current
+// (cudaSetDevice, as the core's CUDA device does) when init_world is called.
+//
+// Messages match in order (no tags), as in NCCL. A send or recv is not started at once: it
+// is held until the next call that needs the stream (a test or wait, a collective, a split)
+// and then every held send/recv starts in one ncclGroupStart/End, so that a ring of
+// send + recv (or a rank sending to itself) does not deadlock on the one stream.
 // Uneven blocks (count % n != 0) use grouped reduce / broadcast calls, since NCCL's
 // reduce_scatter and all_gather take equal blocks only.
+//
+// A wait that passes its timeout aborts the communicator (ncclCommAbort: NCCL cannot cancel
+// one operation, and a kernel waiting for a peer would hold the stream forever); so does an
+// asynchronous NCCL error. Every later call on that communicator fails with the reason, and
+// destroying it is all that is left to do.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,44 +37,90 @@ const triad_param_spec_v1 kParams[] = {
     {"setup_timeout_ms", TRIAD_PARAM_INT, "120000", "limit for the unique-id exchange at init"},
 };
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw sdk::Error(TRIAD_ERR_INTERNAL, std::string(what) + ": " + cudaGetErrorString(e));
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw sdk::Error(TRIAD_ERR_INTERNAL, what + ": " + cudaGetErrorString(e));
+}
+
+int status_of(ncclResult_t r) {
+  return r == ncclInvalidArgument || r == ncclInvalidUsage ? TRIAD_ERR_INVALID : TRIAD_ERR_INTERNAL;
+}
+
+std::string nccl_message(ncclResult_t r) {
+  std::string s = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(nullptr);
+  if (last && *last) s += std::string(" (") + last + ")";
+  return s;
 }
 
 void check_nccl(ncclResult_t r, const std::string& what) {
   if (r != ncclSuccess && r != ncclInProgress)
-    throw sdk::Error(
-        r == ncclInvalidArgument || r == ncclInvalidUsage ? TRIAD_ERR_INVALID : TRIAD_ERR_INTERNAL,
-        what + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) + ")");
+    throw sdk::Error(status_of(r), what + ": " + nccl_message(r));
 }
+
+// One NCCL communicator, shared by its handle and the requests made on it, so that a request
+// can see that its communicator was aborted.
+struct CommState {
+  ncclComm_t comm = nullptr;
+  int rank = 0, size = 0;
+  std::string aborted;     // why it was aborted; empty while usable
+  bool abandoned = false;  // a request was freed before it finished: destroy must abort
+
+  void abort(const std::string& why) {
+    if (!aborted.empty()) return;
+    aborted = why;
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  void usable(const std::string& what) const {
+    if (!aborted.empty())
+      throw sdk::Error(TRIAD_ERR_INTERNAL,
+                       what + ": this NCCL communicator was aborted (" + aborted + ")");
+  }
+};
+using StatePtr = std::shared_ptr<CommState>;
 
 class NcclComm : public sdk::TransportComm {
  public:
-  NcclComm(ncclComm_t c, int rank, int size) : comm(c), rank_(rank), size_(size) {}
+  explicit NcclComm(StatePtr s) : state(std::move(s)) {}
   ~NcclComm() override {
-    if (comm) ncclCommDestroy(comm);
+    if (!state->comm) return;  // aborted
+    // An operation that was abandoned may never finish: only abort frees such a comm.
+    if (state->abandoned)
+      ncclCommAbort(state->comm);
+    else
+      ncclCommDestroy(state->comm);
+    state->comm = nullptr;
   }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  ncclComm_t comm;
-
- private:
-  int rank_, size_;
+  int rank() const override { return state->rank; }
+  int size() const override { return state->size; }
+  StatePtr state;
 };
 
-class Event : public sdk::TransportRequest {
+class Request : public sdk::TransportRequest {
  public:
-  Event(std::string w, ncclComm_t c) : what(std::move(w)), comm(c) {
-    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  Request(std::string w, StatePtr s) : what(std::move(w)), state(std::move(s)) {
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+               what + ": cudaEventCreate");
   }
-  ~Event() override { cudaEventDestroy(event); }
+  ~Request() override { cudaEventDestroy(event); }
   std::string what;
-  ncclComm_t comm;
+  StatePtr state;
   cudaEvent_t event{};
+  bool started = false;  // false while a send/recv is held for the next group
+  int error_status = TRIAD_OK;
+  std::string error;  // why its group failed to start
 };
 
-// ncclDataType for a reduction (nullopt-like -1 when not reducible).
+// A send or recv held until the next flush.
+struct P2p {
+  bool send;
+  void* buf;
+  size_t bytes;
+  int peer;
+  Request* req;
+};
+
+// ncclDataType for a reduction (-1 when not reducible).
 int reduce_type(DLDataType t) {
   switch (sdk::dtype_bit(t)) {
     case TRIAD_DTYPE_BIT_FP32:
@@ -90,16 +149,21 @@ class Nccl final : public sdk::TransportPlugin {
   }
 
   sdk::TransportComm* init_world(int rank, int world, const triad_rendezvous_v1& rdv) override {
-    stream_ = static_cast<cudaStream_t>(services_.stream());
     if (!stream_) {
-      check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking),
-                 "cudaStreamCreate");
-      stream_ = own_stream_;
+      stream_ = static_cast<cudaStream_t>(services_.stream());
+      if (!stream_) {
+        check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking),
+                   "init_world: cudaStreamCreate");
+        stream_ = own_stream_;
+      }
     }
-    check_cuda(cudaMalloc(&barrier_buf_, sizeof(float)), "cudaMalloc");
+    if (!barrier_buf_) {
+      check_cuda(cudaMalloc(&barrier_buf_, sizeof(float)), "init_world: cudaMalloc");
+      check_cuda(cudaMemset(barrier_buf_, 0, sizeof(float)), "init_world: cudaMemset");
+    }
     ncclUniqueId id;
     if (rank == 0) {
-      check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      check_nccl(ncclGetUniqueId(&id), "init_world: ncclGetUniqueId");
       int rc = rdv.set(rdv.ctx, "unique_id", &id, sizeof(id));
       if (rc != TRIAD_OK) throw sdk::Error(rc, "publishing the NCCL unique id: " + rdv_error(rdv));
     } else {
@@ -108,29 +172,47 @@ class Nccl final : public sdk::TransportPlugin {
       if (rc != TRIAD_OK) throw sdk::Error(rc, "no NCCL unique id from rank 0: " + rdv_error(rdv));
       if (len != sizeof(id)) throw invalid("the NCCL unique id from rank 0 has the wrong size");
     }
-    ncclComm_t c = nullptr;
-    check_nccl(ncclCommInitRank(&c, world, id, rank), "ncclCommInitRank");
-    return new NcclComm(c, rank, world);
+    auto s = std::make_shared<CommState>();
+    check_nccl(ncclCommInitRank(&s->comm, world, id, rank), "init_world: ncclCommInitRank (rank " +
+                                                                std::to_string(rank) + " of " +
+                                                                std::to_string(world) + ")");
+    s->rank = rank;
+    s->size = world;
+    return new NcclComm(std::move(s));
   }
 
   sdk::TransportComm* split(sdk::TransportComm& base, int color, int key) override {
     auto& c = comm(base);
+    c.state->usable("split");
+    if (color < 0 && color != TRIAD_COMM_SPLIT_NONE)
+      throw invalid("split: color " + std::to_string(color) + " is negative");
+    flush();
     ncclComm_t nc = nullptr;
-    check_nccl(ncclCommSplit(c.comm, color == TRIAD_COMM_SPLIT_NONE ? NCCL_SPLIT_NOCOLOR : color,
-                             key, &nc, nullptr),
-               "ncclCommSplit");
+    check_nccl(
+        ncclCommSplit(c.state->comm, color == TRIAD_COMM_SPLIT_NONE ? NCCL_SPLIT_NOCOLOR : color,
+                      key, &nc, nullptr),
+        "split: ncclCommSplit");
     if (!nc) return nullptr;
-    int r = 0, n = 0;
-    check_nccl(ncclCommUserRank(nc, &r), "ncclCommUserRank");
-    check_nccl(ncclCommCount(nc, &n), "ncclCommCount");
-    return new NcclComm(nc, r, n);
+    auto s = std::make_shared<CommState>();
+    s->comm = nc;
+    check_nccl(ncclCommUserRank(nc, &s->rank), "split: ncclCommUserRank");
+    check_nccl(ncclCommCount(nc, &s->size), "split: ncclCommCount");
+    return new NcclComm(std::move(s));
+  }
+
+  void comm_destroy(sdk::TransportComm* base) override {
+    auto* c = static_cast<NcclComm*>(base);
+    drop_pending(*c->state, "its communicator was destroyed before it started");
+    delete c;
   }
 
   sdk::TransportRequest* all_reduce(sdk::TransportComm& base, const void* send, void* recv,
                                     uint64_t count, DLDataType t, DLDevice d, int op) override {
     auto& c = comm(base);
     auto dt = reduction("all_reduce", t, d, op);
-    check_nccl(ncclAllReduce(send, recv, count, dt, redop(op), c.comm, stream_), "ncclAllReduce");
+    ready(c, "all_reduce");
+    check_nccl(ncclAllReduce(send, recv, count, dt, redop(op), c.state->comm, stream_),
+               "all_reduce: ncclAllReduce");
     return record("all_reduce", c);
   }
 
@@ -138,20 +220,23 @@ class Nccl final : public sdk::TransportPlugin {
                                         uint64_t count, DLDataType t, DLDevice d, int op) override {
     auto& c = comm(base);
     auto dt = reduction("reduce_scatter", t, d, op);
+    ready(c, "reduce_scatter");
     const int n = c.size();
     const size_t es = sdk::dtype_bytes(t);
     if (count % uint64_t(n) == 0) {
-      check_nccl(ncclReduceScatter(send, recv, count / uint64_t(n), dt, redop(op), c.comm, stream_),
-                 "ncclReduceScatter");
+      check_nccl(
+          ncclReduceScatter(send, recv, count / uint64_t(n), dt, redop(op), c.state->comm, stream_),
+          "reduce_scatter: ncclReduceScatter");
     } else {
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
-      for (int j = 0; j < n; ++j) {
-        sdk::Block b = sdk::block_of(count, n, j);
-        check_nccl(ncclReduce(static_cast<const char*>(send) + b.offset * es, recv, b.size, dt,
-                              redop(op), j, c.comm, stream_),
-                   "ncclReduce");
-      }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      // Block j is reduced onto rank j; recv is used on the root only.
+      group("reduce_scatter", [&] {
+        for (int j = 0; j < n; ++j) {
+          sdk::Block b = sdk::block_of(count, n, j);
+          check_nccl(ncclReduce(static_cast<const char*>(send) + b.offset * es, recv, b.size, dt,
+                                redop(op), j, c.state->comm, stream_),
+                     "reduce_scatter: ncclReduce");
+        }
+      });
     }
     return record("reduce_scatter", c);
   }
@@ -160,19 +245,22 @@ class Nccl final : public sdk::TransportPlugin {
                                     uint64_t count, DLDataType t, DLDevice d) override {
     auto& c = comm(base);
     size_t es = movement("all_gather", t, d);
+    ready(c, "all_gather");
     const int n = c.size();
     if (count % uint64_t(n) == 0) {
-      check_nccl(ncclAllGather(send, recv, count / uint64_t(n) * es, ncclUint8, c.comm, stream_),
-                 "ncclAllGather");
+      check_nccl(
+          ncclAllGather(send, recv, count / uint64_t(n) * es, ncclUint8, c.state->comm, stream_),
+          "all_gather: ncclAllGather");
     } else {
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
-      for (int j = 0; j < n; ++j) {
-        sdk::Block b = sdk::block_of(count, n, j);
-        check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + b.offset * es, b.size * es,
-                                 ncclUint8, j, c.comm, stream_),
-                   "ncclBroadcast");
-      }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      // Block j is broadcast from rank j (in place when send == recv + offset(rank)).
+      group("all_gather", [&] {
+        for (int j = 0; j < n; ++j) {
+          sdk::Block b = sdk::block_of(count, n, j);
+          check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + b.offset * es, b.size * es,
+                                   ncclUint8, j, c.state->comm, stream_),
+                     "all_gather: ncclBroadcast");
+        }
+      });
     }
     return record("all_gather", c);
   }
@@ -182,59 +270,83 @@ class Nccl final : public sdk::TransportPlugin {
     auto& c = comm(base);
     size_t es = movement("broadcast", t, d);
     peer_check(c, root, "broadcast root");
-    check_nccl(ncclBroadcast(buf, buf, count * es, ncclUint8, root, c.comm, stream_),
-               "ncclBroadcast");
+    ready(c, "broadcast");
+    check_nccl(ncclBroadcast(buf, buf, count * es, ncclUint8, root, c.state->comm, stream_),
+               "broadcast: ncclBroadcast");
     return record("broadcast", c);
   }
 
   sdk::TransportRequest* send(sdk::TransportComm& base, const void* buf, uint64_t count,
                               DLDataType t, DLDevice d, int peer, uint32_t tag) override {
-    auto& c = comm(base);
-    size_t es = movement("send", t, d);
-    peer_check(c, peer, "send peer");
-    if (tag != 0) throw unsupported("send: nccl matches messages in order; use tag 0");
-    check_nccl(ncclSend(buf, count * es, ncclUint8, peer, c.comm, stream_), "ncclSend");
-    return record("send", c);
+    return p2p(true, base, const_cast<void*>(buf), count, t, d, peer, tag);
   }
 
   sdk::TransportRequest* recv(sdk::TransportComm& base, void* buf, uint64_t count, DLDataType t,
                               DLDevice d, int peer, uint32_t tag) override {
-    auto& c = comm(base);
-    size_t es = movement("recv", t, d);
-    peer_check(c, peer, "recv peer");
-    if (tag != 0) throw unsupported("recv: nccl matches messages in order; use tag 0");
-    check_nccl(ncclRecv(buf, count * es, ncclUint8, peer, c.comm, stream_), "ncclRecv");
-    return record("recv", c);
+    return p2p(false, base, buf, count, t, d, peer, tag);
   }
 
   sdk::TransportRequest* barrier(sdk::TransportComm& base) override {
     auto& c = comm(base);
+    ready(c, "barrier");
     // NCCL has no barrier: an all-reduce of one float is the cheapest collective.
-    check_nccl(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, c.comm, stream_),
-               "ncclAllReduce (barrier)");
+    check_nccl(
+        ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, c.state->comm, stream_),
+        "barrier: ncclAllReduce");
     return record("barrier", c);
   }
 
   bool test(sdk::TransportRequest& req) override {
-    auto& e = static_cast<Event&>(req);
-    cudaError_t st = cudaEventQuery(e.event);
-    if (st == cudaErrorNotReady) {
-      async_error(e);
-      return false;
+    flush();
+    auto& r = static_cast<Request&>(req);
+    if (!r.error.empty()) throw sdk::Error(r.error_status, r.what + ": " + r.error);
+    r.state->usable(r.what);
+    const cudaError_t st = cudaEventQuery(r.event);
+    if (st == cudaSuccess) return true;
+    if (st != cudaErrorNotReady) check_cuda(st, r.what);
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(r.state->comm, &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress) {
+      const std::string why = r.what + " failed: " + nccl_message(async);
+      r.state->abort(why);
+      throw sdk::Error(status_of(async), why + "; the NCCL communicator was aborted");
     }
-    check_cuda(st, e.what.c_str());
-    return true;
+    return false;
   }
 
   void wait(sdk::TransportRequest& req, int64_t timeout_ms) override {
-    auto& e = static_cast<Event&>(req);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (!test(e)) {
-      if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline)
-        throw sdk::timeout_error(e.what + " did not finish within " + std::to_string(timeout_ms) +
-                                 " ms (a peer may have stopped calling it)");
-      std::this_thread::yield();
+    auto& r = static_cast<Request&>(req);
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+    while (!test(r)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (timeout_ms >= 0 && now >= deadline) {
+        const std::string why = r.what + " did not finish within " + std::to_string(timeout_ms) +
+                                " ms (a peer may have stopped calling it)";
+        r.state->abort(why);
+        throw sdk::timeout_error(why +
+                                 "; the NCCL communicator was aborted, since NCCL cannot cancel "
+                                 "one operation: destroy it");
+      }
+      // Spin briefly (collectives usually finish within microseconds), then back off.
+      if (now - start < std::chrono::milliseconds(2))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  void request_free(sdk::TransportRequest* req) override {
+    auto* r = static_cast<Request*>(req);
+    const auto held =
+        std::find_if(pending_.begin(), pending_.end(), [&](const P2p& p) { return p.req == r; });
+    if (held != pending_.end()) {
+      pending_.erase(held);  // never started: nothing to abandon
+    } else if (r->started && r->error.empty() && r->state->comm &&
+               cudaEventQuery(r->event) == cudaErrorNotReady) {
+      r->state->abandoned = true;
+    }
+    delete r;
   }
 
  private:
@@ -246,6 +358,89 @@ class Nccl final : public sdk::TransportPlugin {
   }
 
   static ncclRedOp_t redop(int op) { return op == TRIAD_REDUCE_MAX ? ncclMax : ncclSum; }
+
+  // Before a collective: the communicator is usable and the held send/recv go first.
+  void ready(NcclComm& c, const char* op) {
+    c.state->usable(op);
+    flush();
+  }
+
+  // Runs `body` (NCCL calls) inside one group; the group is closed even when body throws.
+  template <class F>
+  void group(const char* op, F body) {
+    check_nccl(ncclGroupStart(), std::string(op) + ": ncclGroupStart");
+    try {
+      body();
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    check_nccl(ncclGroupEnd(), std::string(op) + ": ncclGroupEnd");
+  }
+
+  sdk::TransportRequest* p2p(bool is_send, sdk::TransportComm& base, void* buf, uint64_t count,
+                             DLDataType t, DLDevice d, int peer, uint32_t tag) {
+    const char* op = is_send ? "send" : "recv";
+    auto& c = comm(base);
+    size_t es = movement(op, t, d);
+    peer_check(c, peer, is_send ? "send peer" : "recv peer");
+    if (tag != 0)
+      throw unsupported(std::string(op) + ": nccl matches messages in order; use tag 0");
+    c.state->usable(op);
+    // One group holds one communicator's send/recv, in the order they were issued.
+    if (!pending_.empty() && pending_.front().req->state != c.state) flush();
+    auto* r = new Request(
+        std::string(op) + (is_send ? " to rank " : " from rank ") + std::to_string(peer), c.state);
+    pending_.push_back(P2p{is_send, buf, count * es, peer, r});
+    return r;
+  }
+
+  // Starts every held send/recv in one group. Never throws: a failure is kept in the requests
+  // and reported by their test/wait.
+  void flush() {
+    if (pending_.empty()) return;
+    std::vector<P2p> ops;
+    ops.swap(pending_);
+    CommState& s = *ops.front().req->state;
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) {
+      for (const P2p& p : ops) {
+        ncclResult_t e = p.send ? ncclSend(p.buf, p.bytes, ncclUint8, p.peer, s.comm, stream_)
+                                : ncclRecv(p.buf, p.bytes, ncclUint8, p.peer, s.comm, stream_);
+        if (e != ncclSuccess && r == ncclSuccess) r = e;
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      if (r == ncclSuccess) r = end;
+    }
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string why = "NCCL refused the grouped send/recv: " + nccl_message(r);
+      for (const P2p& p : ops) {
+        p.req->error = why;
+        p.req->error_status = status_of(r);
+      }
+      return;
+    }
+    for (const P2p& p : ops) {
+      const cudaError_t e = cudaEventRecord(p.req->event, stream_);
+      if (e != cudaSuccess) {
+        p.req->error = std::string("cudaEventRecord: ") + cudaGetErrorString(e);
+        p.req->error_status = TRIAD_ERR_INTERNAL;
+      }
+      p.req->started = true;
+    }
+  }
+
+  void drop_pending(const CommState& s, const std::string& why) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->req->state.get() == &s) {
+        it->req->error = why;
+        it->req->error_status = TRIAD_ERR_INVALID;
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 
   void device_check(const char* op, DLDevice d) const {
     if (sdk::memory_bit(d) != TRIAD_MEM_BIT_CUDA)
@@ -277,26 +472,18 @@ class Nccl final : public sdk::TransportPlugin {
                     std::to_string(c.size()) + "-rank communicator");
   }
 
-  Event* record(const char* what, NcclComm& c) {
-    auto* e = new Event(what, c.comm);
-    cudaError_t st = cudaEventRecord(e->event, stream_);
-    if (st != cudaSuccess) {
-      delete e;
-      check_cuda(st, "cudaEventRecord");
-    }
-    return e;
-  }
-
-  void async_error(const Event& e) const {
-    ncclResult_t r = ncclSuccess;
-    if (ncclCommGetAsyncError(e.comm, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
-      throw sdk::Error(TRIAD_ERR_INTERNAL, e.what + ": " + ncclGetErrorString(r));
+  Request* record(const char* what, NcclComm& c) {
+    auto r = std::make_unique<Request>(what, c.state);
+    check_cuda(cudaEventRecord(r->event, stream_), std::string(what) + ": cudaEventRecord");
+    r->started = true;
+    return r.release();
   }
 
   sdk::Services services_;
   long long setup_timeout_ms_ = 120000;
   cudaStream_t stream_ = nullptr, own_stream_ = nullptr;
   void* barrier_buf_ = nullptr;
+  std::vector<P2p> pending_;  // held send/recv, all on one communicator
 };
 
 }  // namespace

@@ -99,8 +99,10 @@ struct Config {
   PluginChoice attention{"naive", {}, "attention"};
   PluginChoice transport{"ucx", {}, "transport"};
   OutputConfig output;
-  std::string device = "cpu";      // cpu (cuda comes with the GPU issue)
+  std::string device = "cpu";      // cpu | cuda
   std::string precision = "fp32";  // fp32
+  bool allow_tf32 = false;         // fp32 GEMMs on the GPU may use TF32 tensor cores
+  double peak_tflops = 0;          // the device's peak for MFU; 0 = known GPUs' table
   std::string source_path;         // the YAML file it was read from
 };
 

@@ -23,6 +23,9 @@ class Device {
   virtual std::string name() const = 0;
   // The stream plugins must order their work on (cudaStream_t); null on the CPU.
   virtual void* stream() const { return nullptr; }
+  // Dense peak TFLOP/s of the unit this precision's GEMMs run on ("fp32" with or without TF32,
+  // "bf16", "fp16"), from a table of known devices; 0 when unknown (MFU is then not reported).
+  virtual double peak_tflops(const std::string& /*precision*/, bool /*tf32*/) const { return 0; }
 
   // Memory. to_device/to_host copy between host memory and this device's memory; copy and
   // fill_zero stay on the device. to_host returns once the bytes are on the host.
@@ -85,8 +88,15 @@ class Device {
 // build or machine cannot provide. allow_tf32: fp32 GEMMs may use TF32 tensor cores.
 std::unique_ptr<Device> make_device(const std::string& name, int local_rank = 0,
                                     bool allow_tf32 = false);
-// True when this build has the CUDA device (whether or not a GPU is present).
-bool cuda_device_built();
+// True when this build has the CUDA device (whether or not a GPU is present). TRIAD_HAVE_CUDA is
+// defined for the whole build where nvcc was found.
+constexpr bool cuda_device_built() {
+#ifdef TRIAD_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
 // An owned, zero-initialised array of T on a device.
 template <class T>

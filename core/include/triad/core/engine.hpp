@@ -36,7 +36,9 @@ double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int tr
 
 struct StepRecord {
   int step = 0;
-  double loss = 0, lr = 0, grad_norm = 0, ms = 0, samples_per_s = 0, tokens_per_s = 0, tflops = 0;
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0, samples_per_s = 0, tokens_per_s = 0;
+  double tflops = 0;  // per device (Megatron's formula over the job, divided by the ranks)
+  double mfu = 0;     // tflops / the device's peak; 0 when the peak is unknown
   size_t peak_bytes = 0;
 };
 

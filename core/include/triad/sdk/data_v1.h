@@ -9,7 +9,10 @@
  *                                the gradient arena is final (layers finish back to front);
  *                                ranges never overlap and together cover the arena once
  *   finish_grads()               before the optimizer: every reduction is complete, and the
- *                                gradients of the owned range are averaged over the group
+ *                                gradients of the owned range hold the SUM over the group
+ *                                (the core has already scaled each rank's gradients by
+ *                                1/dp_size, so that sum is the mean; a plugin never divides,
+ *                                and never touches tensor memory, which may be on a GPU)
  *   owned_range()                the range this rank steps the optimizer on
  *   after_step(params)           after the optimizer: parameters made whole again (stage 1+:
  *                                all-gather of the owned shards; stage 0: nothing)
@@ -34,8 +37,8 @@ typedef struct triad_comm_ref_v1 {
 } triad_comm_ref_v1;
 
 typedef struct triad_data_caps_v1 {
-  uint32_t stages;         /* bit (1u << s) for each ZeRO stage s the plugin implements */
-  uint32_t transport_ops;  /* TRIAD_TRANSPORT_OP_* bits the configured stage needs */
+  uint32_t stages;        /* bit (1u << s) for each ZeRO stage s the plugin implements */
+  uint32_t transport_ops; /* TRIAD_TRANSPORT_OP_* bits the configured stage needs */
 } triad_data_caps_v1;
 
 typedef struct triad_data_setup_v1 {

@@ -1,0 +1,221 @@
+// Naive attention in fp32, as plugins/attention/naive (the CPU reference): for one batch element
+// at a time, the H (T x T) score matrices go to the workspace through one strided-batched GEMM
+// over the heads, a warp-per-row kernel softmaxes them (causal mask, lse), and a second batched
+// GEMM multiplies by V. Backward recomputes P from the lse and runs four more batched GEMMs.
+//
+// Column-major bookkeeping (see blas.cuh): a head's (T,D) rows of q/k/v/out, D contiguous with
+// row stride st, is the column-major (D,T) matrix with leading dim st; heads are st apart in
+// the batch (stride sh). The workspace's row-major (T,T) matrix M[i][j] (query i, key j) is the
+// column-major (T_j, T_i) matrix with leading dim T, i.e. M^T; heads are T*T apart.
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "blas.cuh"
+#include "common.cuh"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad::kernels::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = detail::kThreads / 32;
+
+// Row `row` = h*T + i of the scores S (T x T per head, in place): P = softmax over the keys
+// j < n (n = i + 1 causal, T otherwise), masked entries 0; lse = log sum exp(S).
+__global__ void softmax_rows_kernel(float* S, float* lse, int T, int rows, bool causal) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int i = row % T;
+  const int n = causal ? i + 1 : T;
+  float* s = S + size_t(row) * T;
+  float m = -INFINITY;
+  for (int j = lane; j < n; j += 32) m = fmaxf(m, s[j]);
+  m = detail::warp_max(m);
+  float sum = 0.0f;
+  for (int j = lane; j < n; j += 32) sum += expf(s[j] - m);
+  sum = detail::warp_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int j = lane; j < T; j += 32) s[j] = j < n ? expf(s[j] - m) * inv : 0.0f;
+  if (lane == 0) lse[row] = m + logf(sum);
+}
+
+// P = exp(S - lse) in place (masked entries 0), H*T*T elements of one batch element.
+__global__ void probs_from_lse_kernel(float* S, const float* lse, int T, size_t total,
+                                      bool causal) {
+  for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += size_t(gridDim.x) * blockDim.x) {
+    const int j = static_cast<int>(e % T);
+    const size_t row = e / T;
+    const int i = static_cast<int>(row % T);
+    S[e] = (!causal || j <= i) ? expf(S[e] - lse[row]) : 0.0f;
+  }
+}
+
+// dP (in place) -> dS = P o (dP - rowsum(dO o O)), one warp per row h*T + i.
+__global__ void softmax_backward_rows_kernel(float* dP, const float* P, const float* out,
+                                             int64_t out_sh, int64_t out_st, const float* dout,
+                                             int64_t dout_sh, int64_t dout_st, int T, int D,
+                                             int rows, bool causal) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int h = row / T, i = row % T;
+  const float* o = out + h * out_sh + i * out_st;
+  const float* d = dout + h * dout_sh + i * dout_st;
+  float di = 0.0f;
+  for (int c = lane; c < D; c += 32) di += d[c] * o[c];
+  di = detail::warp_sum(di);
+  const int n = causal ? i + 1 : T;
+  const float* p = P + size_t(row) * T;
+  float* ds = dP + size_t(row) * T;
+  for (int j = lane; j < T; j += 32) ds[j] = j < n ? p[j] * (ds[j] - di) : 0.0f;
+}
+
+float* at(const HeadView& v, int b) {
+  return v.data + b * v.sb;
+}
+
+size_t scores_bytes(int H, int T) {
+  return size_t(H) * size_t(T) * size_t(T) * sizeof(float);
+}
+
+float* require_workspace(void* ws, size_t have, size_t need, const char* name) {
+  if (need && (!ws || have < need))
+    throw std::runtime_error(std::string(name) + ": workspace of " + std::to_string(have) +
+                             " bytes is smaller than the " + std::to_string(need) +
+                             " bytes attention_naive_workspace_bytes asks for");
+  return static_cast<float*>(ws);
+}
+
+bool empty_or_bad(int B, int H, int T, int D, const char* name) {
+  if (B < 0 || H < 0 || T < 0 || D < 1)
+    throw std::runtime_error(std::string(name) + ": bad shape B=" + std::to_string(B) +
+                             " H=" + std::to_string(H) + " T=" + std::to_string(T) +
+                             " D=" + std::to_string(D));
+  return B == 0 || H == 0 || T == 0;
+}
+
+// S_h = scale * Q_h K_h^T for every head of batch element b, into S (H x T x T).
+// Column-major S_h^T (T_j,T_i) = K_h^T (T_j,D) @ Q_h (D,T_i): A = K transposed, B = Q.
+void scores(Blas& blas, float* S, const HeadView& q, const HeadView& k, int b, int H, int T, int D,
+            float scale, const char* name) {
+  detail::Gemm g;
+  g.ta = true;
+  g.m = T, g.n = T, g.k = D;
+  g.alpha = scale;
+  g.A = at(k, b), g.lda = k.st;
+  g.B = at(q, b), g.ldb = q.st;
+  g.beta = 0.0f;
+  g.C = S, g.ldc = T;
+  detail::gemm_strided_batched(blas, g, k.sh, q.sh, int64_t(T) * T, H, name);
+}
+
+}  // namespace
+
+// Backward holds P and dP of one batch element (forward uses the first half only).
+size_t attention_naive_workspace_bytes(int /*B*/, int H, int T, int /*D*/) {
+  if (H <= 0 || T <= 0) return 0;
+  return 2 * scores_bytes(H, T);
+}
+
+void attention_naive_forward(Blas& blas, HeadView out, float* lse, HeadView q, HeadView k,
+                             HeadView v, int B, int H, int T, int D, bool causal, float scale,
+                             void* workspace, size_t workspace_bytes) {
+  const char* name = "attention_naive_forward";
+  if (empty_or_bad(B, H, T, D, name)) return;
+  float* S = require_workspace(workspace, workspace_bytes, scores_bytes(H, T), name);
+  const int rows = H * T;
+  const unsigned blocks = static_cast<unsigned>(detail::ceil_div(rows, kRowsPerBlock));
+  for (int b = 0; b < B; ++b) {
+    scores(blas, S, q, k, b, H, T, D, scale, name);
+    softmax_rows_kernel<<<blocks, detail::kThreads, 0, blas.stream()>>>(S, lse + size_t(b) * H * T,
+                                                                        T, rows, causal);
+    detail::check_launch(name);
+    // out_h (T_i,D) = P_h (T_i,T_j) @ V_h (T_j,D). Column-major: out_h (D,T_i) =
+    // V_h (D,T_j) @ P_h^T (T_j,T_i), and P_h^T is how the workspace stores P_h: no transposes.
+    detail::Gemm g;
+    g.m = D, g.n = T, g.k = T;
+    g.A = at(v, b), g.lda = v.st;
+    g.B = S, g.ldb = T;
+    g.beta = 0.0f;
+    g.C = at(out, b), g.ldc = out.st;
+    detail::gemm_strided_batched(blas, g, v.sh, int64_t(T) * T, out.sh, H, name);
+  }
+}
+
+void attention_naive_backward(Blas& blas, HeadView dq, HeadView dk, HeadView dv, HeadView q,
+                              HeadView k, HeadView v, HeadView out, const float* lse, HeadView dout,
+                              int B, int H, int T, int D, bool causal, float scale, void* workspace,
+                              size_t workspace_bytes) {
+  const char* name = "attention_naive_backward";
+  if (empty_or_bad(B, H, T, D, name)) return;
+  float* P = require_workspace(workspace, workspace_bytes, 2 * scores_bytes(H, T), name);
+  float* dP = P + size_t(H) * T * T;
+  const int rows = H * T;
+  const unsigned blocks = static_cast<unsigned>(detail::ceil_div(rows, kRowsPerBlock));
+  const size_t elems = size_t(H) * T * T;
+  for (int b = 0; b < B; ++b) {
+    // P = exp(scale Q K^T - lse), recomputed.
+    scores(blas, P, q, k, b, H, T, D, scale, name);
+    probs_from_lse_kernel<<<detail::grid_for(elems), detail::kThreads, 0, blas.stream()>>>(
+        P, lse + size_t(b) * H * T, T, elems, causal);
+    detail::check_launch(name);
+    {
+      // dV_h (T_j,D) = P_h^T (T_j,T_i) @ dO_h (T_i,D). Column-major: dV_h (D,T_j) =
+      // dO_h (D,T_i) @ P_h (T_i,T_j); the workspace holds P_h^T, so B is transposed.
+      detail::Gemm g;
+      g.tb = true;
+      g.m = D, g.n = T, g.k = T;
+      g.A = at(dout, b), g.lda = dout.st;
+      g.B = P, g.ldb = T;
+      g.beta = 0.0f;
+      g.C = at(dv, b), g.ldc = dv.st;
+      detail::gemm_strided_batched(blas, g, dout.sh, int64_t(T) * T, dv.sh, H, name);
+    }
+    {
+      // dP_h (T_i,T_j) = dO_h (T_i,D) @ V_h^T (D,T_j). Column-major, stored as dP_h^T (T_j,T_i)
+      // = V_h^T (T_j,D) @ dO_h (D,T_i): A = V transposed, B = dO.
+      detail::Gemm g;
+      g.ta = true;
+      g.m = T, g.n = T, g.k = D;
+      g.A = at(v, b), g.lda = v.st;
+      g.B = at(dout, b), g.ldb = dout.st;
+      g.beta = 0.0f;
+      g.C = dP, g.ldc = T;
+      detail::gemm_strided_batched(blas, g, v.sh, dout.sh, int64_t(T) * T, H, name);
+    }
+    softmax_backward_rows_kernel<<<blocks, detail::kThreads, 0, blas.stream()>>>(
+        dP, P, at(out, b), out.sh, out.st, at(dout, b), dout.sh, dout.st, T, D, rows, causal);
+    detail::check_launch(name);
+    // dP now holds dS (unscaled); the softmax scale enters as alpha.
+    {
+      // dQ_h (T_i,D) = scale dS_h (T_i,T_j) @ K_h (T_j,D). Column-major: dQ_h (D,T_i) =
+      // K_h (D,T_j) @ dS_h^T (T_j,T_i), and dS_h^T is how the workspace stores dS_h.
+      detail::Gemm g;
+      g.m = D, g.n = T, g.k = T;
+      g.alpha = scale;
+      g.A = at(k, b), g.lda = k.st;
+      g.B = dP, g.ldb = T;
+      g.beta = 0.0f;
+      g.C = at(dq, b), g.ldc = dq.st;
+      detail::gemm_strided_batched(blas, g, k.sh, int64_t(T) * T, dq.sh, H, name);
+    }
+    {
+      // dK_h (T_j,D) = scale dS_h^T (T_j,T_i) @ Q_h (T_i,D). Column-major: dK_h (D,T_j) =
+      // Q_h (D,T_i) @ dS_h (T_i,T_j); the workspace holds dS_h^T, so B is transposed.
+      detail::Gemm g;
+      g.tb = true;
+      g.m = D, g.n = T, g.k = T;
+      g.alpha = scale;
+      g.A = at(q, b), g.lda = q.st;
+      g.B = dP, g.ldb = T;
+      g.beta = 0.0f;
+      g.C = at(dk, b), g.ldc = dk.st;
+      detail::gemm_strided_batched(blas, g, q.sh, int64_t(T) * T, dk.sh, H, name);
+    }
+  }
+}
+
+}  // namespace triad::kernels::cuda

@@ -1,0 +1,250 @@
+// The Blas handles and the fully connected layer: out = inp @ weight^T + bias through cuBLASLt
+// (bias fused as its BIAS epilogue); backward accumulates with beta = 1, and the bias gradient
+// is a deterministic column sum (the BGRADB epilogue overwrites, and the contract is +=).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <cstdint>
+
+#include "blas.cuh"
+#include "column_sums.cuh"
+#include "common.cuh"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+void release(void* lt, void* blas, void* workspace) {
+  if (workspace) cudaFree(workspace);
+  if (blas) cublasDestroy(static_cast<cublasHandle_t>(blas));
+  if (lt) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt));
+}
+
+// The largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
+uint32_t alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0) return 256;
+  const uintptr_t low = a & (~a + 1);
+  return low >= 256 ? 256u : static_cast<uint32_t>(low);
+}
+
+// The cuBLASLt descriptors of one call, destroyed together.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v,
+              const char* name) {
+  detail::check_cublas(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), name);
+}
+template <class T>
+void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const T& v,
+              const char* name) {
+  detail::check_cublas(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), name);
+}
+
+// False when cuBLASLt has no algorithm for this problem (the caller falls back).
+bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
+  using detail::check_cublas;
+  LtCall call;
+  check_cublas(cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas), CUDA_R_32F), name);
+  const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, name);
+  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, name);
+  if (g.bias) {
+    // The bias pointer is set before the heuristic, which reads its alignment from it.
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, name);
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias), name);
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F, name);
+  }
+  // Stored shapes (before op): A is (m,k) or (k,m), B is (k,n) or (n,k).
+  check_cublas(
+      cublasLtMatrixLayoutCreate(&call.a, CUDA_R_32F, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda),
+      name);
+  check_cublas(
+      cublasLtMatrixLayoutCreate(&call.b, CUDA_R_32F, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb),
+      name);
+  check_cublas(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, g.m, g.n, g.ldc), name);
+  check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), name);
+  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(blas.workspace_bytes()),
+           name);
+  // Arena offsets are arbitrary: tell the heuristic the alignment the pointers really have
+  // (its default assumes 256 bytes).
+  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.A), name);
+  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.B), name);
+  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.C), name);
+  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.C), name);
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+      static_cast<cublasLtHandle_t>(blas.lt_handle()), call.op, call.a, call.b, call.c, call.c,
+      call.pref, 1, &heuristic, &found);
+  // No algorithm (NOT_SUPPORTED, or none found): cublasGemmEx takes any alignment, and reports
+  // a problem that is really invalid with its own status.
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  // C and D are the same matrix (in place; with beta = 0 C is not read).
+  check_cublas(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.lt_handle()), call.op, &g.alpha, g.A,
+                     call.a, g.B, call.b, &g.beta, g.C, call.c, g.C, call.c, &heuristic.algo,
+                     blas.workspace(), blas.workspace_bytes(), blas.stream()),
+      name);
+  return true;
+}
+
+// C (m,n) column-major: every column is the bias (m); null bias -> zeros.
+__global__ void seed_bias_kernel(float* c, const float* bias, int m, int n, int64_t ldc) {
+  const size_t total = size_t(m) * n;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int row = static_cast<int>(i % m);
+    const size_t col = i / m;
+    c[col * ldc + row] = bias ? bias[row] : 0.0f;
+  }
+}
+
+void seed_bias(float* c, const float* bias, int m, int n, int64_t ldc, cudaStream_t stream,
+               const char* name) {
+  seed_bias_kernel<<<detail::grid_for(size_t(m) * n), detail::kThreads, 0, stream>>>(c, bias, m, n,
+                                                                                     ldc);
+  detail::check_launch(name);
+}
+
+// dbias (OC) += sum_n dout (N,OC).
+struct BiasGradTerm {
+  static constexpr int kSums = 1;
+  const float* dout;
+  int OC;
+  __device__ void add(int n, int o, double* acc) const { acc[0] += dout[size_t(n) * OC + o]; }
+};
+
+}  // namespace
+
+Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t handle = nullptr;
+  void* ws = nullptr;
+  try {
+    detail::check_cublas(cublasLtCreate(&lt), "Blas: cublasLtCreate");
+    detail::check_cublas(cublasCreate(&handle), "Blas: cublasCreate");
+    // cublasSetStream resets the workspace to the library's pool, so the workspace comes after.
+    detail::check_cublas(cublasSetStream(handle, stream), "Blas: cublasSetStream");
+    detail::check_cuda(cudaMalloc(&ws, kWorkspaceBytes), "Blas: workspace cudaMalloc");
+    detail::check_cublas(cublasSetWorkspace(handle, ws, kWorkspaceBytes),
+                         "Blas: cublasSetWorkspace");
+  } catch (...) {
+    release(lt, handle, ws);
+    throw;
+  }
+  lt_ = lt;
+  blas_ = handle;
+  workspace_ = ws;
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+Blas::~Blas() {
+  // The workspace may still be in use by queued GEMMs; cudaFree waits for the device.
+  release(lt_, blas_, workspace_);
+}
+
+namespace detail {
+
+void gemm(Blas& blas, const Gemm& g, const char* name) {
+  if (lt_gemm(blas, g, name)) return;
+  Gemm h = g;
+  if (g.bias) {
+    seed_bias(g.C, g.bias, g.m, g.n, g.ldc, blas.stream(), name);
+    h.beta = 1.0f;  // the bias path is only used for out = op + bias (beta 0)
+  }
+  check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(blas.blas_handle()),
+                            g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
+                            g.n, g.k, &h.alpha, g.A, CUDA_R_32F, static_cast<int>(g.lda), g.B,
+                            CUDA_R_32F, static_cast<int>(g.ldb), &h.beta, g.C, CUDA_R_32F,
+                            static_cast<int>(g.ldc), compute_type(blas), CUBLAS_GEMM_DEFAULT),
+               name);
+}
+
+void gemm_strided_batched(Blas& blas, const Gemm& g, int64_t stride_a, int64_t stride_b,
+                          int64_t stride_c, int batch, const char* name) {
+  check_cublas(
+      cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(blas.blas_handle()),
+                                 g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, static_cast<int>(g.lda),
+                                 stride_a, g.B, CUDA_R_32F, static_cast<int>(g.ldb), stride_b,
+                                 &g.beta, g.C, CUDA_R_32F, static_cast<int>(g.ldc), stride_c, batch,
+                                 compute_type(blas), CUBLAS_GEMM_DEFAULT),
+      name);
+}
+
+}  // namespace detail
+
+void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
+                    const float* bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C <= 0) {  // an empty sum: out is the bias (or zero)
+    seed_bias(out, bias, OC, N, OC, blas.stream(), "matmul_forward");
+    return;
+  }
+  // Column-major: inp is (C,N), weight is (C,OC), out is (OC,N), all with leading dim = rows.
+  // out (OC,N) = weight^T (OC,C) @ inp (C,N): A = weight transposed, B = inp as stored.
+  detail::Gemm g;
+  g.ta = true;
+  g.m = OC, g.n = N, g.k = C;
+  g.A = weight, g.lda = C;
+  g.B = inp, g.ldb = C;
+  g.beta = 0.0f;
+  g.C = out, g.ldc = OC;
+  g.bias = bias;  // length m = OC, added to every column (row n of the row-major out)
+  detail::gemm(blas, g, "matmul_forward");
+}
+
+void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C > 0 && dinp) {
+    // dinp (N,C) += dout (N,OC) @ weight (OC,C). Column-major: dinp is (C,N), weight is (C,OC),
+    // dout is (OC,N): dinp (C,N) += weight (C,OC) @ dout (OC,N), no transposes.
+    detail::Gemm g;
+    g.m = C, g.n = N, g.k = OC;
+    g.A = weight, g.lda = C;
+    g.B = dout, g.ldb = OC;
+    g.beta = 1.0f;
+    g.C = dinp, g.ldc = C;
+    detail::gemm(blas, g, "matmul_backward dinp");
+  }
+  if (C > 0 && dweight) {
+    // dweight (OC,C) += dout^T (OC,N) @ inp (N,C). Column-major: dweight is (C,OC), inp is
+    // (C,N), dout is (OC,N): dweight (C,OC) += inp (C,N) @ dout^T (N,OC).
+    detail::Gemm g;
+    g.tb = true;
+    g.m = C, g.n = OC, g.k = N;
+    g.A = inp, g.lda = C;
+    g.B = dout, g.ldb = OC;
+    g.beta = 1.0f;
+    g.C = dweight, g.ldc = C;
+    detail::gemm(blas, g, "matmul_backward dweight");
+  }
+  if (dbias) {
+    detail::ColumnDst<1> dst{{dbias}};
+    detail::add_column_sums(dst, BiasGradTerm{dout, OC}, N, OC, blas.stream(),
+                            "matmul_backward dbias");
+  }
+}
+
+}  // namespace triad::kernels::cuda

@@ -1,0 +1,175 @@
+// Token + position embedding (llm.c encoder_forward/backward). The backward is deterministic
+// without float atomics: each block owns a chunk of vocabulary rows, scans every token in
+// order, keeps those in its chunk, groups them by row (stably) and adds their dout rows into
+// the dwte row in token order. That is the CPU's summation order, so dwte is bit-identical to
+// kernels::cpu on every run.
+#include <cstddef>
+#include <cstdint>
+
+#include "common.cuh"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad::kernels::cuda {
+namespace {
+
+// out[i] for i in [4j, 4j + kW): one float (kW = 1) or one float4 (kW = 4, C % 4 == 0 and
+// every pointer 16-byte aligned) per step.
+template <int kW>
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+                                         const float* wpe, int T, int C, size_t groups) {
+  for (size_t g = size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += size_t(gridDim.x) * blockDim.x) {
+    const size_t i = g * kW;
+    const size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const float* w = wte + size_t(tokens[bt]) * C + c;
+    const float* p = wpe ? wpe + (bt % T) * C + c : nullptr;
+    if constexpr (kW == 4) {
+      float4 v = detail::load4(w);
+      if (p) {
+        const float4 q = detail::load4(p);
+        v.x += q.x, v.y += q.y, v.z += q.z, v.w += q.w;
+      }
+      detail::store4(out + i, v);
+    } else {
+      out[i] = p ? *w + *p : *w;
+    }
+  }
+}
+
+constexpr int kChunkRows = 64;    // vocabulary rows owned by one block
+constexpr int kSegment = 2048;    // matching tokens held before they are added in
+constexpr int kBwdThreads = 256;  // <= kSegment (one tile of tokens always fits)
+constexpr int kBwdWarps = kBwdThreads / 32;
+
+struct EmbeddingShared {
+  int bt[kSegment];      // matching token positions, in order
+  int row[kSegment];     // their row within the chunk
+  int sorted[kSegment];  // positions grouped by row, stable
+  int start[kChunkRows + 1];
+  int cursor[kChunkRows];
+  int warp_hits[kBwdWarps];
+};
+
+// Adds the segment's `len` positions into the chunk's dwte rows. Called by the whole block.
+__device__ void flush_segment(EmbeddingShared& sh, int len, float* dwte, const float* dout, int C,
+                              int v0, int rows) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  for (int r = tid; r < kChunkRows; r += blockDim.x) sh.cursor[r] = 0;
+  __syncthreads();
+  for (int i = tid; i < len; i += blockDim.x) atomicAdd(&sh.cursor[sh.row[i]], 1);  // exact
+  __syncthreads();
+  if (tid == 0) {
+    sh.start[0] = 0;
+    for (int r = 0; r < kChunkRows; ++r) sh.start[r + 1] = sh.start[r] + sh.cursor[r];
+  }
+  __syncthreads();
+  // Stable counting sort by one warp, 32 positions at a time in order: a lane's slot is its
+  // row's cursor plus the number of earlier lanes with the same row.
+  if (tid < 32) {
+    for (int r = lane; r < kChunkRows; r += 32) sh.cursor[r] = sh.start[r];
+    __syncwarp();
+    for (int base = 0; base < len; base += 32) {
+      const int i = base + lane;
+      const int r = i < len ? sh.row[i] : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, r);
+      const int rank = __popc(peers & ((1u << lane) - 1u));
+      if (r >= 0) sh.sorted[sh.cursor[r] + rank] = sh.bt[i];
+      __syncwarp();
+      if (r >= 0 && (peers >> lane) == 1u) sh.cursor[r] += __popc(peers);  // last of its group
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  for (int r = 0; r < rows; ++r) {
+    const int s0 = sh.start[r], s1 = sh.start[r + 1];
+    if (s0 == s1) continue;
+    float* dw = dwte + size_t(v0 + r) * C;
+    for (int c = tid; c < C; c += blockDim.x) {
+      float acc = dw[c];
+      for (int e = s0; e < s1; ++e) acc += dout[size_t(sh.sorted[e]) * C + c];
+      dw[c] = acc;
+    }
+  }
+  __syncthreads();  // the segment's arrays are reused
+}
+
+__global__ void __launch_bounds__(kBwdThreads)
+    embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* tokens, int BT,
+                                  int C, int V) {
+  __shared__ EmbeddingShared sh;
+  const int v0 = blockIdx.x * kChunkRows;
+  const int rows = min(kChunkRows, V - v0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int len = 0;  // the same in every thread
+  for (int base = 0; base < BT; base += blockDim.x) {
+    const int bt = base + threadIdx.x;
+    const int tok = bt < BT ? tokens[bt] : -1;
+    const bool hit = tok >= v0 && tok < v0 + rows;  // tokens outside [0, V) belong to no block
+    // Order-preserving compaction: hits in earlier warps, then earlier lanes, come first.
+    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) sh.warp_hits[warp] = __popc(ballot);
+    __syncthreads();
+    int before = __popc(ballot & ((1u << lane) - 1u)), total = 0;
+    for (int w = 0; w < kBwdWarps; ++w) {
+      if (w < warp) before += sh.warp_hits[w];
+      total += sh.warp_hits[w];
+    }
+    if (len + total > kSegment) {
+      flush_segment(sh, len, dwte, dout, C, v0, rows);
+      len = 0;
+    }
+    if (hit) {
+      sh.bt[len + before] = bt;
+      sh.row[len + before] = tok - v0;
+    }
+    len += total;
+    __syncthreads();  // warp_hits is rewritten by the next tile
+  }
+  if (len > 0) flush_segment(sh, len, dwte, dout, C, v0, rows);
+}
+
+// dwpe[t, c] += sum_b dout[b, t, c], b in order (the CPU's order).
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+  const size_t total = size_t(T) * C;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; ++b) acc += dout[size_t(b) * total + i];
+    dwpe[i] = acc;
+  }
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const size_t n = size_t(B) * T * C;
+  const bool vec = C % 4 == 0 && detail::misalign(out) == 0 && detail::misalign(wte) == 0 &&
+                   (!wpe || detail::misalign(wpe) == 0);
+  if (vec)
+    embedding_forward_kernel<4><<<detail::grid_for(n / 4), detail::kThreads, 0, stream>>>(
+        out, tokens, wte, wpe, T, C, n / 4);
+  else
+    embedding_forward_kernel<1>
+        <<<detail::grid_for(n), detail::kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
+  detail::check_launch("embedding_forward");
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C, int V, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  if (V > 0) {
+    embedding_backward_wte_kernel<<<static_cast<unsigned>(detail::ceil_div(V, kChunkRows)),
+                                    kBwdThreads, 0, stream>>>(dwte, dout, tokens, B * T, C, V);
+    detail::check_launch("embedding_backward dwte");
+  }
+  if (dwpe) {
+    embedding_backward_wpe_kernel<<<detail::grid_for(size_t(T) * C), detail::kThreads, 0, stream>>>(
+        dwpe, dout, B, T, C);
+    detail::check_launch("embedding_backward dwpe");
+  }
+}
+
+}  // namespace triad::kernels::cuda

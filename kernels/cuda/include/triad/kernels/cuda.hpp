@@ -1,0 +1,116 @@
+// CUDA kernels: pure compute, free functions on device pointers with an explicit stream (no
+// devices-with-owners, configs or plugins). The same forward/backward pairs, argument order and
+// semantics as triad/kernels/cpu.hpp: every backward ACCUMULATES (+=) into its gradient outputs
+// unless it says "overwrites". Everything is asynchronous on `stream` unless it says otherwise.
+// Errors (a failed launch, a cuBLAS status) throw std::runtime_error naming the kernel.
+// fp32 storage and fp32 arithmetic here; matmuls go through cuBLASLt.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace triad::kernels::cuda {
+
+// cuBLAS/cuBLASLt handles and a GEMM workspace, bound to one stream. Not thread-safe; one per
+// device object. allow_tf32: let fp32 GEMMs use TF32 tensor cores (faster, ~1e-3 relative);
+// off, they compute in full fp32 and reproduce the CPU to rounding.
+class Blas {
+ public:
+  explicit Blas(cudaStream_t stream, bool allow_tf32 = false);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  cudaStream_t stream() const { return stream_; }
+  bool allow_tf32() const { return allow_tf32_; }
+  void* lt_handle() const { return lt_; }      // cublasLtHandle_t
+  void* blas_handle() const { return blas_; }  // cublasHandle_t
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  cudaStream_t stream_;
+  bool allow_tf32_;
+  void* lt_ = nullptr;
+  void* blas_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Token + position embedding. out (B,T,C); tokens (B,T) on the device; wte (V,C); wpe (maxT,C)
+// or null (rotary positions).
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, cudaStream_t stream);
+// Deterministic (no float atomics on wte rows): the same result on every run.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C, int V, cudaStream_t stream);
+
+// LayerNorm over the last dim. inp/out (N,C); weight/bias (C); mean/rstd (N) saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps, cudaStream_t stream);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C, cudaStream_t stream);
+
+// out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC); bias may be null. Overwrites out.
+void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
+                    const float* bias, int N, int C, int OC);
+// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
+// Any of dinp, dweight, dbias may be null (skipped).
+void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+
+// GELU, tanh approximation (GPT-2).
+void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+
+// out = a + b (out may alias a or b); da += dout, db += dout.
+void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream);
+
+// Fused softmax + cross-entropy over the vocabulary. logits (N,V); targets (N) on the device.
+// Writes losses (N) and lse (N).
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                          int N, int V, cudaStream_t stream);
+// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)); may alias logits.
+void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream);
+
+// Rotary embedding in place on a strided (B,T,H,D) view, as kernels::cpu::rope_forward.
+void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                  double base, cudaStream_t stream);
+void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                   double base, cudaStream_t stream);
+
+// AdamW (decoupled weight decay, PyTorch semantics) on a flat range; step t starts at 1.
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t,
+                  cudaStream_t stream);
+
+// *out (one double on the device) OVERWRITES with sum(x) / sum(x*x), accumulated in double.
+void sum(double* out, const float* x, size_t n, cudaStream_t stream);
+void sum_squares(double* out, const float* x, size_t n, cudaStream_t stream);
+// x *= s, with s read from the host.
+void scale_inplace(float* x, size_t n, float s, cudaStream_t stream);
+// x[i] = value.
+void fill(float* x, size_t n, float value, cudaStream_t stream);
+
+// Naive attention: scores in a workspace, cuBLAS batched GEMMs + a softmax kernel. A (B,H,T,D)
+// view has element strides sb, sh, st (D contiguous). lse (B,H,T) contiguous fp32, natural log.
+struct HeadView {
+  float* data;
+  int64_t sb, sh, st;
+};
+size_t attention_naive_workspace_bytes(int B, int H, int T, int D);
+// out, lse OVERWRITE.
+void attention_naive_forward(Blas& blas, HeadView out, float* lse, HeadView q, HeadView k,
+                             HeadView v, int B, int H, int T, int D, bool causal, float scale,
+                             void* workspace, size_t workspace_bytes);
+// dq, dk, dv OVERWRITE.
+void attention_naive_backward(Blas& blas, HeadView dq, HeadView dk, HeadView dv, HeadView q,
+                              HeadView k, HeadView v, HeadView out, const float* lse, HeadView dout,
+                              int B, int H, int T, int D, bool causal, float scale, void* workspace,
+                              size_t workspace_bytes);
+
+}  // namespace triad::kernels::cuda

@@ -1,0 +1,170 @@
+// Helpers for the CUDA kernel tests: a fixture that skips without a GPU, device arrays at
+// arbitrary element offsets with guard regions, seeded random data and norm-wise comparison.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace triad::kernels::cuda::test {
+
+using Vec = std::vector<double>;
+using FVec = std::vector<float>;
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+inline bool have_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();  // clear "no device" / "no driver"
+  return e == cudaSuccess && n > 0;
+}
+
+// Every test: skip without a device, else a fresh non-default stream.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  }
+  void TearDown() override {
+    if (stream) cudaStreamDestroy(stream);
+  }
+  void sync() { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+  cudaStream_t stream = nullptr;
+};
+
+// A float bit pattern that no kernel computes, written around (and, by poison(), over) arrays.
+constexpr uint32_t kGuardBits = 0x7fc0dead;  // a quiet NaN with a payload
+constexpr size_t kGuard = 16;                // guard elements after the array
+
+// n elements of T starting `offset` elements into a 256-byte-aligned allocation, so float4
+// alignment can be broken on purpose; `offset` + kGuard guard elements surround the array.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n, size_t offset = 0) : n_(n), offset_(offset) {
+    check(cudaMalloc(&base_, total() * sizeof(T)), "cudaMalloc");
+    std::vector<uint32_t> pattern(total() * sizeof(T) / 4, kGuardBits);
+    check(cudaMemcpy(base_, pattern.data(), pattern.size() * 4, cudaMemcpyHostToDevice),
+          "guard fill");
+  }
+  DeviceArray(const std::vector<T>& host, size_t offset) : DeviceArray(host.size(), offset) {
+    upload(host);
+  }
+  ~DeviceArray() { cudaFree(base_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return base_ + offset_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    if (host.size() != n_) throw std::runtime_error("upload: size mismatch");
+    check(cudaMemcpy(get(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    check(cudaMemcpy(host.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+  // Every byte 0xff: a NaN for float and double, so an element a kernel fails to write shows.
+  void poison() { check(cudaMemset(get(), 0xff, n_ * sizeof(T)), "poison"); }
+  // The guard regions before and after the array still hold the pattern.
+  bool guards_intact() const {
+    std::vector<uint32_t> all(total() * sizeof(T) / 4);
+    check(cudaMemcpy(all.data(), base_, all.size() * 4, cudaMemcpyDeviceToHost), "guards");
+    const size_t lo = offset_ * sizeof(T) / 4, hi = (offset_ + n_) * sizeof(T) / 4;
+    for (size_t i = 0; i < all.size(); ++i)
+      if ((i < lo || i >= hi) && all[i] != kGuardBits) return false;
+    return true;
+  }
+
+ private:
+  size_t total() const { return offset_ + n_ + kGuard; }
+  T* base_ = nullptr;
+  size_t n_, offset_;
+};
+
+using DFloat = DeviceArray<float>;
+
+inline FVec randn(size_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  FVec v(n);
+  for (auto& x : v) x = static_cast<float>(dist(rng));
+  return v;
+}
+
+inline FVec uniform(size_t n, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  FVec v(n);
+  for (auto& x : v) x = static_cast<float>(dist(rng));
+  return v;
+}
+
+inline std::vector<int32_t> rand_tokens(size_t n, int lo, int hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline Vec to_double(const FVec& v) {
+  return Vec(v.begin(), v.end());
+}
+
+// ||got - want|| / ||want|| (want == 0 everywhere: ||got||), with every element of got finite.
+// rms_floor > 0 floors ||want|| at rms_floor * sqrt(n): for gradients that cancel to (nearly)
+// zero yet are differences of O(1) fp32 terms, which carry their rounding.
+inline ::testing::AssertionResult close_rel(const FVec& got, const Vec& want, double tol,
+                                            double rms_floor = 0.0) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+  double num = 0, den = 0;
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      if (bad++ == 0) first_bad = i;
+      continue;
+    }
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += want[i] * want[i];
+  }
+  if (bad)
+    return ::testing::AssertionFailure()
+           << bad << " non-finite elements, the first at " << first_bad;
+  den = std::max(den, rms_floor * rms_floor * double(got.size()));
+  const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative error " << err << " > " << tol;
+}
+
+inline ::testing::AssertionResult bit_equal(const FVec& a, const FVec& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+    size_t i = 0;
+    while (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) ++i;
+    return ::testing::AssertionFailure()
+           << "first difference at " << i << ": " << a[i] << " vs " << b[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// fp32 with TF32 off against a double reference; TF32 GEMMs.
+constexpr double kTol = 1e-5;
+constexpr double kTolTf32 = 2e-3;
+
+}  // namespace triad::kernels::cuda::test
