@@ -133,6 +133,13 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
     throw UserError(who + " does not support causal attention (it supports only non-causal)");
   if (!shape.causal && !caps_.non_causal)
     throw UserError(who + " does not support non-causal attention (it supports only causal)");
+  // Capabilities are per plugin, not per device: a plugin refuses a combination it cannot run
+  // (say float32 on a GPU) by failing workspace_size for it.
+  size_t f = 0, b = 0;
+  const int s = ops_->workspace_size(handle_, &shape, &f, &b);
+  if (s == TRIAD_ERR_UNSUPPORTED || s == TRIAD_ERR_INVALID)
+    throw UserError(who + " cannot run " + dtype_name(shape.dtype) + " on " + device_name(dev) +
+                    " with head dim " + std::to_string(D) + ": " + last_error());
 }
 
 void AttentionBackend::check(int status, const char* what) const {

@@ -21,6 +21,25 @@ std::string mib(size_t b) {
   return std::to_string(b / (1024 * 1024)) + " MiB";
 }
 
+// The CPU computes in fp32 only; mixed precision needs the CUDA device.
+DType fp32_only(DType act) {
+  if (act != DType::f32)
+    throw UserError(std::string("precision ") + dtype_name(act) +
+                    " has no CPU kernels; use precision: fp32 on device: cpu, or device: cuda");
+  return act;
+}
+float* f(void* p, DType act) {
+  fp32_only(act);
+  return static_cast<float*>(p);
+}
+const float* f(const void* p) {
+  return static_cast<const float*>(p);
+}
+const float* f(const void* p, DType act) {
+  fp32_only(act);
+  return static_cast<const float*>(p);
+}
+
 class CpuDevice final : public Device {
  public:
   DLDevice dl_device() const override { return DLDevice{kDLCPU, 0}; }
@@ -36,59 +55,66 @@ class CpuDevice final : public Device {
   }
   void synchronize() override {}
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C) override {
-    k::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                         int T, int C, DType act) override {
+    k::embedding_forward(f(out, act), tokens, f(wte), f(wpe), B, T, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C, int /*V*/) override {
-    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                          int T, int C, int /*V*/, DType act) override {
+    k::embedding_backward(dwte, dwpe, f(dout, act), tokens, B, T, C);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C, float eps) override {
-    k::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C, float eps, DType act) override {
+    k::layernorm_forward(f(out, act), mean, rstd, f(inp), f(weight), f(bias), N, C, eps);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
-    k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                          int N, int C, DType act) override {
+    k::layernorm_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), mean, rstd, N,
+                          C);
   }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override {
-    k::matmul_forward(out, inp, weight, bias, N, C, OC);
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                      int C, int OC, DType act) override {
+    k::matmul_forward(f(out, act), f(inp), f(weight), f(bias), N, C, OC);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override {
-    k::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC, DType act) override {
+    k::matmul_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC);
   }
-  void gelu_forward(float* out, const float* inp, size_t n) override {
-    k::gelu_forward(out, inp, n);
+  void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
+    k::gelu_forward(f(out, act), f(inp), n);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    k::gelu_backward(dinp, inp, dout, n);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act) override {
+    k::gelu_backward(f(dinp, act), f(inp), f(dout), n);
   }
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-    k::residual_forward(out, a, b, n);
+  void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) override {
+    k::residual_forward(f(out, act), f(a), f(b), n);
   }
-  void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                            int N, int V) override {
-    k::crossentropy_forward(losses, lse, logits, targets, N, V);
+  void crossentropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
+                            int N, int V, DType act) override {
+    k::crossentropy_forward(losses, lse, f(logits, act), targets, N, V);
   }
-  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                             const int32_t* targets, float dloss, int N, int V) override {
-    k::crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+  void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
+                             const int32_t* targets, float dloss, int N, int V,
+                             DType act) override {
+    k::crossentropy_backward(f(dlogits, act), f(logits), lse, targets, dloss, N, V);
   }
-  void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                    double base) override {
-    k::rope_forward(x, B, T, H, D, sb, st, sh, base);
+  void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                    double base, DType act) override {
+    k::rope_forward(f(x, act), B, T, H, D, sb, st, sh, base);
   }
-  void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                     double base) override {
-    k::rope_backward(dx, B, T, H, D, sb, st, sh, base);
+  void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                     double base, DType act) override {
+    k::rope_backward(f(dx, act), B, T, H, D, sb, st, sh, base);
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t) override {
+                    float beta1, float beta2, float eps, float weight_decay, int t, void* compute,
+                    DType act) override {
     k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    if (compute && compute != params) copy(compute, params, n * dtype_bytes(fp32_only(act)));
+  }
+  void convert(void* dst, DType act, const float* src, size_t n) override {
+    copy(dst, src, n * dtype_bytes(fp32_only(act)));
   }
   double sum(const float* x, size_t n) override {
     double s = 0;

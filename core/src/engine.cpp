@@ -78,13 +78,16 @@ std::string mib(size_t b) {
 struct AdamW {
   Buffer<float> m, v;
   AdamW(Device& dev, size_t n) : m(dev, n, "Adam first moment"), v(dev, n, "Adam second moment") {}
-  void step(Device& dev, const GptLayout& layout, float* params, const float* grads,
-            const OptimizerConfig& o, double lr, int t) {
+  // compute: the model's copy of the weights in `act` (mixed precision), refreshed in the same
+  // pass; null in fp32.
+  void step(Device& dev, const GptLayout& layout, float* params, const float* grads, void* compute,
+            DType act, const OptimizerConfig& o, double lr, int t) {
     for (const auto& p : layout.params) {
       dev.adamw_update(params + p.offset, grads + p.offset, m.data() + p.offset,
                        v.data() + p.offset, p.numel, float(lr), float(o.adam_beta1),
                        float(o.adam_beta2), float(o.adam_eps),
-                       p.weight_decay ? float(o.weight_decay) : 0.0f, t);
+                       p.weight_decay ? float(o.weight_decay) : 0.0f, t,
+                       compute ? advance(compute, p.offset, act) : nullptr, act);
     }
   }
 };
@@ -181,10 +184,11 @@ namespace {
 // Refuses a shape the chosen attention backend cannot run before anything is allocated, and
 // names the installed backends that can.
 void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int micro_batch,
-                     DLDevice device, const PluginLoader& loader, const CoreServices& services) {
+                     DLDevice device, DType act, const PluginLoader& loader,
+                     const CoreServices& services) {
   const triad_attention_shape_v1 shape{
-      micro_batch, m.num_attention_heads,       m.seq_length, m.hidden_size / m.num_attention_heads,
-      1,           DLDataType{kDLFloat, 32, 1}, device};
+      micro_batch, m.num_attention_heads, m.seq_length, m.hidden_size / m.num_attention_heads,
+      1,           dl_dtype(act),         device};
   try {
     chosen.check_supported(shape);
   } catch (const UserError& e) {
@@ -236,7 +240,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
   CoreServices services(omp_get_max_threads(), device->stream());
   AttentionBackend attention(plugin, aparams, services.c_services());
-  check_attention(attention, m, t.micro_batch_size, device->dl_device(), loader, services);
+  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  check_attention(attention, m, t.micro_batch_size, device->dl_device(), act, loader, services);
   // Data parallelism before the model: a transport that cannot touch this device's memory
   // stops the run here, before any rank connects or allocates the model.
   std::unique_ptr<DataParallelRun> dp;
@@ -244,7 +249,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
                                cfg.data.seed ? cfg.data.seed : t.seed, env.rank,
                                cfg.parallel.data_parallel_size);
-  GPT model(m, *device, attention, t.micro_batch_size);
+  GPT model(m, *device, attention, t.micro_batch_size, act);
   if (!cfg.output.init_from_hf.empty()) {
     std::vector<float> host(model.num_params());
     import_hf(cfg.output.init_from_hf, m, model.layout(), host.data());
@@ -259,6 +264,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     // Every rank starts from rank 0's weights, whatever it initialised or loaded.
     dp->world.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
         .wait(DataParallelRun::kCollectiveTimeout);
+    model.sync_compute_weights();
   }
 
   RunResult result;
@@ -314,7 +320,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
       device->scale_inplace(model.grads(), model.num_params(),
                             float(cfg.optimizer.clip_grad / (norm + 1e-6)));
-    adam.step(*device, model.layout(), model.params(), model.grads(), cfg.optimizer, lr, step);
+    adam.step(*device, model.layout(), model.params(), model.grads(), model.compute_params(), act,
+              cfg.optimizer, lr, step);
     if (dp) dp->data->after_step(model.params());
     device->synchronize();  // the step's time includes its device work
     const double ms =

@@ -14,13 +14,14 @@ struct HeadView {
   int64_t shape[4];
   int64_t strides[4];
   DLTensor t{};
-  HeadView(float* base, int B, int T, int H, int D, int64_t row_width, int64_t col0, DLDevice dev) {
+  HeadView(const void* base, int B, int T, int H, int D, int64_t row_width, int64_t col0,
+           DLDevice dev, DType act) {
     shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
     strides[0] = T * row_width, strides[1] = D, strides[2] = row_width, strides[3] = 1;
-    t.data = base + col0;
+    t.data = const_cast<void*>(advance(base, col0, act));
     t.device = dev;
     t.ndim = 4;
-    t.dtype = DLDataType{kDLFloat, 32, 1};
+    t.dtype = dl_dtype(act);
     t.shape = shape;
     t.strides = strides;
     t.byte_offset = 0;
@@ -43,9 +44,10 @@ struct LseView {
 
 }  // namespace
 
-GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch)
+GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch, DType act)
     : cfg_(cfg),
       dev_(dev),
+      act_(act),
       attn_(attention),
       layout_(gpt_layout(cfg)),
       maxB_(max_batch),
@@ -58,38 +60,40 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
   const size_t BT = size_t(maxB_) * T_, C = C_;
   params_ = Buffer<float>(dev_, layout_.total, "parameters");
   grads_ = Buffer<float>(dev_, layout_.total, "gradients");
+  // Mixed precision: the forward and backward read a copy of the weights in the activation
+  // dtype, refreshed by every optimizer step (fp32: they read the master weights themselves).
+  if (act_ != DType::f32) compute_ = ActBuffer(dev_, layout_.total, act_, "compute weights");
   acts_.resize(L_);
   for (auto& a : acts_) {
-    a.res_in = Buffer<float>(dev_, BT * C, "activations");
-    a.ln1 = Buffer<float>(dev_, BT * C, "activations");
+    a.res_in = ActBuffer(dev_, BT * C, act_, "activations");
+    a.ln1 = ActBuffer(dev_, BT * C, act_, "activations");
     a.ln1_mean = Buffer<float>(dev_, BT, "activations");
     a.ln1_rstd = Buffer<float>(dev_, BT, "activations");
-    a.qkv = Buffer<float>(dev_, BT * 3 * C, "activations");
-    a.atty = Buffer<float>(dev_, BT * C, "activations");
+    a.qkv = ActBuffer(dev_, BT * 3 * C, act_, "activations");
+    a.atty = ActBuffer(dev_, BT * C, act_, "activations");
     a.lse = Buffer<float>(dev_, BT * H_, "activations");
-    a.res_mid = Buffer<float>(dev_, BT * C, "activations");
-    a.ln2 = Buffer<float>(dev_, BT * C, "activations");
+    a.res_mid = ActBuffer(dev_, BT * C, act_, "activations");
+    a.ln2 = ActBuffer(dev_, BT * C, act_, "activations");
     a.ln2_mean = Buffer<float>(dev_, BT, "activations");
     a.ln2_rstd = Buffer<float>(dev_, BT, "activations");
-    a.fch = Buffer<float>(dev_, BT * 4 * C, "activations");
-    a.fch_gelu = Buffer<float>(dev_, BT * 4 * C, "activations");
+    a.fch = ActBuffer(dev_, BT * 4 * C, act_, "activations");
+    a.fch_gelu = ActBuffer(dev_, BT * 4 * C, act_, "activations");
   }
-  res_out_ = Buffer<float>(dev_, BT * C, "activations");
-  lnf_ = Buffer<float>(dev_, BT * C, "activations");
+  res_out_ = ActBuffer(dev_, BT * C, act_, "activations");
+  lnf_ = ActBuffer(dev_, BT * C, act_, "activations");
   lnf_mean_ = Buffer<float>(dev_, BT, "activations");
   lnf_rstd_ = Buffer<float>(dev_, BT, "activations");
-  logits_ = Buffer<float>(dev_, BT * V_, "logits");
+  logits_ = ActBuffer(dev_, BT * V_, act_, "logits");
   losses_ = Buffer<float>(dev_, BT, "activations");
   ce_lse_ = Buffer<float>(dev_, BT, "activations");
-  dres_ = Buffer<float>(dev_, BT * C, "activation gradients");
-  dln_ = Buffer<float>(dev_, BT * C, "activation gradients");
-  dqkv_ = Buffer<float>(dev_, BT * 3 * C, "activation gradients");
-  datty_ = Buffer<float>(dev_, BT * C, "activation gradients");
-  dfch_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
-  dfch_gelu_ = Buffer<float>(dev_, BT * 4 * C, "activation gradients");
+  dres_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+  dln_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+  dqkv_ = ActBuffer(dev_, BT * 3 * C, act_, "activation gradients");
+  datty_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+  dfch_ = ActBuffer(dev_, BT * 4 * C, act_, "activation gradients");
+  dfch_gelu_ = ActBuffer(dev_, BT * 4 * C, act_, "activation gradients");
 
-  triad_attention_shape_v1 shape{maxB_,           H_, T_, C_ / H_, 1, DLDataType{kDLFloat, 32, 1},
-                                 dev_.dl_device()};
+  triad_attention_shape_v1 shape{maxB_, H_, T_, C_ / H_, 1, dl_dtype(act_), dev_.dl_device()};
   attn_.check_supported(shape);
   attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
   const size_t ws = std::max(ws_fwd_, ws_bwd_);
@@ -118,6 +122,7 @@ void GPT::init_weights(uint64_t seed) {
     }
   }
   dev_.to_device(params_.data(), host.data(), host.size() * sizeof(float));
+  sync_compute_weights();
 }
 
 std::vector<float> GPT::params_to_host() const {
@@ -134,6 +139,11 @@ std::vector<float> GPT::grads_to_host() const {
 
 void GPT::params_from_host(const std::vector<float>& host) {
   dev_.to_device(params_.data(), host.data(), layout_.total * sizeof(float));
+  sync_compute_weights();
+}
+
+void GPT::sync_compute_weights() {
+  if (act_ != DType::f32) dev_.convert(compute_.data(), act_, params_.data(), layout_.total);
 }
 
 void GPT::zero_grad() {
@@ -145,17 +155,17 @@ void GPT::zero_grad() {
 struct GPT::AttnViews {
   HeadView q, k, v, out;
   LseView lse;
-  AttnViews(LayerActs& a, int B, int T, int H, int C, DLDevice d)
-      : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d),
-        k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d),
-        v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d),
-        out(a.atty.data(), B, T, H, C / H, C, 0, d),
+  AttnViews(LayerActs& a, int B, int T, int H, int C, DLDevice d, DType act)
+      : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d, act),
+        k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d, act),
+        v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d, act),
+        out(a.atty.data(), B, T, H, C / H, C, 0, d, act),
         lse(a.lse.data(), B, H, T, d) {}
 };
 
 void GPT::attention_forward(LayerActs& a, int B) {
   const int D = C_ / H_;
-  AttnViews w(a, B, T_, H_, C_, dev_.dl_device());
+  AttnViews w(a, B, T_, H_, C_, dev_.dl_device(), act_);
   triad_attention_fwd_args_v1 args{&w.q.t,
                                    &w.k.t,
                                    &w.v.t,
@@ -168,14 +178,14 @@ void GPT::attention_forward(LayerActs& a, int B) {
   attn_.forward(args);
 }
 
-void GPT::attention_backward(LayerActs& a, float* dqkv, const float* datty, int B) {
+void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
   const int D = C_ / H_;
   const DLDevice d = dev_.dl_device();
-  AttnViews w(a, B, T_, H_, C_, d);
-  HeadView dout(const_cast<float*>(datty), B, T_, H_, D, C_, 0, d);
-  HeadView dq(dqkv, B, T_, H_, D, 3 * C_, 0, d);
-  HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d);
-  HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d);
+  AttnViews w(a, B, T_, H_, C_, d, act_);
+  HeadView dout(datty, B, T_, H_, D, C_, 0, d, act_);
+  HeadView dq(dqkv, B, T_, H_, D, 3 * C_, 0, d, act_);
+  HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d, act_);
+  HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d, act_);
   triad_attention_bwd_args_v1 args{&w.q.t,
                                    &w.k.t,
                                    &w.v.t,
@@ -198,64 +208,67 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
   lastB_ = B;
   dev_.to_device(inputs_.data(), inputs, sizeof(int32_t) * N);
   dev_.to_device(targets_.data(), targets, sizeof(int32_t) * N);
-  const float* wpe = rope_ ? nullptr : param("wpe.weight");
+  const void* wpe = rope_ ? nullptr : w("wpe.weight");
   // x (B,T,C) = wte[tokens] + wpe[positions]
-  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), param("wte.weight"), wpe, B, T, C);
+  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), w("wte.weight"), wpe, B, T, C,
+                         act_);
   for (int l = 0; l < L_; ++l) {
     LayerActs& a = acts_[l];
     const std::string h = "h." + std::to_string(l) + ".";
-    float* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
+    void* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
     dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
-                           param(h + "ln_1.weight"), param(h + "ln_1.bias"), N, C,
-                           static_cast<float>(cfg_.layernorm_epsilon));
+                           w(h + "ln_1.weight"), w(h + "ln_1.bias"), N, C,
+                           static_cast<float>(cfg_.layernorm_epsilon), act_);
     // qkv (N,3C) = ln1 @ Wqkv^T + b
-    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), param(h + "attn.c_attn.weight"),
-                        param(h + "attn.c_attn.bias"), N, C, 3 * C);
+    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), w(h + "attn.c_attn.weight"),
+                        w(h + "attn.c_attn.bias"), N, C, 3 * C, act_);
     if (rope_) {
       // rotate q and k in place: (B,T,H,D) views with row stride 3C
-      dev_.rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      dev_.rope_forward(a.qkv.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
-                        cfg_.rope_base);
+      dev_.rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
+                        act_);
+      dev_.rope_forward(a.qkv.at(C), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
+                        act_);
     }
     attention_forward(a, B);
     // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-    dev_.matmul_forward(out, a.atty.data(), param(h + "attn.c_proj.weight"),
-                        param(h + "attn.c_proj.bias"), N, C, C);
-    dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C);
+    dev_.matmul_forward(out, a.atty.data(), w(h + "attn.c_proj.weight"), w(h + "attn.c_proj.bias"),
+                        N, C, C, act_);
+    dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C, act_);
     dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
-                           param(h + "ln_2.weight"), param(h + "ln_2.bias"), N, C,
-                           static_cast<float>(cfg_.layernorm_epsilon));
-    dev_.matmul_forward(a.fch.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"),
-                        param(h + "mlp.c_fc.bias"), N, C, 4 * C);
-    dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C);
+                           w(h + "ln_2.weight"), w(h + "ln_2.bias"), N, C,
+                           static_cast<float>(cfg_.layernorm_epsilon), act_);
+    dev_.matmul_forward(a.fch.data(), a.ln2.data(), w(h + "mlp.c_fc.weight"),
+                        w(h + "mlp.c_fc.bias"), N, C, 4 * C, act_);
+    dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C, act_);
     // out = res_mid + fch_gelu @ Wfcproj^T + b
-    dev_.matmul_forward(out, a.fch_gelu.data(), param(h + "mlp.c_proj.weight"),
-                        param(h + "mlp.c_proj.bias"), N, 4 * C, C);
-    dev_.residual_forward(out, a.res_mid.data(), out, size_t(N) * C);
+    dev_.matmul_forward(out, a.fch_gelu.data(), w(h + "mlp.c_proj.weight"),
+                        w(h + "mlp.c_proj.bias"), N, 4 * C, C, act_);
+    dev_.residual_forward(out, a.res_mid.data(), out, size_t(N) * C, act_);
   }
   dev_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
-                         param("ln_f.weight"), param("ln_f.bias"), N, C,
-                         static_cast<float>(cfg_.layernorm_epsilon));
+                         w("ln_f.weight"), w("ln_f.bias"), N, C,
+                         static_cast<float>(cfg_.layernorm_epsilon), act_);
   // logits (N,V) = lnf @ wte^T  (tied head, no bias)
-  dev_.matmul_forward(logits_.data(), lnf_.data(), param("wte.weight"), nullptr, N, C, V_);
-  dev_.crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets_.data(), N, V_);
+  dev_.matmul_forward(logits_.data(), lnf_.data(), w("wte.weight"), nullptr, N, C, V_, act_);
+  dev_.crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets_.data(), N, V_,
+                            act_);
   return static_cast<float>(dev_.sum(losses_.data(), N) / N);
 }
 
 void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
   const int B = lastB_, T = T_, C = C_, N = B * T;
   const int D = C / H_;
-  const size_t NC = size_t(N) * C;
+  const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
   // dlogits (in place over logits) = scale/N * (softmax - onehot)
   dev_.crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
-                             loss_scale / N, N, V_);
-  dev_.fill_zero(dln_.data(), NC * sizeof(float));
+                             loss_scale / N, N, V_, act_);
+  dev_.fill_zero(dln_.data(), NC * ab);
   dev_.matmul_backward(dln_.data(), grad("wte.weight"), nullptr, logits_.data(), lnf_.data(),
-                       param("wte.weight"), N, C, V_);
-  dev_.fill_zero(dres_.data(), NC * sizeof(float));
+                       w("wte.weight"), N, C, V_, act_);
+  dev_.fill_zero(dres_.data(), NC * ab);
   dev_.layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
-                          res_out_.data(), param("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(),
-                          N, C);
+                          res_out_.data(), w("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(), N,
+                          C, act_);
   const ParamInfo& lnf_w = layout_.find("ln_f.weight");
   const size_t lnf_end = layout_.find("ln_f.bias").offset + layout_.find("ln_f.bias").numel;
   if (grads_ready) grads_ready(lnf_w.offset, lnf_end - lnf_w.offset);
@@ -265,35 +278,37 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     LayerActs& a = acts_[l];
     const std::string h = "h." + std::to_string(l) + ".";
     // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
-    dev_.fill_zero(dfch_gelu_.data(), 4 * NC * sizeof(float));
+    dev_.fill_zero(dfch_gelu_.data(), 4 * NC * ab);
     dev_.matmul_backward(dfch_gelu_.data(), grad(h + "mlp.c_proj.weight"),
                          grad(h + "mlp.c_proj.bias"), dres_.data(), a.fch_gelu.data(),
-                         param(h + "mlp.c_proj.weight"), N, 4 * C, C);
-    dev_.fill_zero(dfch_.data(), 4 * NC * sizeof(float));
-    dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC);
-    dev_.fill_zero(dln_.data(), NC * sizeof(float));
+                         w(h + "mlp.c_proj.weight"), N, 4 * C, C, act_);
+    dev_.fill_zero(dfch_.data(), 4 * NC * ab);
+    dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC, act_);
+    dev_.fill_zero(dln_.data(), NC * ab);
     dev_.matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
-                         dfch_.data(), a.ln2.data(), param(h + "mlp.c_fc.weight"), N, C, 4 * C);
+                         dfch_.data(), a.ln2.data(), w(h + "mlp.c_fc.weight"), N, C, 4 * C, act_);
     dev_.layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"),
-                            dln_.data(), a.res_mid.data(), param(h + "ln_2.weight"),
-                            a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+                            dln_.data(), a.res_mid.data(), w(h + "ln_2.weight"), a.ln2_mean.data(),
+                            a.ln2_rstd.data(), N, C, act_);
     // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
-    dev_.fill_zero(datty_.data(), NC * sizeof(float));
+    dev_.fill_zero(datty_.data(), NC * ab);
     dev_.matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"),
                          grad(h + "attn.c_proj.bias"), dres_.data(), a.atty.data(),
-                         param(h + "attn.c_proj.weight"), N, C, C);
+                         w(h + "attn.c_proj.weight"), N, C, C, act_);
     attention_backward(a, dqkv_.data(), datty_.data(), B);
     if (rope_) {
-      dev_.rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base);
-      dev_.rope_backward(dqkv_.data() + C, B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D,
-                         cfg_.rope_base);
+      dev_.rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
+                         act_);
+      dev_.rope_backward(dqkv_.at(C), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
+                         act_);
     }
-    dev_.fill_zero(dln_.data(), NC * sizeof(float));
+    dev_.fill_zero(dln_.data(), NC * ab);
     dev_.matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
-                         dqkv_.data(), a.ln1.data(), param(h + "attn.c_attn.weight"), N, C, 3 * C);
+                         dqkv_.data(), a.ln1.data(), w(h + "attn.c_attn.weight"), N, C, 3 * C,
+                         act_);
     dev_.layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
-                            dln_.data(), a.res_in.data(), param(h + "ln_1.weight"),
-                            a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+                            dln_.data(), a.res_in.data(), w(h + "ln_1.weight"), a.ln1_mean.data(),
+                            a.ln1_rstd.data(), N, C, act_);
     if (grads_ready) {
       const size_t lo = layout_.find(h + "ln_1.weight").offset;
       const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
@@ -301,7 +316,8 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
     }
   }
   float* dwpe = rope_ ? nullptr : grad("wpe.weight");
-  dev_.embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C, V_);
+  dev_.embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C, V_,
+                          act_);
   if (grads_ready) {
     // wte (and wpe) are final only now: the tied LM head wrote into wte first.
     const size_t emb_end = L_ > 0 ? layout_.find("h.0.ln_1.weight").offset : lnf_w.offset;

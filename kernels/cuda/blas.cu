@@ -1,6 +1,9 @@
 // The Blas handles and the fully connected layer: out = inp @ weight^T + bias through cuBLASLt
 // (bias fused as its BIAS epilogue); backward accumulates with beta = 1, and the bias gradient
 // is a deterministic column sum (the BGRADB epilogue overwrites, and the contract is +=).
+// Mixed precision: bf16 activations and weights on the tensor cores with fp32 accumulation; the
+// forward writes bf16 (bf16 bias epilogue), dinp accumulates into bf16, and dweight/dbias into
+// fp32 (cuBLASLt with bf16 A/B and fp32 C/D, or cublasGemmEx with the same types).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -62,7 +65,7 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
   using detail::check_cublas;
   LtCall call;
-  check_cublas(cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas), CUDA_R_32F), name);
+  check_cublas(cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas, g), CUDA_R_32F), name);
   const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, name);
@@ -71,16 +74,16 @@ bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
     // The bias pointer is set before the heuristic, which reads its alignment from it.
     set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, name);
     set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias), name);
-    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F, name);
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, g.c_type, name);
   }
   // Stored shapes (before op): A is (m,k) or (k,m), B is (k,n) or (n,k).
   check_cublas(
-      cublasLtMatrixLayoutCreate(&call.a, CUDA_R_32F, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda),
+      cublasLtMatrixLayoutCreate(&call.a, g.ab_type, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda),
       name);
   check_cublas(
-      cublasLtMatrixLayoutCreate(&call.b, CUDA_R_32F, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb),
+      cublasLtMatrixLayoutCreate(&call.b, g.ab_type, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb),
       name);
-  check_cublas(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, g.m, g.n, g.ldc), name);
+  check_cublas(cublasLtMatrixLayoutCreate(&call.c, g.c_type, g.m, g.n, g.ldc), name);
   check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), name);
   set_pref(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(blas.workspace_bytes()),
            name);
@@ -108,30 +111,35 @@ bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
   return true;
 }
 
-// C (m,n) column-major: every column is the bias (m); null bias -> zeros.
-__global__ void seed_bias_kernel(float* c, const float* bias, int m, int n, int64_t ldc) {
+// C (m,n) column-major: every column is the bias (m); null bias -> zeros. C and the bias are T.
+template <class T>
+__global__ void seed_bias_kernel(T* c, const T* bias, int m, int n, int64_t ldc) {
   const size_t total = size_t(m) * n;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += size_t(gridDim.x) * blockDim.x) {
     const int row = static_cast<int>(i % m);
     const size_t col = i / m;
-    c[col * ldc + row] = bias ? bias[row] : 0.0f;
+    c[col * ldc + row] = bias ? bias[row] : detail::from_float<T>(0.0f);
   }
 }
 
-void seed_bias(float* c, const float* bias, int m, int n, int64_t ldc, cudaStream_t stream,
+template <class T>
+void seed_bias(T* c, const T* bias, int m, int n, int64_t ldc, cudaStream_t stream,
                const char* name) {
-  seed_bias_kernel<<<detail::grid_for(size_t(m) * n), detail::kThreads, 0, stream>>>(c, bias, m, n,
-                                                                                     ldc);
+  seed_bias_kernel<T>
+      <<<detail::grid_for(size_t(m) * n), detail::kThreads, 0, stream>>>(c, bias, m, n, ldc);
   detail::check_launch(name);
 }
 
 // dbias (OC) += sum_n dout (N,OC).
+template <class T>
 struct BiasGradTerm {
   static constexpr int kSums = 1;
-  const float* dout;
+  const T* dout;
   int OC;
-  __device__ void add(int n, int o, double* acc) const { acc[0] += dout[size_t(n) * OC + o]; }
+  __device__ void add(int n, int o, double* acc) const {
+    acc[0] += detail::to_float(dout[size_t(n) * OC + o]);
+  }
 };
 
 }  // namespace
@@ -169,14 +177,19 @@ void gemm(Blas& blas, const Gemm& g, const char* name) {
   if (lt_gemm(blas, g, name)) return;
   Gemm h = g;
   if (g.bias) {
-    seed_bias(g.C, g.bias, g.m, g.n, g.ldc, blas.stream(), name);
+    if (g.c_type == CUDA_R_16BF)
+      seed_bias(static_cast<bf16*>(g.C), static_cast<const bf16*>(g.bias), g.m, g.n, g.ldc,
+                blas.stream(), name);
+    else
+      seed_bias(static_cast<float*>(g.C), static_cast<const float*>(g.bias), g.m, g.n, g.ldc,
+                blas.stream(), name);
     h.beta = 1.0f;  // the bias path is only used for out = op + bias (beta 0)
   }
   check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(blas.blas_handle()),
                             g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
-                            g.n, g.k, &h.alpha, g.A, CUDA_R_32F, static_cast<int>(g.lda), g.B,
-                            CUDA_R_32F, static_cast<int>(g.ldb), &h.beta, g.C, CUDA_R_32F,
-                            static_cast<int>(g.ldc), compute_type(blas), CUBLAS_GEMM_DEFAULT),
+                            g.n, g.k, &h.alpha, g.A, g.ab_type, static_cast<int>(g.lda), g.B,
+                            g.ab_type, static_cast<int>(g.ldb), &h.beta, g.C, g.c_type,
+                            static_cast<int>(g.ldc), compute_type(blas, g), CUBLAS_GEMM_DEFAULT),
                name);
 }
 
@@ -185,17 +198,21 @@ void gemm_strided_batched(Blas& blas, const Gemm& g, int64_t stride_a, int64_t s
   check_cublas(
       cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(blas.blas_handle()),
                                  g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, static_cast<int>(g.lda),
-                                 stride_a, g.B, CUDA_R_32F, static_cast<int>(g.ldb), stride_b,
-                                 &g.beta, g.C, CUDA_R_32F, static_cast<int>(g.ldc), stride_c, batch,
-                                 compute_type(blas), CUBLAS_GEMM_DEFAULT),
+                                 g.m, g.n, g.k, &g.alpha, g.A, g.ab_type, static_cast<int>(g.lda),
+                                 stride_a, g.B, g.ab_type, static_cast<int>(g.ldb), stride_b,
+                                 &g.beta, g.C, g.c_type, static_cast<int>(g.ldc), stride_c, batch,
+                                 compute_type(blas, g), CUBLAS_GEMM_DEFAULT),
       name);
 }
 
 }  // namespace detail
 
-void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
-                    const float* bias, int N, int C, int OC) {
+namespace {
+
+// T: the type of out/inp/weight/bias and of dinp/dout; dweight and dbias are fp32.
+template <class T>
+void forward(Blas& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+             int OC) {
   if (N <= 0 || OC <= 0) return;
   if (C <= 0) {  // an empty sum: out is the bias (or zero)
     seed_bias(out, bias, OC, N, OC, blas.stream(), "matmul_forward");
@@ -211,11 +228,13 @@ void matmul_forward(Blas& blas, float* out, const float* inp, const float* weigh
   g.beta = 0.0f;
   g.C = out, g.ldc = OC;
   g.bias = bias;  // length m = OC, added to every column (row n of the row-major out)
+  g.ab_type = g.c_type = detail::data_type<T>();
   detail::gemm(blas, g, "matmul_forward");
 }
 
-void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+template <class T>
+void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+              const T* weight, int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (C > 0 && dinp) {
     // dinp (N,C) += dout (N,OC) @ weight (OC,C). Column-major: dinp is (C,N), weight is (C,OC),
@@ -226,6 +245,7 @@ void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, cons
     g.B = dout, g.ldb = OC;
     g.beta = 1.0f;
     g.C = dinp, g.ldc = C;
+    g.ab_type = g.c_type = detail::data_type<T>();
     detail::gemm(blas, g, "matmul_backward dinp");
   }
   if (C > 0 && dweight) {
@@ -238,13 +258,35 @@ void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, cons
     g.B = dout, g.ldb = OC;
     g.beta = 1.0f;
     g.C = dweight, g.ldc = C;
+    g.ab_type = detail::data_type<T>();
+    g.c_type = CUDA_R_32F;
     detail::gemm(blas, g, "matmul_backward dweight");
   }
   if (dbias) {
     detail::ColumnDst<1> dst{{dbias}};
-    detail::add_column_sums(dst, BiasGradTerm{dout, OC}, N, OC, blas.stream(),
+    detail::add_column_sums(dst, BiasGradTerm<T>{dout, OC}, N, OC, blas.stream(),
                             "matmul_backward dbias");
   }
+}
+
+}  // namespace
+
+void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
+                    const float* bias, int N, int C, int OC) {
+  forward(blas, out, inp, weight, bias, N, C, OC);
+}
+void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                    int N, int C, int OC) {
+  forward(blas, out, inp, weight, bias, N, C, OC);
+}
+
+void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
+  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 }  // namespace triad::kernels::cuda

@@ -1,13 +1,17 @@
 // Shared pieces of the CUDA kernels: error checks, launch shapes, warp/block reductions, the
-// vectorised element-wise driver and stream-ordered scratch memory.
+// element types (fp32 and bf16: loaded into float, computed in float, stored back as the type),
+// the vectorised element-wise driver and stream-ordered scratch memory.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace triad::kernels::cuda::detail {
 
@@ -70,62 +74,127 @@ __device__ inline T block_sum(T v, T* shared) {
   return warp_sum(v);
 }
 
-// --- vectorised element-wise driver -------------------------------------------------------
+// --- element types ------------------------------------------------------------------------
 //
-// Arena offsets are arbitrary element counts, so a float4 load is legal only where the pointer
-// is 16-byte aligned. When every pointer of an operation has the same address mod 16, the
-// first `head` (< 4) elements run scalar, the middle as float4 and the last (< 4) scalar;
-// otherwise everything runs scalar. Op provides scalar(i) and vec4(i) (i 16-byte aligned).
+// Kernels are templated on the storage type T of their activations (float or bf16): every
+// value is read into a float, the arithmetic is float, and the result is rounded once (to
+// nearest even) when stored as T. For T = float the conversions are the identity, so the fp32
+// kernels compile to what they were before the templates.
 
-struct VecSplit {
-  bool vec = false;
-  size_t head = 0;  // scalar elements before the first aligned one
-  size_t nvec = 0;  // float4 groups after the head
-};
+using bf16 = __nv_bfloat16;
 
-inline unsigned misalign(const void* p) {
-  return static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 15u);
+__device__ inline float to_float(float x) {
+  return x;
+}
+__device__ inline float to_float(bf16 x) {
+  return __bfloat162float(x);
 }
 
-template <class... P>
-VecSplit vec_split(size_t n, const float* first, const P*... rest) {
-  VecSplit s;
-  const unsigned m = misalign(first);
-  if (m % 4 != 0 || ((misalign(rest) != m) || ...)) return s;
-  s.vec = true;
-  s.head = ((16u - m) & 15u) / 4;
-  if (s.head > n) s.head = n;
-  s.nvec = (n - s.head) / 4;
-  return s;
+template <class T>
+__device__ inline T from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
 }
 
-template <class Op>
-__global__ void elementwise_kernel(Op op, size_t n, VecSplit s) {
-  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  if (!s.vec) {
-    for (size_t i = tid; i < n; i += stride) op.scalar(i);
-    return;
-  }
-  const size_t tail0 = s.head + 4 * s.nvec;
-  if (tid < s.head) op.scalar(tid);
-  if (tid < n - tail0) op.scalar(tail0 + tid);
-  for (size_t j = tid; j < s.nvec; j += stride) op.vec4(s.head + 4 * j);
-}
-
-template <class Op>
-void launch_elementwise(const char* name, const Op& op, size_t n, VecSplit s, cudaStream_t stream) {
-  if (n == 0) return;
-  const size_t work = s.vec ? s.nvec + 4 : n;
-  elementwise_kernel<<<grid_for(work), kThreads, 0, stream>>>(op, n, s);
-  check_launch(name);
-}
+// Elements of T in one 16-byte vector: 4 floats or 8 bf16.
+template <class T>
+constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
 
 __device__ inline float4 load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 __device__ inline void store4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
+}
+
+// x[0..kVecOf<T>) = the 16 bytes at p (16-byte aligned), as floats.
+__device__ inline void load_vec(const float* p, float (&x)[4]) {
+  const float4 v = load4(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ inline void load_vec(const bf16* p, float (&x)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int k = 0; k < 4; ++k) {
+    // The lower-addressed element is the low half (.x) of each 32-bit word.
+    __nv_bfloat162 h;
+    memcpy(&h, &w[k], sizeof(h));
+    const float2 f = __bfloat1622float2(h);
+    x[2 * k] = f.x;
+    x[2 * k + 1] = f.y;
+  }
+}
+__device__ inline void store_vec(float* p, const float (&x)[4]) {
+  store4(p, make_float4(x[0], x[1], x[2], x[3]));
+}
+__device__ inline void store_vec(bf16* p, const float (&x)[8]) {
+  uint32_t w[4];
+  for (int k = 0; k < 4; ++k) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);  // .x = x[2k]
+    memcpy(&w[k], &h, sizeof(h));
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// --- vectorised element-wise driver -------------------------------------------------------
+//
+// Arena offsets are arbitrary element counts, so a 16-byte load is legal only where the
+// pointer is 16-byte aligned. When every pointer of an operation has the same element type T
+// and the same address mod 16, the first `head` (< W) elements run scalar, the middle as
+// 16-byte vectors of W = kVecOf<T> elements and the last (< W) scalar; otherwise everything
+// runs scalar. Op provides `static constexpr int kVec` (= W), scalar(i) and vec(i) (i the first
+// of W elements, 16-byte aligned).
+
+struct VecSplit {
+  bool vec = false;
+  size_t head = 0;  // scalar elements before the first aligned one
+  size_t nvec = 0;  // W-element groups after the head
+};
+
+inline unsigned misalign(const void* p) {
+  return static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 15u);
+}
+
+template <class T, class... P>
+VecSplit vec_split(size_t n, const T* first, const P*... rest) {
+  static_assert((std::is_same_v<T, P> && ...), "vec_split: operands of one element type");
+  constexpr unsigned kSize = sizeof(T), kW = 16 / sizeof(T);
+  VecSplit s;
+  const unsigned m = misalign(first);
+  if (m % kSize != 0 || ((misalign(rest) != m) || ...)) return s;
+  s.vec = true;
+  s.head = ((16u - m) & 15u) / kSize;
+  if (s.head > n) s.head = n;
+  s.nvec = (n - s.head) / kW;
+  return s;
+}
+
+template <class Op>
+__global__ void elementwise_kernel(Op op, size_t n, VecSplit s) {
+  constexpr int W = Op::kVec;
+  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  if (!s.vec) {
+    for (size_t i = tid; i < n; i += stride) op.scalar(i);
+    return;
+  }
+  const size_t tail0 = s.head + W * s.nvec;
+  if (tid < s.head) op.scalar(tid);
+  if (tid < n - tail0) op.scalar(tail0 + tid);
+  for (size_t j = tid; j < s.nvec; j += stride) op.vec(s.head + W * j);
+}
+
+template <class Op>
+void launch_elementwise(const char* name, const Op& op, size_t n, VecSplit s, cudaStream_t stream) {
+  if (n == 0) return;
+  const size_t work = s.vec ? s.nvec + Op::kVec : n;
+  elementwise_kernel<<<grid_for(work), kThreads, 0, stream>>>(op, n, s);
+  check_launch(name);
 }
 
 // --- scratch ------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // Softmax + cross-entropy fused over the vocabulary, one block per row. Forward reads each
 // logit once, keeping a running (max, sum of exp) per thread, and writes only the loss and
 // the log-sum-exp; backward recomputes the probabilities from the lse (no (N,V) softmax).
+// Templated on the storage type T of the logits and their gradient (float or bf16); losses,
+// lse, dloss and the arithmetic are fp32 either way.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -42,27 +44,27 @@ __device__ inline MaxSum warp_max_sum(MaxSum v) {
   return v;
 }
 
+template <class T>
 __global__ void __launch_bounds__(kCeThreads)
-    crossentropy_forward_kernel(float* losses, float* lse, const float* logits,
-                                const int32_t* targets, int V, detail::VecSplit s) {
+    crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
+                                int V, detail::VecSplit s) {
+  constexpr int W = detail::kVecOf<T>;
   __shared__ float shared_m[32], shared_s[32];
   const int row = blockIdx.x;
-  const float* z = logits + size_t(row) * V;
+  const T* z = logits + size_t(row) * V;
   const int tid = threadIdx.x;
   MaxSum acc;
   if (s.vec) {
-    const size_t tail0 = s.head + 4 * s.nvec;
-    if (size_t(tid) < s.head) acc.add(z[tid]);
-    if (size_t(tid) < V - tail0) acc.add(z[tail0 + tid]);
+    const size_t tail0 = s.head + W * s.nvec;
+    if (size_t(tid) < s.head) acc.add(detail::to_float(z[tid]));
+    if (size_t(tid) < V - tail0) acc.add(detail::to_float(z[tail0 + tid]));
     for (size_t j = tid; j < s.nvec; j += blockDim.x) {
-      const float4 x = detail::load4(z + s.head + 4 * j);
-      acc.add(x.x);
-      acc.add(x.y);
-      acc.add(x.z);
-      acc.add(x.w);
+      float x[W];
+      detail::load_vec(z + s.head + W * j, x);
+      for (int k = 0; k < W; ++k) acc.add(x[k]);
     }
   } else {
-    for (int v = tid; v < V; v += blockDim.x) acc.add(z[v]);
+    for (int v = tid; v < V; v += blockDim.x) acc.add(detail::to_float(z[v]));
   }
   acc = warp_max_sum(acc);
   const int lane = tid & 31, warp = tid >> 5;
@@ -79,18 +81,20 @@ __global__ void __launch_bounds__(kCeThreads)
       const float l = all.m + logf(all.s);
       const int t = targets[row];
       lse[row] = l;
-      losses[row] = t >= 0 && t < V ? l - z[t] : NAN;
+      losses[row] = t >= 0 && t < V ? l - detail::to_float(z[t]) : NAN;
     }
   }
 }
 
 // No __restrict__: dlogits may alias logits. Every element is read, then written, by one thread.
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+template <class T>
+__global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
                                              const int32_t* targets, float dloss, int V,
                                              detail::VecSplit s) {
+  constexpr int W = detail::kVecOf<T>;
   const int row = blockIdx.x;
-  const float* z = logits + size_t(row) * V;
-  float* dz = dlogits + size_t(row) * V;
+  const T* z = logits + size_t(row) * V;
+  T* dz = dlogits + size_t(row) * V;
   const float l = lse[row];
   const int t = targets[row];
   const int tid = threadIdx.x;
@@ -98,43 +102,65 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
     const float g = dloss * expf(x - l);
     return v == t ? g - dloss : g;
   };
+  auto one = [&](int v) { dz[v] = detail::from_float<T>(grad(detail::to_float(z[v]), v)); };
   if (s.vec) {
-    const size_t tail0 = s.head + 4 * s.nvec;
-    if (size_t(tid) < s.head) dz[tid] = grad(z[tid], tid);
-    if (size_t(tid) < V - tail0) {
-      const int v = int(tail0) + tid;
-      dz[v] = grad(z[v], v);
-    }
+    const size_t tail0 = s.head + W * s.nvec;
+    if (size_t(tid) < s.head) one(tid);
+    if (size_t(tid) < V - tail0) one(int(tail0) + tid);
     for (size_t j = tid; j < s.nvec; j += blockDim.x) {
-      const int v = int(s.head + 4 * j);
-      const float4 x = detail::load4(z + v);
-      detail::store4(
-          dz + v, make_float4(grad(x.x, v), grad(x.y, v + 1), grad(x.z, v + 2), grad(x.w, v + 3)));
+      const int v = int(s.head + W * j);
+      float x[W];
+      detail::load_vec(z + v, x);
+      for (int k = 0; k < W; ++k) x[k] = grad(x[k], v + k);
+      detail::store_vec(dz + v, x);
     }
   } else {
-    for (int v = tid; v < V; v += blockDim.x) dz[v] = grad(z[v], v);
+    for (int v = tid; v < V; v += blockDim.x) one(v);
   }
+}
+
+template <class T>
+void forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N, int V,
+             cudaStream_t stream) {
+  if (N <= 0 || V <= 0) return;
+  // Rows start 16-byte apart when V is a multiple of the vector width, so the split of row 0
+  // holds for every row.
+  const detail::VecSplit s =
+      V % detail::kVecOf<T> == 0 ? detail::vec_split(size_t(V), logits) : detail::VecSplit{};
+  crossentropy_forward_kernel<T><<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V, s);
+  detail::check_launch("crossentropy_forward");
+}
+
+template <class T>
+void backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
+              int N, int V, cudaStream_t stream) {
+  if (N <= 0 || V <= 0) return;
+  const detail::VecSplit s = V % detail::kVecOf<T> == 0
+                                 ? detail::vec_split(size_t(V), dlogits, logits)
+                                 : detail::VecSplit{};
+  crossentropy_backward_kernel<T>
+      <<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, V, s);
+  detail::check_launch("crossentropy_backward");
 }
 
 }  // namespace
 
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                           int N, int V, cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
-  // Rows start 16-byte apart when V % 4 == 0, so the split of row 0 holds for every row.
-  const detail::VecSplit s = V % 4 == 0 ? detail::vec_split(size_t(V), logits) : detail::VecSplit{};
-  crossentropy_forward_kernel<<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V, s);
-  detail::check_launch("crossentropy_forward");
+  forward(losses, lse, logits, targets, N, V, stream);
+}
+void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                          int N, int V, cudaStream_t stream) {
+  forward(losses, lse, logits, targets, N, V, stream);
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V, cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
-  const detail::VecSplit s =
-      V % 4 == 0 ? detail::vec_split(size_t(V), dlogits, logits) : detail::VecSplit{};
-  crossentropy_backward_kernel<<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss,
-                                                             V, s);
-  detail::check_launch("crossentropy_backward");
+  backward(dlogits, logits, lse, targets, dloss, N, V, stream);
+}
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream) {
+  backward(dlogits, logits, lse, targets, dloss, N, V, stream);
 }
 
 }  // namespace triad::kernels::cuda

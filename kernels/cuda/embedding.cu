@@ -2,7 +2,9 @@
 // without float atomics: each block owns a chunk of vocabulary rows, scans every token in
 // order, keeps those in its chunk, groups them by row (stably) and adds their dout rows into
 // the dwte row in token order. That is the CPU's summation order, so dwte is bit-identical to
-// kernels::cpu on every run.
+// kernels::cpu on every run. Templated on the storage type E of out/wte/wpe/dout (float, or
+// bf16 with the compute copy of the weights); the sums and dwte/dwpe are fp32 either way, so
+// with bf16 dout the gradients equal the CPU's float result on the same (bf16) values.
 #include <cstddef>
 #include <cstdint>
 
@@ -12,27 +14,30 @@
 namespace triad::kernels::cuda {
 namespace {
 
-// out[i] for i in [4j, 4j + kW): one float (kW = 1) or one float4 (kW = 4, C % 4 == 0 and
-// every pointer 16-byte aligned) per step.
-template <int kW>
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
-                                         const float* wpe, int T, int C, size_t groups) {
+// out[i] for i in [kW j, kW j + kW): one element (kW = 1) or one 16-byte vector (kW =
+// kVecOf<E>, C % kW == 0 and every pointer 16-byte aligned) per step.
+template <class E, int kW>
+__global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E* wte, const E* wpe,
+                                         int T, int C, size_t groups) {
   for (size_t g = size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += size_t(gridDim.x) * blockDim.x) {
     const size_t i = g * kW;
     const size_t bt = i / C;
     const int c = static_cast<int>(i % C);
-    const float* w = wte + size_t(tokens[bt]) * C + c;
-    const float* p = wpe ? wpe + (bt % T) * C + c : nullptr;
-    if constexpr (kW == 4) {
-      float4 v = detail::load4(w);
+    const E* w = wte + size_t(tokens[bt]) * C + c;
+    const E* p = wpe ? wpe + (bt % T) * C + c : nullptr;
+    if constexpr (kW > 1) {
+      float v[kW];
+      detail::load_vec(w, v);
       if (p) {
-        const float4 q = detail::load4(p);
-        v.x += q.x, v.y += q.y, v.z += q.z, v.w += q.w;
+        float q[kW];
+        detail::load_vec(p, q);
+        for (int k = 0; k < kW; ++k) v[k] += q[k];
       }
-      detail::store4(out + i, v);
+      detail::store_vec(out + i, v);
     } else {
-      out[i] = p ? *w + *p : *w;
+      const float v = detail::to_float(*w);
+      out[i] = detail::from_float<E>(p ? v + detail::to_float(*p) : v);
     }
   }
 }
@@ -52,7 +57,8 @@ struct EmbeddingShared {
 };
 
 // Adds the segment's `len` positions into the chunk's dwte rows. Called by the whole block.
-__device__ void flush_segment(EmbeddingShared& sh, int len, float* dwte, const float* dout, int C,
+template <class E>
+__device__ void flush_segment(EmbeddingShared& sh, int len, float* dwte, const E* dout, int C,
                               int v0, int rows) {
   const int tid = threadIdx.x, lane = tid & 31;
   for (int r = tid; r < kChunkRows; r += blockDim.x) sh.cursor[r] = 0;
@@ -87,16 +93,17 @@ __device__ void flush_segment(EmbeddingShared& sh, int len, float* dwte, const f
     float* dw = dwte + size_t(v0 + r) * C;
     for (int c = tid; c < C; c += blockDim.x) {
       float acc = dw[c];
-      for (int e = s0; e < s1; ++e) acc += dout[size_t(sh.sorted[e]) * C + c];
+      for (int e = s0; e < s1; ++e) acc += detail::to_float(dout[size_t(sh.sorted[e]) * C + c]);
       dw[c] = acc;
     }
   }
   __syncthreads();  // the segment's arrays are reused
 }
 
+template <class E>
 __global__ void __launch_bounds__(kBwdThreads)
-    embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* tokens, int BT,
-                                  int C, int V) {
+    embedding_backward_wte_kernel(float* dwte, const E* dout, const int32_t* tokens, int BT, int C,
+                                  int V) {
   __shared__ EmbeddingShared sh;
   const int v0 = blockIdx.x * kChunkRows;
   const int rows = min(kChunkRows, V - v0);
@@ -130,13 +137,48 @@ __global__ void __launch_bounds__(kBwdThreads)
 }
 
 // dwpe[t, c] += sum_b dout[b, t, c], b in order (the CPU's order).
-__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <class E>
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const E* dout, int B, int T, int C) {
   const size_t total = size_t(T) * C;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += size_t(gridDim.x) * blockDim.x) {
     float acc = dwpe[i];
-    for (int b = 0; b < B; ++b) acc += dout[size_t(b) * total + i];
+    for (int b = 0; b < B; ++b) acc += detail::to_float(dout[size_t(b) * total + i]);
     dwpe[i] = acc;
+  }
+}
+
+template <class E>
+void forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T, int C,
+             cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  constexpr int W = detail::kVecOf<E>;
+  const size_t n = size_t(B) * T * C;
+  const bool vec = C % W == 0 && detail::misalign(out) == 0 && detail::misalign(wte) == 0 &&
+                   (!wpe || detail::misalign(wpe) == 0);
+  if (vec)
+    embedding_forward_kernel<E, W><<<detail::grid_for(n / W), detail::kThreads, 0, stream>>>(
+        out, tokens, wte, wpe, T, C, n / W);
+  else
+    embedding_forward_kernel<E, 1>
+        <<<detail::grid_for(n), detail::kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
+  detail::check_launch("embedding_forward");
+}
+
+template <class E>
+void backward(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C,
+              int V, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  if (V > 0) {
+    embedding_backward_wte_kernel<E>
+        <<<static_cast<unsigned>(detail::ceil_div(V, kChunkRows)), kBwdThreads, 0, stream>>>(
+            dwte, dout, tokens, B * T, C, V);
+    detail::check_launch("embedding_backward dwte");
+  }
+  if (dwpe) {
+    embedding_backward_wpe_kernel<E>
+        <<<detail::grid_for(size_t(T) * C), detail::kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+    detail::check_launch("embedding_backward dwpe");
   }
 }
 
@@ -144,32 +186,20 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, in
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C, cudaStream_t stream) {
-  if (B <= 0 || T <= 0 || C <= 0) return;
-  const size_t n = size_t(B) * T * C;
-  const bool vec = C % 4 == 0 && detail::misalign(out) == 0 && detail::misalign(wte) == 0 &&
-                   (!wpe || detail::misalign(wpe) == 0);
-  if (vec)
-    embedding_forward_kernel<4><<<detail::grid_for(n / 4), detail::kThreads, 0, stream>>>(
-        out, tokens, wte, wpe, T, C, n / 4);
-  else
-    embedding_forward_kernel<1>
-        <<<detail::grid_for(n), detail::kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
-  detail::check_launch("embedding_forward");
+  forward(out, tokens, wte, wpe, B, T, C, stream);
+}
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                       int T, int C, cudaStream_t stream) {
+  forward(out, tokens, wte, wpe, B, T, C, stream);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C, int V, cudaStream_t stream) {
-  if (B <= 0 || T <= 0 || C <= 0) return;
-  if (V > 0) {
-    embedding_backward_wte_kernel<<<static_cast<unsigned>(detail::ceil_div(V, kChunkRows)),
-                                    kBwdThreads, 0, stream>>>(dwte, dout, tokens, B * T, C, V);
-    detail::check_launch("embedding_backward dwte");
-  }
-  if (dwpe) {
-    embedding_backward_wpe_kernel<<<detail::grid_for(size_t(T) * C), detail::kThreads, 0, stream>>>(
-        dwpe, dout, B, T, C);
-    detail::check_launch("embedding_backward dwpe");
-  }
+  backward(dwte, dwpe, dout, tokens, B, T, C, V, stream);
+}
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                        int T, int C, int V, cudaStream_t stream) {
+  backward(dwte, dwpe, dout, tokens, B, T, C, V, stream);
 }
 
 }  // namespace triad::kernels::cuda

@@ -1,5 +1,6 @@
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
 // evaluated as x * sigmoid(2u) exactly as kernels/cpu/gelu.cpp does (same cap on exp(-2u)).
+// fp32 and bf16 storage (common.cuh): the arithmetic is float either way.
 #include <cstddef>
 
 #include "common.cuh"
@@ -30,43 +31,70 @@ __device__ inline float gelu_grad(float x) {
   return sig + x * 2.0f * (e * sig) * sig * du;
 }
 
+template <class T>
 struct GeluForward {
-  float* out;
-  const float* inp;
-  __device__ void scalar(size_t i) const { out[i] = gelu(inp[i]); }
-  __device__ void vec4(size_t i) const {
-    const float4 x = detail::load4(inp + i);
-    detail::store4(out + i, make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)));
+  static constexpr int kVec = detail::kVecOf<T>;
+  T* out;
+  const T* inp;
+  __device__ void scalar(size_t i) const {
+    out[i] = detail::from_float<T>(gelu(detail::to_float(inp[i])));
+  }
+  __device__ void vec(size_t i) const {
+    float x[kVec];
+    detail::load_vec(inp + i, x);
+    for (int k = 0; k < kVec; ++k) x[k] = gelu(x[k]);
+    detail::store_vec(out + i, x);
   }
 };
 
+template <class T>
 struct GeluBackward {
-  float* dinp;
-  const float* inp;
-  const float* dout;
-  __device__ void scalar(size_t i) const { dinp[i] += gelu_grad(inp[i]) * dout[i]; }
-  __device__ void vec4(size_t i) const {
-    const float4 x = detail::load4(inp + i), d = detail::load4(dout + i);
-    float4 g = detail::load4(dinp + i);
-    g.x += gelu_grad(x.x) * d.x;
-    g.y += gelu_grad(x.y) * d.y;
-    g.z += gelu_grad(x.z) * d.z;
-    g.w += gelu_grad(x.w) * d.w;
-    detail::store4(dinp + i, g);
+  static constexpr int kVec = detail::kVecOf<T>;
+  T* dinp;
+  const T* inp;
+  const T* dout;
+  __device__ void scalar(size_t i) const {
+    float g = detail::to_float(dinp[i]);
+    g += gelu_grad(detail::to_float(inp[i])) * detail::to_float(dout[i]);
+    dinp[i] = detail::from_float<T>(g);
+  }
+  __device__ void vec(size_t i) const {
+    float x[kVec], d[kVec], g[kVec];
+    detail::load_vec(inp + i, x);
+    detail::load_vec(dout + i, d);
+    detail::load_vec(dinp + i, g);
+    for (int k = 0; k < kVec; ++k) g[k] += gelu_grad(x[k]) * d[k];
+    detail::store_vec(dinp + i, g);
   }
 };
+
+template <class T>
+void forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
+  detail::launch_elementwise("gelu_forward", GeluForward<T>{out, inp}, n,
+                             detail::vec_split(n, out, inp), stream);
+}
+
+template <class T>
+void backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
+  detail::launch_elementwise("gelu_backward", GeluBackward<T>{dinp, inp, dout}, n,
+                             detail::vec_split(n, dinp, inp, dout), stream);
+}
 
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
-  detail::launch_elementwise("gelu_forward", GeluForward{out, inp}, n,
-                             detail::vec_split(n, out, inp), stream);
+  forward(out, inp, n, stream);
+}
+void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+  forward(out, inp, n, stream);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
                    cudaStream_t stream) {
-  detail::launch_elementwise("gelu_backward", GeluBackward{dinp, inp, dout}, n,
-                             detail::vec_split(n, dinp, inp, dout), stream);
+  backward(dinp, inp, dout, n, stream);
+}
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream) {
+  backward(dinp, inp, dout, n, stream);
 }
 
 }  // namespace triad::kernels::cuda

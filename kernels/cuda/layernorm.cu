@@ -1,7 +1,11 @@
 // LayerNorm over the last dimension, one warp per row (llm.c's layout): lanes stride over the
 // channels (coalesced), and warp shuffles reduce. The parameter gradients are deterministic
-// column sums (column_sums.cuh), as the CPU's.
+// column sums (column_sums.cuh), as the CPU's. Templated on the storage type T of the
+// activations and of weight/bias (float, or bf16 with its compute copy of the weights); the
+// statistics, the arithmetic and the parameter gradients are fp32 either way. bf16 rows load
+// and store 8 elements at a time where every operand is 16-byte aligned.
 #include <cstddef>
+#include <type_traits>
 
 #include "column_sums.cuh"
 #include "common.cuh"
@@ -10,96 +14,193 @@
 namespace triad::kernels::cuda {
 namespace {
 
+using detail::from_float;
+using detail::to_float;
+
 constexpr int kRowsPerBlock = detail::kThreads / 32;
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int N, int C,
-                                         float eps) {
+// W consecutive elements at p as floats, and back: W = 1 (any T) or W = kVecOf<T> (one 16-byte
+// vector, p 16-byte aligned).
+template <int W, class T>
+__device__ inline void load(const T* p, float (&x)[W]) {
+  if constexpr (W == 1)
+    x[0] = to_float(*p);
+  else
+    detail::load_vec(p, x);
+}
+template <int W, class T>
+__device__ inline void store(T* p, const float (&x)[W]) {
+  if constexpr (W == 1)
+    *p = from_float<T>(x[0]);
+  else
+    detail::store_vec(p, x);
+}
+
+// Lane `lane` takes the W-element chunks lane, lane + 32, ... of its row (W divides C). W = 1 is
+// the element-strided loop (the only one for fp32); bf16 rows whose operands are all 16-byte
+// aligned take 8-element vectors.
+template <class T, int W>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int N, int C, float eps) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= N) return;  // the whole warp leaves together
-  const float* x = inp + size_t(row) * C;
+  const int chunks = C / W;
+  const T* x = inp + size_t(row) * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += 32) sum += x[c];
+  for (int j = lane; j < chunks; j += 32) {
+    float v[W];
+    load<W>(x + j * W, v);
+    for (int k = 0; k < W; ++k) sum += v[k];
+  }
   const float m = detail::warp_sum(sum) / float(C);
   // Two passes: the variance about the mean does not cancel the way E[x^2] - m^2 does.
   float var = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = x[c] - m;
-    var += d * d;
+  for (int j = lane; j < chunks; j += 32) {
+    float v[W];
+    load<W>(x + j * W, v);
+    for (int k = 0; k < W; ++k) {
+      const float d = v[k] - m;
+      var += d * d;
+    }
   }
   const float s = 1.0f / sqrtf(detail::warp_sum(var) / float(C) + eps);
-  float* o = out + size_t(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  T* o = out + size_t(row) * C;
+  for (int j = lane; j < chunks; j += 32) {
+    float v[W], w[W], b[W];
+    load<W>(x + j * W, v);
+    load<W>(weight + j * W, w);
+    load<W>(bias + j * W, b);
+    for (int k = 0; k < W; ++k) v[k] = (v[k] - m) * s * w[k] + b[k];
+    store<W>(o + j * W, v);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp,
-                                          const float* weight, const float* mean, const float* rstd,
-                                          int N, int C) {
+template <class T, int W>
+__global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                          const float* mean, const float* rstd, int N, int C) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= N) return;
-  const float* x = inp + size_t(row) * C;
-  const float* d = dout + size_t(row) * C;
+  const int chunks = C / W;
+  const T* x = inp + size_t(row) * C;
+  const T* d = dout + size_t(row) * C;
   const float m = mean[row], s = rstd[row];
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float dnorm = weight[c] * d[c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (x[c] - m) * s;
+  for (int j = lane; j < chunks; j += 32) {
+    float w[W], dv[W], xv[W];
+    load<W>(weight + j * W, w);
+    load<W>(d + j * W, dv);
+    load<W>(x + j * W, xv);
+    for (int k = 0; k < W; ++k) {
+      const float dnorm = w[k] * dv[k];
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * (xv[k] - m) * s;
+    }
   }
   const float dnorm_mean = detail::warp_sum(dnorm_sum) / float(C);
   const float dnorm_norm_mean = detail::warp_sum(dnorm_norm_sum) / float(C);
-  float* di = dinp + size_t(row) * C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * s;
-    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  T* di = dinp + size_t(row) * C;
+  for (int j = lane; j < chunks; j += 32) {
+    float w[W], dv[W], xv[W], g[W];
+    load<W>(weight + j * W, w);
+    load<W>(d + j * W, dv);
+    load<W>(x + j * W, xv);
+    load<W>(di + j * W, g);
+    for (int k = 0; k < W; ++k) {
+      const float norm = (xv[k] - m) * s;
+      g[k] += (w[k] * dv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store<W>(di + j * W, g);
+  }
+}
+
+// Whether bf16 rows can take 16-byte vectors: C a multiple of 8 (so every row starts where row
+// 0 does, mod 16) and every operand 16-byte aligned. fp32 always runs the W = 1 loops.
+template <class T, class... P>
+bool use_vectors(int C, const P*... p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    return C % detail::kVecOf<T> == 0 && ((detail::misalign(p) == 0) && ...);
   }
 }
 
 // acc[0] -> dbias, acc[1] -> dweight.
+template <class T>
 struct ParamGradTerm {
   static constexpr int kSums = 2;
-  const float* dout;
-  const float* inp;
+  const T* dout;
+  const T* inp;
   const float* mean;
   const float* rstd;
   int C;
   __device__ void add(int n, int c, double* acc) const {
     const size_t i = size_t(n) * C + c;
-    const float d = dout[i];
+    const float d = to_float(dout[i]);
     acc[0] += d;
-    acc[1] += d * (inp[i] - mean[n]) * rstd[n];
+    acc[1] += d * (to_float(inp[i]) - mean[n]) * rstd[n];
   }
 };
+
+template <class T>
+void forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
+             int C, float eps, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  constexpr int W = detail::kVecOf<T>;
+  const unsigned blocks = static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock));
+  if (use_vectors<T>(C, out, inp, weight, bias))
+    layernorm_forward_kernel<T, W>
+        <<<blocks, detail::kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  else
+    layernorm_forward_kernel<T, 1>
+        <<<blocks, detail::kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  detail::check_launch("layernorm_forward");
+}
+
+template <class T>
+void backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight,
+              const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  constexpr int W = detail::kVecOf<T>;
+  const unsigned blocks = static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock));
+  if (use_vectors<T>(C, dinp, dout, inp, weight))
+    layernorm_backward_kernel<T, W>
+        <<<blocks, detail::kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  else
+    layernorm_backward_kernel<T, 1>
+        <<<blocks, detail::kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  detail::check_launch("layernorm_backward");
+  if (!dweight && !dbias) return;
+  detail::ColumnDst<2> dst{{dbias, dweight}};
+  detail::add_column_sums(dst, ParamGradTerm<T>{dout, inp, mean, rstd, C}, N, C, stream,
+                          "layernorm_backward dweight/dbias");
+}
 
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps, cudaStream_t stream) {
-  if (N <= 0 || C <= 0) return;
-  layernorm_forward_kernel<<<static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock)),
-                             detail::kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N,
-                                                            C, eps);
-  detail::check_launch("layernorm_forward");
+  forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
+}
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, int N, int C, float eps, cudaStream_t stream) {
+  forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C, cudaStream_t stream) {
-  if (N <= 0 || C <= 0) return;
-  layernorm_backward_kernel<<<static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock)),
-                              detail::kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N,
-                                                             C);
-  detail::check_launch("layernorm_backward");
-  if (!dweight && !dbias) return;
-  detail::ColumnDst<2> dst{{dbias, dweight}};
-  detail::add_column_sums(dst, ParamGradTerm{dout, inp, mean, rstd, C}, N, C, stream,
-                          "layernorm_backward dweight/dbias");
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+}
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                        cudaStream_t stream) {
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
 }
 
 }  // namespace triad::kernels::cuda

@@ -64,10 +64,11 @@ void reduce(double* out, const float* x, size_t n, cudaStream_t stream, const ch
 }
 
 struct Scale {
+  static constexpr int kVec = 4;
   float* x;
   float s;
   __device__ void scalar(size_t i) const { x[i] *= s; }
-  __device__ void vec4(size_t i) const {
+  __device__ void vec(size_t i) const {
     float4 v = detail::load4(x + i);
     v.x *= s, v.y *= s, v.z *= s, v.w *= s;
     detail::store4(x + i, v);
@@ -75,10 +76,11 @@ struct Scale {
 };
 
 struct Fill {
+  static constexpr int kVec = 4;
   float* x;
   float value;
   __device__ void scalar(size_t i) const { x[i] = value; }
-  __device__ void vec4(size_t i) const {
+  __device__ void vec(size_t i) const {
     detail::store4(x + i, make_float4(value, value, value, value));
   }
 };

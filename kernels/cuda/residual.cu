@@ -1,5 +1,6 @@
 // Residual connection: out = a + b (out may alias a or b: every element is read and written by
-// the same thread, in that order); da += dout, db += dout.
+// the same thread, in that order); da += dout, db += dout. The forward also takes bf16 storage
+// (common.cuh): the sum is float, rounded once.
 #include <cstddef>
 
 #include "common.cuh"
@@ -8,18 +9,26 @@
 namespace triad::kernels::cuda {
 namespace {
 
+template <class T>
 struct ResidualForward {
-  float* out;
-  const float* a;
-  const float* b;
-  __device__ void scalar(size_t i) const { out[i] = a[i] + b[i]; }
-  __device__ void vec4(size_t i) const {
-    const float4 x = detail::load4(a + i), y = detail::load4(b + i);
-    detail::store4(out + i, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+  static constexpr int kVec = detail::kVecOf<T>;
+  T* out;
+  const T* a;
+  const T* b;
+  __device__ void scalar(size_t i) const {
+    out[i] = detail::from_float<T>(detail::to_float(a[i]) + detail::to_float(b[i]));
+  }
+  __device__ void vec(size_t i) const {
+    float x[kVec], y[kVec];
+    detail::load_vec(a + i, x);
+    detail::load_vec(b + i, y);
+    for (int k = 0; k < kVec; ++k) x[k] += y[k];
+    detail::store_vec(out + i, x);
   }
 };
 
 struct ResidualBackward {
+  static constexpr int kVec = 4;
   float* da;
   float* db;
   const float* dout;
@@ -28,7 +37,7 @@ struct ResidualBackward {
     da[i] += d;
     db[i] += d;
   }
-  __device__ void vec4(size_t i) const {
+  __device__ void vec(size_t i) const {
     const float4 d = detail::load4(dout + i);
     float4 x = detail::load4(da + i), y = detail::load4(db + i);
     x.x += d.x, x.y += d.y, x.z += d.z, x.w += d.w;
@@ -38,11 +47,19 @@ struct ResidualBackward {
   }
 };
 
+template <class T>
+void forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
+  detail::launch_elementwise("residual_forward", ResidualForward<T>{out, a, b}, n,
+                             detail::vec_split(n, out, a, b), stream);
+}
+
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
-  detail::launch_elementwise("residual_forward", ResidualForward{out, a, b}, n,
-                             detail::vec_split(n, out, a, b), stream);
+  forward(out, a, b, n, stream);
+}
+void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
+  forward(out, a, b, n, stream);
 }
 
 void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream) {

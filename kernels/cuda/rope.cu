@@ -1,6 +1,7 @@
 // Rotary position embedding, "rotate half" form (GPT-NeoX / LLaMA), in place on a strided
 // (B,T,H,D) view, as kernels/cpu/rope.cpp: the (T, D/2) cos/sin table is computed in double
-// and rounded once, so both devices rotate by the same float angles.
+// and rounded once, so both devices rotate by the same float angles. bf16 views rotate in
+// float and round once per element.
 #include <cstddef>
 #include <cstdint>
 
@@ -23,7 +24,8 @@ __global__ void rope_table_kernel(float* cos_t, float* sin_t, int T, int D, doub
 }
 
 // sign = +1 rotates by +angle (forward), -1 by -angle (backward: the transpose).
-__global__ void rope_apply_kernel(float* x, const float* cos_t, const float* sin_t, int T, int H,
+template <class E>
+__global__ void rope_apply_kernel(E* x, const float* cos_t, const float* sin_t, int T, int H,
                                   int half, int64_t sb, int64_t st, int64_t sh, float sign,
                                   size_t total) {
   for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
@@ -34,17 +36,18 @@ __global__ void rope_apply_kernel(float* x, const float* cos_t, const float* sin
     const size_t bt = rest / H;
     const int t = static_cast<int>(bt % T);
     const int64_t b = static_cast<int64_t>(bt / T);
-    float* x1 = x + b * sb + t * st + h * sh;
+    E* x1 = x + b * sb + t * st + h * sh;
     const size_t k = size_t(t) * half + i;
     const float c = cos_t[k], si = sign * sin_t[k];
-    const float a = x1[i], q = x1[i + half];
-    x1[i] = a * c - q * si;
-    x1[i + half] = q * c + a * si;
+    const float a = detail::to_float(x1[i]), q = detail::to_float(x1[i + half]);
+    x1[i] = detail::from_float<E>(a * c - q * si);
+    x1[i + half] = detail::from_float<E>(q * c + a * si);
   }
 }
 
-void rope_apply(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                double base, float sign, cudaStream_t stream, const char* name) {
+template <class E>
+void rope_apply(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh, double base,
+                float sign, cudaStream_t stream, const char* name) {
   const int half = D / 2;
   if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
   const size_t table = size_t(T) * half;
@@ -55,7 +58,7 @@ void rope_apply(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, in
                                                                               base);
   detail::check_launch(name);
   const size_t total = size_t(B) * T * H * half;
-  rope_apply_kernel<<<detail::grid_for(total), detail::kThreads, 0, stream>>>(
+  rope_apply_kernel<E><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(
       x, cos_t, sin_t, T, H, half, sb, st, sh, sign, total);
   detail::check_launch(name);
 }
@@ -68,6 +71,16 @@ void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, 
 }
 
 void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                   double base, cudaStream_t stream) {
+  rope_apply(dx, B, T, H, D, sb, st, sh, base, -1.0f, stream, "rope_backward");
+}
+
+void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                  double base, cudaStream_t stream) {
+  rope_apply(x, B, T, H, D, sb, st, sh, base, 1.0f, stream, "rope_forward");
+}
+
+void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                    double base, cudaStream_t stream) {
   rope_apply(dx, B, T, H, D, sb, st, sh, base, -1.0f, stream, "rope_backward");
 }

@@ -241,8 +241,14 @@ TEST_P(FlashPlugin, RefusesWhatItDoesNotSupport) {
   ASSERT_EQ(p.create_status(), TRIAD_OK) << p.create_error();
   triad_attention_caps_v1 caps{};
   ASSERT_EQ(p.ops().capabilities(p.handle(), &caps), TRIAD_OK);
+#ifdef TRIAD_HAVE_CUDA
+  // GPU memory runs the tensor-core kernels (16-bit dtypes); the CPU stays float32.
+  EXPECT_EQ(caps.devices, (1u << kDLCPU) | (1u << kDLCUDA));
+  EXPECT_EQ(caps.dtypes, TRIAD_DTYPE_BIT_FP32 | TRIAD_DTYPE_BIT_BF16 | TRIAD_DTYPE_BIT_FP16);
+#else
   EXPECT_EQ(caps.devices, 1u << kDLCPU);
   EXPECT_EQ(caps.dtypes, TRIAD_DTYPE_BIT_FP32);
+#endif
   EXPECT_EQ(caps.max_head_dim, 256);
   EXPECT_TRUE(caps.causal && caps.non_causal);
 
@@ -258,7 +264,14 @@ TEST_P(FlashPlugin, RefusesWhatItDoesNotSupport) {
   Problem y(ok, 1);
   y.q.t.device = {kDLCUDA, 0};
   f = {&y.q.t, &y.k.t, &y.v.t, &y.out.t, &y.lse.t, 0, 0.1f, ws.data(), ws.size()};
+  // float32 in GPU memory: no build runs it.
   EXPECT_EQ(p.ops().forward(p.handle(), &f), TRIAD_ERR_UNSUPPORTED);
+#ifdef TRIAD_HAVE_CUDA
+  // ... and workspace_size says so before any run (capabilities are per plugin, not device).
+  triad_attention_shape_v1 gpu_fp32{1, 1, 8, 64, 0, {kDLFloat, 32, 1}, {kDLCUDA, 0}};
+  size_t wf = 0, wb = 0;
+  EXPECT_EQ(p.ops().workspace_size(p.handle(), &gpu_fp32, &wf, &wb), TRIAD_ERR_UNSUPPORTED);
+#endif
 }
 
 TEST_P(FlashPlugin, BadBlockSizeIsACreateErrorNamingIt) {

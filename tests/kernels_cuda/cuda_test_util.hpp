@@ -1,7 +1,9 @@
 // Helpers for the CUDA kernel tests: a fixture that skips without a GPU, device arrays at
-// arbitrary element offsets with guard regions, seeded random data and norm-wise comparison.
+// arbitrary element offsets with guard regions, seeded random data, norm-wise comparison, and
+// bf16 on the host (bit patterns, rounded to nearest even as the device's __float2bfloat16_rn).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -48,16 +50,21 @@ class CudaTest : public ::testing::Test {
 constexpr uint32_t kGuardBits = 0x7fc0dead;  // a quiet NaN with a payload
 constexpr size_t kGuard = 16;                // guard elements after the array
 
-// n elements of T starting `offset` elements into a 256-byte-aligned allocation, so float4
+// The guard pattern's byte at byte offset i of an allocation (the pattern repeats every 4).
+inline uint8_t guard_byte(size_t i) {
+  return static_cast<uint8_t>(kGuardBits >> (8 * (i % 4)));
+}
+
+// n elements of T starting `offset` elements into a 256-byte-aligned allocation, so 16-byte
 // alignment can be broken on purpose; `offset` + kGuard guard elements surround the array.
 template <class T>
 class DeviceArray {
  public:
   explicit DeviceArray(size_t n, size_t offset = 0) : n_(n), offset_(offset) {
     check(cudaMalloc(&base_, total() * sizeof(T)), "cudaMalloc");
-    std::vector<uint32_t> pattern(total() * sizeof(T) / 4, kGuardBits);
-    check(cudaMemcpy(base_, pattern.data(), pattern.size() * 4, cudaMemcpyHostToDevice),
-          "guard fill");
+    std::vector<uint8_t> pattern(total() * sizeof(T));
+    for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = guard_byte(i);
+    check(cudaMemcpy(base_, pattern.data(), pattern.size(), cudaMemcpyHostToDevice), "guard fill");
   }
   DeviceArray(const std::vector<T>& host, size_t offset) : DeviceArray(host.size(), offset) {
     upload(host);
@@ -77,15 +84,16 @@ class DeviceArray {
     check(cudaMemcpy(host.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return host;
   }
-  // Every byte 0xff: a NaN for float and double, so an element a kernel fails to write shows.
+  // Every byte 0xff: a NaN for float, double and bf16, so an element a kernel fails to write
+  // shows.
   void poison() { check(cudaMemset(get(), 0xff, n_ * sizeof(T)), "poison"); }
-  // The guard regions before and after the array still hold the pattern.
+  // The guard regions before and after the array still hold the pattern (byte for byte).
   bool guards_intact() const {
-    std::vector<uint32_t> all(total() * sizeof(T) / 4);
-    check(cudaMemcpy(all.data(), base_, all.size() * 4, cudaMemcpyDeviceToHost), "guards");
-    const size_t lo = offset_ * sizeof(T) / 4, hi = (offset_ + n_) * sizeof(T) / 4;
+    std::vector<uint8_t> all(total() * sizeof(T));
+    check(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "guards");
+    const size_t lo = offset_ * sizeof(T), hi = (offset_ + n_) * sizeof(T);
     for (size_t i = 0; i < all.size(); ++i)
-      if ((i < lo || i >= hi) && all[i] != kGuardBits) return false;
+      if ((i < lo || i >= hi) && all[i] != guard_byte(i)) return false;
     return true;
   }
 
@@ -152,13 +160,14 @@ inline ::testing::AssertionResult close_rel(const FVec& got, const Vec& want, do
   return ::testing::AssertionFailure() << "relative error " << err << " > " << tol;
 }
 
-inline ::testing::AssertionResult bit_equal(const FVec& a, const FVec& b) {
+template <class T>
+::testing::AssertionResult bit_equal(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) != 0) {
     size_t i = 0;
-    while (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) ++i;
+    while (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) ++i;
     return ::testing::AssertionFailure()
-           << "first difference at " << i << ": " << a[i] << " vs " << b[i];
+           << "first difference at " << i << ": " << +a[i] << " vs " << +b[i];
   }
   return ::testing::AssertionSuccess();
 }
@@ -166,5 +175,61 @@ inline ::testing::AssertionResult bit_equal(const FVec& a, const FVec& b) {
 // fp32 with TF32 off against a double reference; TF32 GEMMs.
 constexpr double kTol = 1e-5;
 constexpr double kTolTf32 = 2e-3;
+
+// --- bf16 ---------------------------------------------------------------------------------
+
+using bf16 = __nv_bfloat16;
+using BVec = std::vector<uint16_t>;  // bf16 bit patterns
+
+// Round to nearest even, as __float2bfloat16_rn (NaN -> a quiet NaN of the same sign).
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_value(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+inline BVec to_bf16(const FVec& v) {
+  BVec b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_bits(v[i]);
+  return b;
+}
+
+inline FVec from_bf16(const BVec& b) {
+  FVec v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_value(b[i]);
+  return v;
+}
+
+// The values a bf16 array holds after uploading v: every element rounded to bf16.
+inline FVec round_bf16(const FVec& v) {
+  return from_bf16(to_bf16(v));
+}
+
+// A device array of bf16, uploaded from floats (rounded) and downloaded as their float values.
+class DBf16 : public DeviceArray<uint16_t> {
+ public:
+  explicit DBf16(size_t n, size_t offset = 0) : DeviceArray<uint16_t>(n, offset) {}
+  DBf16(const FVec& values, size_t offset) : DeviceArray<uint16_t>(to_bf16(values), offset) {}
+  bf16* ptr() const { return reinterpret_cast<bf16*>(get()); }
+  FVec values() const { return from_bf16(download()); }
+};
+
+// bf16 outputs against a double reference on the same (bf16-rounded) inputs: each output is
+// rounded once to 8 significant bits (relative error <= 2^-9, about 1.1e-3 rms), a few roundings
+// of intermediates (P, dS in attention) add to that; 1e-2 leaves room and still catches any
+// misplaced or missing element.
+constexpr double kTolBf16 = 1e-2;
+// fp32 outputs that accumulate in fp32 over exactly representable terms (bf16 x bf16 products
+// are exact in fp32): only the fp32 accumulation rounds, ~1e-6 relative; 1e-3 is far above it.
+constexpr double kTolBf16Acc = 1e-3;
 
 }  // namespace triad::kernels::cuda::test

@@ -4,7 +4,10 @@
 // an accumulated gradient is read and written), the achieved GB/s and its fraction of
 // --peak-gbs. Per GEMM shape of the model: TFLOP/s of matmul_forward / matmul_backward and of a
 // direct cuBLASLt call of the same problem (descriptors and algorithm chosen once, outside the
-// timing), in fp32 and TF32. Prints tables; --json FILE writes every number.
+// timing), in fp32, TF32 and bf16. The mixed precision (bf16) overloads get rows of their own
+// ("... bf16"), their bytes counted at 2 per bf16 element and 4 per fp32 one (statistics,
+// losses, parameter gradients, the fp32 master state). Prints tables; --json FILE writes every
+// number.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -119,6 +122,22 @@ void fill_random(Buf<float>& b, uint64_t seed, float scale) {
   }
 }
 
+// The same values, rounded to bf16 on the device (kc::convert), a chunk at a time.
+void fill_random(Buf<kc::bf16>& b, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  const size_t chunk = size_t(1) << 22;
+  std::vector<float> h(std::min(chunk, b.n));
+  Buf<float> staging(h.size());
+  for (size_t at = 0; at < b.n; at += chunk) {
+    const size_t len = std::min(chunk, b.n - at);
+    for (size_t i = 0; i < len; ++i) h[i] = dist(rng);
+    check(cudaMemcpy(staging.p, h.data(), len * sizeof(float), cudaMemcpyHostToDevice), "fill");
+    kc::convert(b.p + at, staging.p, len, nullptr);
+    check(cudaDeviceSynchronize(), "fill convert");
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
@@ -156,18 +175,22 @@ struct KernelRow {
 struct GemmRow {
   std::string name;
   int N, C, OC;
-  bool bias, tf32;
+  bool bias;
+  std::string math;  // fp32, tf32 or bf16
   double fwd_ms, fwd_direct_ms, bwd_ms, bwd_direct_ms;
 };
 
-// A cuBLASLt problem set up once: D (m,n) = op(A) op(B) [+ bias], column-major, fp32 in/out.
+// A cuBLASLt problem set up once: D (m,n) = op(A) op(B) [+ bias], column-major; A and B of
+// ab_type, C, D and the bias of c_type (fp32 or bf16), fp32 scale and accumulation.
 class DirectLt {
  public:
   DirectLt(const kc::Blas& blas, bool ta, bool tb, int m, int n, int k, int64_t lda, int64_t ldb,
-           int64_t ldc, const float* bias)
+           int64_t ldc, const void* bias, cudaDataType_t ab_type = CUDA_R_32F,
+           cudaDataType_t c_type = CUDA_R_32F)
       : blas_(blas) {
-    const cublasComputeType_t ct =
-        blas.allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t ct = blas.allow_tf32() && ab_type == CUDA_R_32F
+                                       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                       : CUBLAS_COMPUTE_32F;
     check(cublasLtMatmulDescCreate(&op_, ct, CUDA_R_32F), "desc");
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -183,9 +206,9 @@ class DirectLt {
                                            sizeof(bias)),
             "bias");
     }
-    check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, ta ? k : m, ta ? m : k, lda), "layout a");
-    check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb), "layout b");
-    check(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, m, n, ldc), "layout c");
+    check(cublasLtMatrixLayoutCreate(&a_, ab_type, ta ? k : m, ta ? m : k, lda), "layout a");
+    check(cublasLtMatrixLayoutCreate(&b_, ab_type, tb ? n : k, tb ? k : n, ldb), "layout b");
+    check(cublasLtMatrixLayoutCreate(&c_, c_type, m, n, ldc), "layout c");
     cublasLtMatmulPreference_t pref;
     check(cublasLtMatmulPreferenceCreate(&pref), "pref");
     const uint64_t ws = blas.workspace_bytes();
@@ -207,7 +230,7 @@ class DirectLt {
   }
   DirectLt(const DirectLt&) = delete;
   DirectLt& operator=(const DirectLt&) = delete;
-  void run(const float* A, const float* B, float* C, float beta) const {
+  void run(const void* A, const void* B, void* C, float beta) const {
     const float alpha = 1.0f;
     check(cublasLtMatmul(static_cast<cublasLtHandle_t>(blas_.lt_handle()), op_, &alpha, A, a_, B,
                          b_, &beta, C, c_, C, c_, &heuristic_.algo, blas_.workspace(),
@@ -348,6 +371,111 @@ std::vector<KernelRow> bench_kernels(const Options& o, cudaStream_t s) {
   return rows;
 }
 
+// The mixed precision overloads on the same shapes: activations, their gradients and the compute
+// copies of the weights bf16 (h = 2 bytes); statistics, losses, parameter gradients and the
+// optimizer state fp32 (f = 4 bytes).
+std::vector<KernelRow> bench_kernels_bf16(const Options& o, cudaStream_t s) {
+  using kc::bf16;
+  const size_t B = o.batch, T = o.seq, C = o.channels, V = o.vocab, N = B * T;
+  const size_t NC = N * C, N4C = 4 * NC, NV = N * V;
+  const size_t L = o.layers;
+  const size_t params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double f = sizeof(float), h = sizeof(bf16);
+  std::vector<KernelRow> rows;
+  auto add = [&](const std::string& name, const std::string& shape, double bytes,
+                 const std::function<void()>& fn) {
+    rows.push_back({name + " bf16", shape, bytes, time_ms(s, o, fn)});
+    std::fprintf(stderr, "  %-34s %9.3f ms\n", rows.back().name.c_str(), rows.back().ms);
+  };
+  const std::string nc = "(" + std::to_string(N) + "," + std::to_string(C) + ")";
+
+  {  // layernorm
+    Buf<bf16> x(NC), out(NC), w(C), b(C), dout(NC), dinp(NC);
+    Buf<float> mean(N), rstd(N), dw(C), db(C);
+    fill_random(x, 1, 1.0f);
+    fill_random(w, 2, 1.0f);
+    fill_random(b, 3, 1.0f);
+    fill_random(dout, 4, 1.0f);
+    fill_random(dinp, 5, 1.0f);
+    fill_random(dw, 6, 1.0f);
+    fill_random(db, 7, 1.0f);
+    add("layernorm_forward", nc, h * (2 * NC + 2 * C) + f * 2 * N, [&] {
+      kc::layernorm_forward(out.p, mean.p, rstd.p, x.p, w.p, b.p, int(N), int(C), 1e-5f, s);
+    });
+    add("layernorm_backward", nc, h * (4 * NC + C) + f * (4 * C + 2 * N), [&] {
+      kc::layernorm_backward(dinp.p, dw.p, db.p, dout.p, x.p, w.p, mean.p, rstd.p, int(N), int(C),
+                             s);
+    });
+  }
+  {  // gelu on the MLP's (N, 4C)
+    Buf<bf16> x(N4C), out(N4C), dout(N4C), dinp(N4C);
+    fill_random(x, 8, 1.0f);
+    fill_random(dout, 9, 1.0f);
+    fill_random(dinp, 10, 1.0f);
+    const std::string shape = "(" + std::to_string(N) + "," + std::to_string(4 * C) + ")";
+    add("gelu_forward", shape, h * 2 * N4C, [&] { kc::gelu_forward(out.p, x.p, N4C, s); });
+    add("gelu_backward", shape, h * 4 * N4C,
+        [&] { kc::gelu_backward(dinp.p, x.p, dout.p, N4C, s); });
+  }
+  {  // residual
+    Buf<bf16> a(NC), b(NC), out(NC);
+    fill_random(a, 11, 1.0f);
+    fill_random(b, 12, 1.0f);
+    add("residual_forward", nc, h * 3 * NC, [&] { kc::residual_forward(out.p, a.p, b.p, NC, s); });
+  }
+  {  // cross-entropy over the vocabulary; backward in place, as the model runs it
+    Buf<bf16> logits(NV);
+    Buf<float> losses(N), lse(N);
+    Buf<int32_t> targets(N);
+    fill_random(logits, 14, 2.0f);
+    targets.upload(make_tokens(N, int(V), false, 15));
+    const std::string shape = "(" + std::to_string(N) + "," + std::to_string(V) + ")";
+    add("crossentropy_forward", shape, h * NV + f * 3 * N,
+        [&] { kc::crossentropy_forward(losses.p, lse.p, logits.p, targets.p, int(N), int(V), s); });
+    add("crossentropy_backward (in place)", shape, h * 2 * NV + f * 2 * N, [&] {
+      kc::crossentropy_backward(logits.p, logits.p, lse.p, targets.p, 1.0f / float(N), int(N),
+                                int(V), s);
+    });
+  }
+  {  // AdamW writing the compute copy, and convert, over every parameter
+    Buf<float> p(params), g(params), m(params), v(params);
+    Buf<bf16> compute(params);
+    fill_random(p, 16, 0.02f);
+    fill_random(g, 17, 1e-3f);
+    check(cudaMemset(m.p, 0, params * sizeof(float)), "memset");
+    check(cudaMemset(v.p, 0, params * sizeof(float)), "memset");
+    const std::string shape = "(" + std::to_string(params) + ")";
+    int t = 0;
+    add("adamw_update (+ compute copy)", shape, f * 7 * params + h * params, [&] {
+      kc::adamw_update(p.p, g.p, m.p, v.p, params, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t, compute.p,
+                       s);
+    });
+    add("convert", shape, (f + h) * params, [&] { kc::convert(compute.p, p.p, params, s); });
+  }
+  {  // embedding
+    Buf<bf16> wte(V * C), wpe(T * C), out(NC), dout(NC);
+    Buf<float> dwte(V * C), dwpe(T * C);
+    Buf<int32_t> tokens(N);
+    fill_random(wte, 18, 0.02f);
+    fill_random(wpe, 19, 0.02f);
+    fill_random(dout, 20, 1.0f);
+    check(cudaMemset(dwte.p, 0, V * C * sizeof(float)), "memset");
+    check(cudaMemset(dwpe.p, 0, T * C * sizeof(float)), "memset");
+    for (bool zipf : {false, true}) {
+      const auto tok = make_tokens(N, int(V), zipf, 21);
+      tokens.upload(tok);
+      const double U = double(unique_count(tok));
+      const std::string tag = zipf ? " (zipf tokens)" : " (uniform tokens)";
+      add("embedding_forward" + tag, nc, f * N + h * (U * C + T * C + NC),
+          [&] { kc::embedding_forward(out.p, tokens.p, wte.p, wpe.p, int(B), int(T), int(C), s); });
+      add("embedding_backward" + tag, nc, h * NC + f * (N + 2 * U * C + 2 * T * C), [&] {
+        kc::embedding_backward(dwte.p, dwpe.p, dout.p, tokens.p, int(B), int(T), int(C), int(V), s);
+      });
+    }
+  }
+  return rows;
+}
+
 std::vector<GemmRow> bench_gemms(const Options& o, cudaStream_t s) {
   const int N = o.batch * o.seq, C = o.channels, V = o.vocab;
   struct Shape {
@@ -379,7 +507,7 @@ std::vector<GemmRow> bench_gemms(const Options& o, cudaStream_t s) {
   for (bool tf32 : {false, true}) {
     kc::Blas blas(s, tf32);
     for (const Shape& sh : shapes) {
-      GemmRow r{sh.name, N, sh.C, sh.OC, sh.bias, tf32, 0, 0, 0, 0};
+      GemmRow r{sh.name, N, sh.C, sh.OC, sh.bias, tf32 ? "tf32" : "fp32", 0, 0, 0, 0};
       const float* b = sh.bias ? bias.p : nullptr;
       r.fwd_ms =
           time_ms(s, o, [&] { kc::matmul_forward(blas, out.p, inp.p, w.p, b, N, sh.C, sh.OC); });
@@ -397,8 +525,42 @@ std::vector<GemmRow> bench_gemms(const Options& o, cudaStream_t s) {
         bwd_w.run(inp.p, dout.p, dw.p, 1.0f);
       });
       std::fprintf(stderr, "  %-10s %s fwd %8.3f ms (direct %8.3f)  bwd %8.3f ms (direct %8.3f)\n",
-                   sh.name, tf32 ? "tf32" : "fp32", r.fwd_ms, r.fwd_direct_ms, r.bwd_ms,
-                   r.bwd_direct_ms);
+                   sh.name, r.math.c_str(), r.fwd_ms, r.fwd_direct_ms, r.bwd_ms, r.bwd_direct_ms);
+      rows.push_back(r);
+    }
+  }
+  {  // bf16 operands, fp32 accumulation: out and dinp bf16, dweight and dbias fp32
+    using kc::bf16;
+    Buf<bf16> inp16(max_in), w16(max_w), bias16(4 * C), out16(max_out), dinp16(max_in),
+        dout16(max_out);
+    fill_random(inp16, 30, 1.0f);
+    fill_random(w16, 31, 0.02f);
+    fill_random(bias16, 32, 0.02f);
+    fill_random(dout16, 33, 1.0f);
+    check(cudaMemset(dinp16.p, 0, max_in * sizeof(bf16)), "memset");
+    kc::Blas blas(s);
+    for (const Shape& sh : shapes) {
+      GemmRow r{sh.name, N, sh.C, sh.OC, sh.bias, "bf16", 0, 0, 0, 0};
+      const bf16* b = sh.bias ? bias16.p : nullptr;
+      r.fwd_ms = time_ms(
+          s, o, [&] { kc::matmul_forward(blas, out16.p, inp16.p, w16.p, b, N, sh.C, sh.OC); });
+      const DirectLt fwd(blas, true, false, sh.OC, N, sh.C, sh.C, sh.C, sh.OC, b, CUDA_R_16BF,
+                         CUDA_R_16BF);
+      r.fwd_direct_ms = time_ms(s, o, [&] { fwd.run(w16.p, inp16.p, out16.p, 0.0f); });
+      r.bwd_ms = time_ms(s, o, [&] {
+        kc::matmul_backward(blas, dinp16.p, dw.p, sh.bias ? db.p : nullptr, dout16.p, inp16.p,
+                            w16.p, N, sh.C, sh.OC);
+      });
+      const DirectLt bwd_inp(blas, false, false, sh.C, N, sh.OC, sh.C, sh.OC, sh.C, nullptr,
+                             CUDA_R_16BF, CUDA_R_16BF);
+      const DirectLt bwd_w(blas, false, true, sh.C, sh.OC, N, sh.C, sh.OC, sh.C, nullptr,
+                           CUDA_R_16BF, CUDA_R_32F);
+      r.bwd_direct_ms = time_ms(s, o, [&] {
+        bwd_inp.run(w16.p, dout16.p, dinp16.p, 1.0f);
+        bwd_w.run(inp16.p, dout16.p, dw.p, 1.0f);
+      });
+      std::fprintf(stderr, "  %-10s %s fwd %8.3f ms (direct %8.3f)  bwd %8.3f ms (direct %8.3f)\n",
+                   sh.name, r.math.c_str(), r.fwd_ms, r.fwd_direct_ms, r.bwd_ms, r.bwd_direct_ms);
       rows.push_back(r);
     }
   }
@@ -422,7 +584,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: B=%d T=%d C=%d V=%d, %d warm-up + %d timed repetitions\n", prop.name,
                  o.batch, o.seq, o.channels, o.vocab, o.warmup, o.reps);
 
-    const auto kernels = bench_kernels(o, s);
+    auto kernels = bench_kernels(o, s);
+    for (auto& r : bench_kernels_bf16(o, s)) kernels.push_back(std::move(r));
     std::vector<GemmRow> gemms;
     if (!o.skip_gemm) gemms = bench_gemms(o, s);
 
@@ -451,15 +614,15 @@ int main(int argc, char** argv) {
         const double flop = 2.0 * r.N * double(r.C) * r.OC;
         auto tf = [](double fl, double ms) { return fl / (ms * 1e-3) / 1e12; };
         std::printf("| %s | %d x %d -> %d | %s | %.1f | %.1f | %.1f | %.1f |\n", r.name.c_str(),
-                    r.N, r.C, r.OC, r.tf32 ? "tf32" : "fp32", tf(flop, r.fwd_ms),
-                    tf(flop, r.fwd_direct_ms), tf(2 * flop, r.bwd_ms),
-                    tf(2 * flop, r.bwd_direct_ms));
+                    r.N, r.C, r.OC, r.math.c_str(), tf(flop, r.fwd_ms), tf(flop, r.fwd_direct_ms),
+                    tf(2 * flop, r.bwd_ms), tf(2 * flop, r.bwd_direct_ms));
         jg.push_back({{"gemm", r.name},
                       {"N", r.N},
                       {"C", r.C},
                       {"OC", r.OC},
                       {"bias", r.bias},
-                      {"tf32", r.tf32},
+                      {"tf32", r.math == "tf32"},
+                      {"math", r.math},
                       {"fwd_ms", r.fwd_ms},
                       {"fwd_direct_ms", r.fwd_direct_ms},
                       {"bwd_ms", r.bwd_ms},

@@ -91,9 +91,13 @@ void check_available(Config& c, const Checker& k) {
     fail("device 'cuda' is not available in this build (" + k.at("device") +
          "): no CUDA toolkit (nvcc) was found when it was built; rebuild where nvcc is on PATH, "
          "or use cpu");
-  if (c.precision != "fp32")
-    fail("precision '" + c.precision + "' is not supported yet (" + k.at("precision") +
-         "); use fp32");
+  if (c.precision != "fp32" && c.precision != "bf16")
+    fail("precision '" + c.precision + "' is not supported (" + k.at("precision") +
+         "); use fp32, or bf16 on device: cuda" +
+         (c.precision == "fp16" ? " (fp16 with dynamic loss scaling is not built yet)" : ""));
+  if (c.precision == "bf16" && c.device != "cuda")
+    fail("precision 'bf16' (" + k.at("precision") + ") needs device: cuda; the " + c.device +
+         " device computes in fp32 only, so use precision: fp32 there");
   const ParallelConfig& p = c.parallel;
   for (auto [name, v] : {std::pair{"tensor_model_parallel_size", p.tensor_model_parallel_size},
                          std::pair{"pipeline_model_parallel_size", p.pipeline_model_parallel_size}})

@@ -15,6 +15,23 @@ namespace {
 
 namespace k = kernels::cuda;
 
+// Calls fn with a value of the C++ type of `act` (float or bf16), to pick the kernels' overload.
+template <class Fn>
+void typed(DType act, Fn&& fn) {
+  if (act == DType::f32)
+    fn(float{});
+  else
+    fn(k::bf16{});
+}
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+template <class T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("cuda device: ") + what + ": " + cudaGetErrorString(e));
@@ -84,59 +101,115 @@ class CudaDevice final : public Device {
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C) override {
-    k::embedding_forward(out, tokens, wte, wpe, B, T, C, stream_);
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                         int T, int C, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::embedding_forward(as<T_>(out), tokens, as<T_>(wte), as<T_>(wpe), B, T, C, stream_);
+    });
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C, int V) override {
-    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V, stream_);
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                          int T, int C, int V, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::embedding_backward(dwte, dwpe, as<T_>(dout), tokens, B, T, C, V, stream_);
+    });
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C, float eps) override {
-    k::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream_);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C, float eps, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::layernorm_forward(as<T_>(out), mean, rstd, as<T_>(inp), as<T_>(weight), as<T_>(bias), N, C,
+                           eps, stream_);
+    });
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
-    k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                          int N, int C, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::layernorm_backward(as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp), as<T_>(weight),
+                            mean, rstd, N, C, stream_);
+    });
   }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override {
-    k::matmul_forward(*blas_, out, inp, weight, bias, N, C, OC);
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                      int C, int OC, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_forward(*blas_, as<T_>(out), as<T_>(inp), as<T_>(weight), as<T_>(bias), N, C, OC);
+    });
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override {
-    k::matmul_backward(*blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_backward(*blas_, as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp),
+                         as<T_>(weight), N, C, OC);
+    });
   }
-  void gelu_forward(float* out, const float* inp, size_t n) override {
-    k::gelu_forward(out, inp, n, stream_);
+  void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::gelu_forward(as<T_>(out), as<T_>(inp), n, stream_);
+    });
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    k::gelu_backward(dinp, inp, dout, n, stream_);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::gelu_backward(as<T_>(dinp), as<T_>(inp), as<T_>(dout), n, stream_);
+    });
   }
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-    k::residual_forward(out, a, b, n, stream_);
+  void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::residual_forward(as<T_>(out), as<T_>(a), as<T_>(b), n, stream_);
+    });
   }
-  void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                            int N, int V) override {
-    k::crossentropy_forward(losses, lse, logits, targets, N, V, stream_);
+  void crossentropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
+                            int N, int V, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_forward(losses, lse, as<T_>(logits), targets, N, V, stream_);
+    });
   }
-  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                             const int32_t* targets, float dloss, int N, int V) override {
-    k::crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V, stream_);
+  void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
+                             const int32_t* targets, float dloss, int N, int V,
+                             DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_backward(as<T_>(dlogits), as<T_>(logits), lse, targets, dloss, N, V, stream_);
+    });
   }
-  void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                    double base) override {
-    k::rope_forward(x, B, T, H, D, sb, st, sh, base, stream_);
+  void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                    double base, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::rope_forward(as<T_>(x), B, T, H, D, sb, st, sh, base, stream_);
+    });
   }
-  void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                     double base) override {
-    k::rope_backward(dx, B, T, H, D, sb, st, sh, base, stream_);
+  void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                     double base, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::rope_backward(as<T_>(dx), B, T, H, D, sb, st, sh, base, stream_);
+    });
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t) override {
-    k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream_);
+                    float beta1, float beta2, float eps, float weight_decay, int t, void* compute,
+                    DType act) override {
+    if (act == DType::f32 || !compute) {
+      k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream_);
+      if (compute && compute != params) copy(compute, params, n * sizeof(float));
+    } else {
+      k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
+                      static_cast<k::bf16*>(compute), stream_);
+    }
+  }
+  void convert(void* dst, DType act, const float* src, size_t n) override {
+    if (act == DType::f32)
+      copy(dst, src, n * sizeof(float));
+    else
+      k::convert(static_cast<k::bf16*>(dst), src, n, stream_);
   }
   double sum(const float* x, size_t n) override {
     k::sum(scalar_, x, n, stream_);

@@ -10,6 +10,7 @@
 
 #include "flash_backward.hpp"
 #include "flash_common.hpp"
+#include "flash_cuda.hpp"
 #include "tile_gemm.hpp"
 #include "tile_pack.hpp"
 #include "tile_softmax.hpp"
@@ -24,6 +25,9 @@ const char* const kName = "flash1";
 const triad_param_spec_v1 kParams[] = {
     {"block_q", TRIAD_PARAM_INT, "64", "query rows per tile (1..512)"},
     {"block_k", TRIAD_PARAM_INT, "128", "key rows per tile (a multiple of 16, up to 512)"},
+    {"deterministic", TRIAD_PARAM_BOOL, "true",
+     "GPU backward: bit-identical across runs (no float atomics; about 10% slower). The CPU "
+     "backward is always deterministic"},
 };
 
 // One thread's scratch for the forward pass.
@@ -55,15 +59,27 @@ struct BwdLayout {
 class Flash1 : public triad::sdk::AttentionPlugin {
  public:
   Flash1(triad::sdk::Services services, triad::sdk::Params params)
-      : threads_(thread_count(services)) {
+      : threads_(thread_count(services)),
+        stream_(services.stream()),
+        deterministic_(params.get_bool("deterministic")) {
     tiles_.bq = block_param(params, kName, "block_q", 1);
     tiles_.bk = block_param(params, kName, "block_k", kLane);
   }
 
-  triad_attention_caps_v1 capabilities() const override { return cpu_fp32_caps(); }
+  triad_attention_caps_v1 capabilities() const override {
+    triad_attention_caps_v1 c = cpu_fp32_caps();
+#ifdef TRIAD_FLASH_CUDA
+    triad::flash_cuda::add_gpu_caps(c);
+#endif
+    return c;
+  }
 
   void workspace_size(const triad_attention_shape_v1& shape, size_t* fwd,
                       size_t* bwd) const override {
+#ifdef TRIAD_FLASH_CUDA
+    if (triad::flash_cuda::check_shape(shape, kName))
+      return triad::flash_cuda::workspace(false, shape, fwd, bwd);
+#endif
     const int64_t rows = shape.batch * shape.heads * shape.seq_len;
     const int D = static_cast<int>(shape.head_dim);
     Arena f, b;
@@ -74,6 +90,10 @@ class Flash1 : public triad::sdk::AttentionPlugin {
   }
 
   void forward(const triad_attention_fwd_args_v1& args) override {
+#ifdef TRIAD_FLASH_CUDA
+    if (triad::flash_cuda::on_gpu(args.q))
+      return triad::flash_cuda::forward(false, args, stream_, kName);
+#endif
     const Heads h = check_heads(args.q, args.k, args.v, kName);
     const View4<float> out = output_view(args.out, "out", h, kName);
     float* lse = lse_data(args.lse, h, kName);
@@ -95,6 +115,10 @@ class Flash1 : public triad::sdk::AttentionPlugin {
   }
 
   void backward(const triad_attention_bwd_args_v1& args) override {
+#ifdef TRIAD_FLASH_CUDA
+    if (triad::flash_cuda::on_gpu(args.q))
+      return triad::flash_cuda::backward(false, args, deterministic_, stream_, kName);
+#endif
     BwdArgs a = unpack_bwd_args(args, kName);
     const Heads& h = a.h;
     const int64_t rows = int64_t{h.B} * h.H * h.T;
@@ -174,6 +198,8 @@ class Flash1 : public triad::sdk::AttentionPlugin {
   }
 
   int threads_;
+  void* stream_;        // the core's device stream (GPU calls)
+  bool deterministic_;  // GPU backward without float atomics
   Tiles tiles_;
 };
 

@@ -109,7 +109,8 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   triad_attention_caps_v1 capabilities() const override {
     triad_attention_caps_v1 c{};
     c.devices = kDevices;
-    c.dtypes = TRIAD_DTYPE_BIT_FP32;
+    // bfloat16 only in GPU memory (checked per call); the CPU path is float32.
+    c.dtypes = TRIAD_DTYPE_BIT_FP32 | (kDevices & (1u << kDLCUDA) ? TRIAD_DTYPE_BIT_BF16 : 0u);
     c.num_head_dims = 0;
     c.max_head_dim = kMaxHeadDim;
     c.causal = 1;
@@ -124,14 +125,30 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     size_t bytes = score_bytes(s.batch, s.heads, s.seq_len);
 #ifdef TRIAD_NAIVE_CUDA
     if (s.device.device_type == kDLCUDA)
-      bytes = triad::kernels::cuda::attention_naive_workspace_bytes(
-          int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim));
+      bytes = s.dtype.code == kDLBfloat
+                  ? triad::kernels::cuda::attention_naive_workspace_bytes_bf16(
+                        int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim))
+                  : triad::kernels::cuda::attention_naive_workspace_bytes(
+                        int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim));
 #endif
     if (fwd) *fwd = bytes;
     if (bwd) *bwd = bytes;
   }
 
   void forward(const triad_attention_fwd_args_v1& a) override {
+#ifdef TRIAD_NAIVE_CUDA
+    if (is_bf16(a.q)) {
+      int64_t B, H, T, D;
+      auto q = bf16_head(a.q, "q", a.q, B, H, T, D), k = bf16_head(a.k, "k", a.q, B, H, T, D),
+           v = bf16_head(a.v, "v", a.q, B, H, T, D), out = bf16_head(a.out, "out", a.q, B, H, T, D);
+      require_same_device(a.q, {a.lse});
+      float* lse = triad::sdk::lse_view(a.lse, B, H, T);
+      triad::kernels::cuda::attention_naive_forward(blas(), out, lse, q, k, v, int(B), int(H),
+                                                    int(T), int(D), a.causal != 0, a.scale,
+                                                    a.workspace, a.workspace_bytes);
+      return;
+    }
+#endif
     Heads h = check_inputs(a.q, a.k, a.v);
     View4<float> out = output(a.out, "out", h);
     require_cpu(a.lse, "lse");
@@ -157,6 +174,22 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   }
 
   void backward(const triad_attention_bwd_args_v1& a) override {
+#ifdef TRIAD_NAIVE_CUDA
+    if (is_bf16(a.q)) {
+      int64_t B, H, T, D;
+      auto q = bf16_head(a.q, "q", a.q, B, H, T, D), k = bf16_head(a.k, "k", a.q, B, H, T, D),
+           v = bf16_head(a.v, "v", a.q, B, H, T, D), out = bf16_head(a.out, "out", a.q, B, H, T, D),
+           dout = bf16_head(a.dout, "dout", a.q, B, H, T, D),
+           dq = bf16_head(a.dq, "dq", a.q, B, H, T, D), dk = bf16_head(a.dk, "dk", a.q, B, H, T, D),
+           dv = bf16_head(a.dv, "dv", a.q, B, H, T, D);
+      require_same_device(a.q, {a.lse});
+      const float* lse = triad::sdk::lse_view(a.lse, B, H, T);
+      triad::kernels::cuda::attention_naive_backward(blas(), dq, dk, dv, q, k, v, out, lse, dout,
+                                                     int(B), int(H), int(T), int(D), a.causal != 0,
+                                                     a.scale, a.workspace, a.workspace_bytes);
+      return;
+    }
+#endif
     Heads h = check_inputs(a.q, a.k, a.v);
     View4<float> out = output(a.out, "out", h), dout = output(a.dout, "dout", h);
     View4<float> dq = output(a.dq, "dq", h), dk = output(a.dk, "dk", h), dv = output(a.dv, "dv", h);
@@ -252,6 +285,35 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   }
 
 #ifdef TRIAD_NAIVE_CUDA
+  static bool is_bf16(const DLTensor* t) {
+    return t && t->dtype.code == kDLBfloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
+  }
+  // A bf16 (B,H,T,D) view in GPU memory with D contiguous; its shape must equal q's (ref).
+  static triad::kernels::cuda::HeadViewBf16 bf16_head(const DLTensor* t, const char* what,
+                                                      const DLTensor* ref, int64_t& B, int64_t& H,
+                                                      int64_t& T, int64_t& D) {
+    if (!t) throw invalid(std::string(what) + " is null");
+    if (t->device.device_type != kDLCUDA)
+      throw unsupported(std::string(what) +
+                        " is bfloat16 outside GPU memory; naive computes "
+                        "bfloat16 on CUDA GPUs only (float32 on the CPU)");
+    if (!is_bf16(t)) throw invalid(std::string(what) + " is not bfloat16 like q");
+    if (t->ndim != 4) throw invalid(std::string(what) + " must be 4-d (B,H,T,D)");
+    for (int i = 0; i < 4; ++i)
+      if (t->shape[i] != ref->shape[i])
+        throw invalid(std::string(what) + " has a different shape from q");
+    if (t->strides && t->strides[3] != 1)
+      throw invalid(std::string(what) + " must be contiguous along D");
+    B = t->shape[0], H = t->shape[1], T = t->shape[2], D = t->shape[3];
+    if (D < 1 || D > kMaxHeadDim)
+      throw unsupported("head dim " + std::to_string(D) + " is outside naive's 1.." +
+                        std::to_string(kMaxHeadDim));
+    const int64_t st = t->strides ? t->strides[2] : D, sh = t->strides ? t->strides[1] : T * D,
+                  sb = t->strides ? t->strides[0] : H * T * D;
+    auto* data =
+        reinterpret_cast<triad::kernels::cuda::bf16*>(static_cast<char*>(t->data) + t->byte_offset);
+    return {data, sb, sh, st};
+  }
   template <class T>
   static triad::kernels::cuda::HeadView head(const View4<T>& v) {
     return {const_cast<float*>(v.data), v.s[0], v.s[1], v.s[2]};
@@ -272,6 +334,7 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
 }  // namespace
 
 TRIAD_ATTENTION_PLUGIN(NaiveAttention, "naive", "1.0",
-                       "reference attention: materialises the T x T scores, fp32, CPU (and "
-                       "CUDA GPUs where built with CUDA), any head dim up to 256, causal or not",
+                       "reference attention: materialises the T x T scores; fp32 on the CPU, "
+                       "fp32 and bf16 on CUDA GPUs where built with CUDA; any head dim up to "
+                       "256, causal or not",
                        TRIAD_NO_PARAMS)

@@ -16,6 +16,25 @@
 
 namespace triad {
 
+// Element types of activations (and of the compute copy of the weights).
+enum class DType { f32, bf16 };
+inline size_t dtype_bytes(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
+inline const char* dtype_name(DType t) {
+  return t == DType::f32 ? "fp32" : "bf16";
+}
+inline DLDataType dl_dtype(DType t) {
+  return t == DType::f32 ? DLDataType{kDLFloat, 32, 1} : DLDataType{kDLBfloat, 16, 1};
+}
+// p advanced by n elements of t.
+inline void* advance(void* p, size_t n, DType t) {
+  return static_cast<char*>(p) + n * dtype_bytes(t);
+}
+inline const void* advance(const void* p, size_t n, DType t) {
+  return static_cast<const char*>(p) + n * dtype_bytes(t);
+}
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -35,35 +54,45 @@ class Device {
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() = 0;
 
-  // Kernels, fp32. Shapes as in triad/kernels/cpu.hpp.
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C) = 0;
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C,
-                                 float eps) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                              int N, int C, int OC) = 0;
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
-  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
-  virtual void crossentropy_forward(float* losses, float* lse, const float* logits,
-                                    const int32_t* targets, int N, int V) = 0;
-  virtual void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                                     const int32_t* targets, float dloss, int N, int V) = 0;
-  virtual void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st,
-                            int64_t sh, double base) = 0;
-  virtual void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st,
-                             int64_t sh, double base) = 0;
+  // Kernels. Shapes as in triad/kernels/cpu.hpp. `act` is the dtype of the activations, their
+  // gradients and the compute copy of the weights (void* pointers); parameter gradients
+  // (float* dweight, dbias, dwte, dwpe), layernorm statistics, losses and lse are always fp32.
+  // A device refuses (UserError) an activation dtype it has no kernels for.
+  virtual void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                 int B, int T, int C, DType act) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                                  int B, int T, int C, int V, DType act) = 0;
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const void* weight, const void* bias, int N, int C, float eps,
+                                 DType act) = 0;
+  virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                  const void* inp, const void* weight, const float* mean,
+                                  const float* rstd, int N, int C, DType act) = 0;
+  virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              int N, int C, int OC, DType act) = 0;
+  virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const void* weight, int N, int C, int OC,
+                               DType act) = 0;
+  virtual void gelu_forward(void* out, const void* inp, size_t n, DType act) = 0;
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
+                             DType act) = 0;
+  virtual void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) = 0;
+  virtual void crossentropy_forward(float* losses, float* lse, const void* logits,
+                                    const int32_t* targets, int N, int V, DType act) = 0;
+  virtual void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
+                                     const int32_t* targets, float dloss, int N, int V,
+                                     DType act) = 0;
+  virtual void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                            double base, DType act) = 0;
+  virtual void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st,
+                             int64_t sh, double base, DType act) = 0;
+  // AdamW on fp32 master weights; when `compute` is not null it also receives the updated
+  // weights rounded to `act` (the copy the next forward reads).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                            int t) = 0;
+                            int t, void* compute, DType act) = 0;
+  // dst (n elements of `act`) = src rounded.
+  virtual void convert(void* dst, DType act, const float* src, size_t n) = 0;
   // Sum of x and of its squares, accumulated in double; they wait for the result.
   virtual double sum(const float* x, size_t n) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;

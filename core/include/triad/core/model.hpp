@@ -15,16 +15,41 @@
 
 namespace triad {
 
+// n elements of an activation dtype on a device.
+class ActBuffer {
+ public:
+  ActBuffer() = default;
+  ActBuffer(Device& dev, size_t n, DType t, const char* what)
+      : buf_(dev, n * dtype_bytes(t), what), n_(n), t_(t) {}
+  void* data() const { return buf_.data(); }
+  void* at(size_t i) const { return advance(buf_.data(), i, t_); }  // element i
+  size_t size() const { return n_; }
+
+ private:
+  Buffer<unsigned char> buf_;
+  size_t n_ = 0;
+  DType t_ = DType::f32;
+};
+
 class GPT {
  public:
   // max_batch: the largest micro-batch forward() will be called with (activations sized for it).
-  GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch);
+  // act: dtype of activations and of the weights the layers read (bf16: mixed precision, with
+  // fp32 master weights, gradients and optimizer state).
+  GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
+      DType act = DType::f32);
 
   const GptLayout& layout() const { return layout_; }
   size_t num_params() const { return layout_.total; }
   float* params() const { return params_.data(); }
   float* grads() const { return grads_.data(); }
   float* param(const std::string& name) const { return params_.data() + layout_.find(name).offset; }
+  DType act_dtype() const { return act_; }
+  // The weights the layers read, in the activation dtype: the master weights themselves in
+  // fp32, else a copy that the optimizer refreshes (null in fp32).
+  void* compute_params() const { return act_ == DType::f32 ? nullptr : compute_.data(); }
+  // Re-derives the compute copy from the master weights (after they were loaded or received).
+  void sync_compute_weights();
   float* grad(const std::string& name) const { return grads_.data() + layout_.find(name).offset; }
 
   // GPT-2 initialisation: N(0, init_std), residual projections scaled by 1/sqrt(2 L),
@@ -46,35 +71,47 @@ class GPT {
   // grads += d(loss_scale * mean loss)/d params, for the last forward().
   void backward(float loss_scale, const GradsReady& grads_ready = nullptr);
 
-  // Logits of the last forward, (B,T,V) on the device (valid until backward()).
-  const float* logits() const { return logits_.data(); }
+  // Logits of the last forward, (B,T,V) in the activation dtype on the device (valid until
+  // backward()).
+  const void* logits() const { return logits_.data(); }
 
  private:
   struct LayerActs {
-    Buffer<float> res_in;  // (B,T,C) input of the layer (residual stream)
-    Buffer<float> ln1, ln1_mean, ln1_rstd;
-    Buffer<float> qkv;      // (B,T,3C), q and k rotated in place when rope
-    Buffer<float> atty;     // (B,T,C) attention output, heads interleaved
-    Buffer<float> lse;      // (B,H,T)
-    Buffer<float> res_mid;  // (B,T,C) after the attention residual
-    Buffer<float> ln2, ln2_mean, ln2_rstd;
-    Buffer<float> fch, fch_gelu;  // (B,T,4C)
+    ActBuffer res_in;  // (B,T,C) input of the layer (residual stream)
+    ActBuffer ln1;
+    Buffer<float> ln1_mean, ln1_rstd;
+    ActBuffer qkv;      // (B,T,3C), q and k rotated in place when rope
+    ActBuffer atty;     // (B,T,C) attention output, heads interleaved
+    Buffer<float> lse;  // (B,H,T)
+    ActBuffer res_mid;  // (B,T,C) after the attention residual
+    ActBuffer ln2;
+    Buffer<float> ln2_mean, ln2_rstd;
+    ActBuffer fch, fch_gelu;  // (B,T,4C)
   };
   struct AttnViews;
   void attention_forward(LayerActs& a, int B);
-  void attention_backward(LayerActs& a, float* dqkv, const float* datty, int B);
+  void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
+  // A weight as the layers read it (compute copy in mixed precision).
+  const void* w(const std::string& name) const {
+    const size_t off = layout_.find(name).offset;
+    return act_ == DType::f32 ? static_cast<const void*>(params_.data() + off)
+                              : advance(compute_.data(), off, act_);
+  }
 
   ModelConfig cfg_;
   Device& dev_;
+  DType act_;
   AttentionBackend& attn_;
   GptLayout layout_;
   int maxB_, T_, C_, H_, V_, L_;
   bool rope_;
-  Buffer<float> params_, grads_;
+  Buffer<float> params_, grads_;  // fp32 master weights and gradients
+  ActBuffer compute_;             // mixed precision: the weights in the activation dtype
   std::vector<LayerActs> acts_;
-  Buffer<float> res_out_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, ce_lse_;
+  ActBuffer res_out_, lnf_, logits_;
+  Buffer<float> lnf_mean_, lnf_rstd_, losses_, ce_lse_;
   // Backward scratch, reused by every layer.
-  Buffer<float> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  ActBuffer dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
   Buffer<uint8_t> attn_workspace_;
   size_t ws_fwd_ = 0, ws_bwd_ = 0;
   Buffer<int32_t> targets_, inputs_;  // of the last forward, on the device

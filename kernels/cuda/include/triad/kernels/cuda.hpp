@@ -6,6 +6,7 @@
 // fp32 storage and fp32 arithmetic here; matmuls go through cuBLASLt.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -112,5 +113,62 @@ void attention_naive_backward(Blas& blas, HeadView dq, HeadView dk, HeadView dv,
                               HeadView k, HeadView v, HeadView out, const float* lse, HeadView dout,
                               int B, int H, int T, int D, bool causal, float scale, void* workspace,
                               size_t workspace_bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Mixed precision (bf16): activations, their gradients and the compute copy of the weights are
+// bf16; parameter gradients (dweight, dbias, dwte, dwpe), layernorm statistics, losses and lse
+// stay fp32; every reduction and GEMM accumulates in fp32. Same shapes and semantics as the
+// fp32 overloads above (backward ACCUMULATES into dinp and into the fp32 parameter gradients).
+using bf16 = __nv_bfloat16;
+
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                       int T, int C, cudaStream_t stream);
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                        int T, int C, int V, cudaStream_t stream);
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, int N, int C, float eps, cudaStream_t stream);
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                        int N, int C, cudaStream_t stream);
+// bf16 tensor cores, fp32 accumulation; dweight/dbias accumulate into fp32.
+void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                    int N, int C, int OC);
+void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC);
+void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream);
+void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
+void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                          int N, int V, cudaStream_t stream);
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V,
+                           cudaStream_t stream);
+void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                  double base, cudaStream_t stream);
+void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                   double base, cudaStream_t stream);
+// AdamW on fp32 master weights that also writes the updated weights, rounded, into `compute`
+// (the bf16 copy the next forward reads), in the same pass.
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t, bf16* compute,
+                  cudaStream_t stream);
+// dst[i] = round-to-nearest-even(src[i]).
+void convert(bf16* dst, const float* src, size_t n, cudaStream_t stream);
+
+// Naive attention on bf16 views (scores, softmax and the workspace in fp32).
+struct HeadViewBf16 {
+  bf16* data;
+  int64_t sb, sh, st;
+};
+void attention_naive_forward(Blas& blas, HeadViewBf16 out, float* lse, HeadViewBf16 q,
+                             HeadViewBf16 k, HeadViewBf16 v, int B, int H, int T, int D,
+                             bool causal, float scale, void* workspace, size_t workspace_bytes);
+void attention_naive_backward(Blas& blas, HeadViewBf16 dq, HeadViewBf16 dk, HeadViewBf16 dv,
+                              HeadViewBf16 q, HeadViewBf16 k, HeadViewBf16 v, HeadViewBf16 out,
+                              const float* lse, HeadViewBf16 dout, int B, int H, int T, int D,
+                              bool causal, float scale, void* workspace,
+                              size_t workspace_bytes);
+// Bytes for either dtype (the bf16 path may need extra fp32 staging; this covers it).
+size_t attention_naive_workspace_bytes_bf16(int B, int H, int T, int D);
 
 }  // namespace triad::kernels::cuda

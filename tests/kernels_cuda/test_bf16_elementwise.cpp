@@ -1,0 +1,199 @@
+// Mixed precision (bf16) overloads of the element-wise kernels, convert and AdamW with its
+// compute copy, against kernels::cpu in double on the bf16-rounded inputs: sizes that are not
+// multiples of 8, offsets that break 16-byte alignment (the same for every operand: head, 8-wide
+// middle, tail; different ones: all scalar), poisoned outputs, pre-filled gradients.
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "triad/kernels/cpu.hpp"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad::kernels::cuda::test {
+namespace {
+
+// n, offset of the output, offset of the input(s) (in elements).
+const std::vector<std::tuple<size_t, size_t, size_t>> kCases = {
+    {0, 0, 0},     {1, 0, 0},       {7, 1, 1},      {1003, 0, 0}, {1003, 1, 1},
+    {1003, 7, 7},  {1003, 0, 1},    {1003, 2, 1},   {4099, 4, 4}, {4096, 0, 0},
+    {4096, 3, 11}, {1000001, 5, 5}, {1000001, 0, 3}};
+
+std::string trace(size_t n, size_t oo, size_t io) {
+  return "n=" + std::to_string(n) + " offsets " + std::to_string(oo) + "," + std::to_string(io);
+}
+
+class Bf16Elementwise : public CudaTest {};
+
+TEST_F(Bf16Elementwise, ConvertRoundsToNearestEven) {
+  // Ties (low half exactly 0x8000) both ways, just below/above them, signed zeros, infinities,
+  // the largest float (rounds up to inf), subnormals, and random values over a wide range.
+  auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  };
+  const FVec special = {0.0f,
+                        -0.0f,
+                        1.0f,
+                        -1.0f,
+                        from_bits(0x3f808000u),  // tie, even below: down
+                        from_bits(0x3f818000u),  // tie, odd below: up
+                        from_bits(0x3f807fffu),
+                        from_bits(0x3f808001u),
+                        from_bits(0xbf818000u),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::max(),
+                        -std::numeric_limits<float>::max(),
+                        from_bits(0x7f7f7fffu),  // just below the largest bf16's tie: stays
+                        from_bits(0x00000001u),  // smallest subnormal: rounds to +0
+                        from_bits(0x00018000u),  // subnormal tie, odd below: up
+                        from_bits(0x00400000u),  // a subnormal bf16 exactly
+                        1e-40f,
+                        3.0e38f,
+                        65504.0f};
+  for (auto [n, oo, io] : kCases) {
+    SCOPED_TRACE(trace(n, oo, io));
+    FVec x = randn(n, 40 + n, 1.0);
+    for (size_t i = 0; i < n; ++i) x[i] *= std::exp2(float(int(i % 61) - 30));
+    for (size_t i = 0; i < std::min(n, special.size()); ++i) x[(i * 7919) % n] = special[i];
+    DFloat src(x, io);
+    DBf16 dst(n, oo);
+    dst.poison();
+    convert(dst.ptr(), src.get(), n, stream);
+    sync();
+    EXPECT_TRUE(bit_equal(dst.download(), to_bf16(x)));
+    EXPECT_TRUE(dst.guards_intact());
+  }
+  // NaN stays NaN.
+  const FVec nan = {std::numeric_limits<float>::quiet_NaN(),
+                    -std::numeric_limits<float>::quiet_NaN()};
+  DFloat src(nan, 0);
+  DBf16 dst(nan.size(), 0);
+  convert(dst.ptr(), src.get(), nan.size(), stream);
+  sync();
+  for (float v : dst.values()) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST_F(Bf16Elementwise, GeluForward) {
+  for (auto [n, oo, io] : kCases) {
+    SCOPED_TRACE(trace(n, oo, io));
+    const FVec x = round_bf16(randn(n, 1, 2.0));
+    DBf16 din(x, io), dout(n, oo);
+    dout.poison();
+    gelu_forward(dout.ptr(), din.ptr(), n, stream);
+    sync();
+    Vec want(n);
+    cpu::gelu_forward(want.data(), to_double(x).data(), n);
+    EXPECT_TRUE(close_rel(dout.values(), want, kTolBf16));
+    EXPECT_TRUE(dout.guards_intact());
+  }
+}
+
+TEST_F(Bf16Elementwise, GeluForwardInPlace) {
+  const size_t n = 1003;
+  const FVec x = round_bf16(randn(n, 2, 2.0));
+  DBf16 d(x, 3);
+  gelu_forward(d.ptr(), d.ptr(), n, stream);
+  sync();
+  Vec want(n);
+  cpu::gelu_forward(want.data(), to_double(x).data(), n);
+  EXPECT_TRUE(close_rel(d.values(), want, kTolBf16));
+}
+
+TEST_F(Bf16Elementwise, GeluBackwardAccumulates) {
+  for (auto [n, oo, io] : kCases) {
+    SCOPED_TRACE(trace(n, oo, io));
+    const FVec x = round_bf16(randn(n, 3, 2.0)), g = round_bf16(randn(n, 4)),
+               g0 = round_bf16(randn(n, 5));
+    // dout shares the input's alignment mod 16 (8 elements on): the vector path when oo == io.
+    DBf16 dx(x, io), dg(g, io + 8), ddinp(g0, oo);
+    gelu_backward(ddinp.ptr(), dx.ptr(), dg.ptr(), n, stream);
+    sync();
+    Vec want = to_double(g0);
+    cpu::gelu_backward(want.data(), to_double(x).data(), to_double(g).data(), n);
+    EXPECT_TRUE(close_rel(ddinp.values(), want, kTolBf16));
+    EXPECT_TRUE(ddinp.guards_intact());
+  }
+}
+
+TEST_F(Bf16Elementwise, ResidualForward) {
+  for (auto [n, oo, io] : kCases) {
+    SCOPED_TRACE(trace(n, oo, io));
+    const FVec a = round_bf16(randn(n, 6)), b = round_bf16(randn(n, 7));
+    DBf16 da(a, io), db(b, io), dout(n, oo);
+    dout.poison();
+    residual_forward(dout.ptr(), da.ptr(), db.ptr(), n, stream);
+    sync();
+    Vec want(n);
+    cpu::residual_forward(want.data(), to_double(a).data(), to_double(b).data(), n);
+    EXPECT_TRUE(close_rel(dout.values(), want, kTolBf16));
+    // One float addition of two bf16 values, rounded once: exactly the host's.
+    FVec sum(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+    EXPECT_TRUE(bit_equal(dout.download(), to_bf16(sum)));
+    EXPECT_TRUE(dout.guards_intact());
+  }
+}
+
+TEST_F(Bf16Elementwise, ResidualForwardAliases) {
+  const size_t n = 1003;
+  const FVec a = round_bf16(randn(n, 8)), b = round_bf16(randn(n, 9));
+  FVec sum(n);
+  for (size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+  {
+    DBf16 da(a, 1), db(b, 2);
+    residual_forward(da.ptr(), da.ptr(), db.ptr(), n, stream);  // out = a
+    sync();
+    EXPECT_TRUE(bit_equal(da.download(), to_bf16(sum)));
+  }
+  {
+    DBf16 da(a, 3), db(b, 3);
+    residual_forward(db.ptr(), da.ptr(), db.ptr(), n, stream);  // out = b
+    sync();
+    EXPECT_TRUE(bit_equal(db.download(), to_bf16(sum)));
+  }
+}
+
+TEST_F(Bf16Elementwise, AdamwWritesTheComputeCopy) {
+  for (auto [n, oo, io] : kCases) {
+    if (n > 100000) continue;
+    SCOPED_TRACE(trace(n, oo, io));
+    const FVec p0 = randn(n, 13), m0 = randn(n, 14, 0.01);
+    FVec v0 = randn(n, 15, 0.01);
+    for (auto& x : v0) x = x * x;
+    // The mixed overload and the fp32 one on the same fp32 state; the compute copy at the
+    // output offset (aligned with the parameters or not).
+    DFloat dp(p0, oo), dm(m0, oo), dv(v0, oo), rp(p0, oo), rm(m0, oo), rv(v0, oo);
+    DBf16 dc(n, io);
+    for (int t = 1; t <= 3; ++t) {
+      const FVec g = randn(n, 100 + t);
+      DFloat dg(g, oo);
+      dc.poison();
+      adamw_update(dp.get(), dg.get(), dm.get(), dv.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                   dc.ptr(), stream);
+      adamw_update(rp.get(), dg.get(), rm.get(), rv.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                   stream);
+      sync();
+    }
+    // The fp32 master state is exactly the fp32 update's.
+    const FVec p = dp.download();
+    EXPECT_TRUE(bit_equal(p, rp.download()));
+    EXPECT_TRUE(bit_equal(dm.download(), rm.download()));
+    EXPECT_TRUE(bit_equal(dv.download(), rv.download()));
+    // The compute copy is the rounded master, bit for bit: as convert() and as the host rounds.
+    const BVec c = dc.download();
+    EXPECT_TRUE(bit_equal(c, to_bf16(p)));
+    DBf16 conv(n, io);
+    convert(conv.ptr(), dp.get(), n, stream);
+    sync();
+    EXPECT_TRUE(bit_equal(c, conv.download()));
+    EXPECT_TRUE(dc.guards_intact());
+    EXPECT_TRUE(dp.guards_intact());
+  }
+}
+
+}  // namespace
+}  // namespace triad::kernels::cuda::test

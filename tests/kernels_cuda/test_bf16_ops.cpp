@@ -1,0 +1,507 @@
+// Mixed precision (bf16) overloads of layernorm, matmul, cross-entropy, embedding, rope and
+// naive attention, against kernels::cpu (double, or float where the result must be bit-exact)
+// on the bf16-rounded inputs: bf16 outputs within kTolBf16, fp32 accumulations within
+// kTolBf16Acc (see cuda_test_util.hpp), pre-filled gradients accumulate, poisoned outputs are
+// fully written, in-place cross-entropy, unaligned operands.
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "attention_reference.hpp"
+#include "cuda_test_util.hpp"
+#include "triad/kernels/cpu.hpp"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad::kernels::cuda::test {
+namespace {
+
+// --- layernorm ----------------------------------------------------------------------------
+
+// N, C, offset. Offset 0 with C % 8 == 0 puts every operand on 16 bytes: the 8-wide path.
+const std::vector<std::tuple<int, int, size_t>> kLnShapes = {
+    {37, 99, 1}, {37, 96, 0}, {5, 768, 3}, {64, 768, 0}, {1, 1, 0}, {129, 33, 2}, {300, 1024, 0}};
+
+class Bf16LayerNorm : public CudaTest {};
+
+TEST_F(Bf16LayerNorm, ForwardMatchesCpu) {
+  for (auto [N, C, off] : kLnShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const size_t NC = size_t(N) * C;
+    FVec x = randn(NC, 1, 2.0);
+    for (auto& v : x) v += 3.0f;
+    x = round_bf16(x);
+    const FVec w = round_bf16(randn(C, 2)), b = round_bf16(randn(C, 3));
+    const size_t woff = off == 0 ? 0 : off + 1;  // weight/bias misaligned from x when off != 0
+    DBf16 dx(x, off), dw(w, woff), db(b, woff), dout(NC, off);
+    DFloat dmean(N, 1), drstd(N, 3);
+    dout.poison();
+    dmean.poison();
+    drstd.poison();
+    layernorm_forward(dout.ptr(), dmean.get(), drstd.get(), dx.ptr(), dw.ptr(), db.ptr(), N, C,
+                      1e-5f, stream);
+    sync();
+    Vec out(NC), mean(N), rstd(N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), to_double(x).data(),
+                           to_double(w).data(), to_double(b).data(), N, C, double(1e-5f));
+    EXPECT_TRUE(close_rel(dout.values(), out, kTolBf16));
+    // fp32 statistics of exactly representable inputs.
+    EXPECT_TRUE(close_rel(dmean.download(), mean, kTolBf16Acc));
+    EXPECT_TRUE(close_rel(drstd.download(), rstd, kTolBf16Acc));
+    EXPECT_TRUE(dout.guards_intact());
+    EXPECT_TRUE(dmean.guards_intact());
+    EXPECT_TRUE(drstd.guards_intact());
+  }
+}
+
+TEST_F(Bf16LayerNorm, BackwardAccumulatesAndMatchesCpu) {
+  for (auto [N, C, off] : kLnShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const size_t NC = size_t(N) * C;
+    const FVec x = round_bf16(randn(NC, 4, 2.0)), w = round_bf16(randn(C, 5)),
+               g = round_bf16(randn(NC, 6));
+    Vec out(NC), mean_d(N), rstd_d(N);
+    cpu::layernorm_forward(out.data(), mean_d.data(), rstd_d.data(), to_double(x).data(),
+                           to_double(w).data(), Vec(C, 0.0).data(), N, C, 1e-5);
+    const FVec mean(mean_d.begin(), mean_d.end()), rstd(rstd_d.begin(), rstd_d.end());
+    const FVec di0 = round_bf16(randn(NC, 7)), dw0 = randn(C, 8), db0 = randn(C, 9);
+    DBf16 dx(x, off), dw(w, off), dg(g, off + 8), ddi(di0, off);
+    DFloat dmean(mean, 0), drstd(rstd, 1), ddw(dw0, 2), ddb(db0, 3);
+    layernorm_backward(ddi.ptr(), ddw.get(), ddb.get(), dg.ptr(), dx.ptr(), dw.ptr(), dmean.get(),
+                       drstd.get(), N, C, stream);
+    sync();
+    Vec wi = to_double(di0), ww = to_double(dw0), wb = to_double(db0);
+    cpu::layernorm_backward(wi.data(), ww.data(), wb.data(), to_double(g).data(),
+                            to_double(x).data(), to_double(w).data(), to_double(mean).data(),
+                            to_double(rstd).data(), N, C);
+    EXPECT_TRUE(close_rel(ddi.values(), wi, kTolBf16));
+    // Column sums in double of float terms of exact inputs.
+    EXPECT_TRUE(close_rel(ddw.download(), ww, kTolBf16Acc));
+    EXPECT_TRUE(close_rel(ddb.download(), wb, kTolBf16Acc));
+    EXPECT_TRUE(ddi.guards_intact());
+    EXPECT_TRUE(ddw.guards_intact());
+    EXPECT_TRUE(ddb.guards_intact());
+  }
+}
+
+// --- matmul -------------------------------------------------------------------------------
+
+struct MmShape {
+  int N, C, OC;
+  size_t off;  // element offset of every operand
+};
+const std::vector<MmShape> kMmShapes = {{37, 99, 67, 0},     {37, 99, 67, 1},   {64, 128, 96, 0},
+                                        {64, 128, 96, 3},    {5, 7, 3, 2},      {1, 1, 1, 0},
+                                        {256, 768, 2304, 0}, {130, 3072, 65, 1}};
+
+std::string name(const MmShape& s) {
+  return "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " OC=" + std::to_string(s.OC) +
+         " offset=" + std::to_string(s.off);
+}
+
+class Bf16Matmul : public CudaTest {};
+
+void mm_forward_case(cudaStream_t stream, const MmShape& s, bool with_bias, size_t bias_off) {
+  SCOPED_TRACE(name(s) + (with_bias ? " bias at " + std::to_string(bias_off) : " no bias"));
+  const auto [N, C, OC, off] = s;
+  const FVec x = round_bf16(randn(size_t(N) * C, 1)), w = round_bf16(randn(size_t(OC) * C, 2)),
+             b = round_bf16(randn(OC, 3));
+  DBf16 dx(x, off), dw(w, off), db(b, bias_off), dout(size_t(N) * OC, off);
+  dout.poison();
+  Blas blas(stream, /*allow_tf32=*/true);  // no effect on bf16 GEMMs
+  matmul_forward(blas, dout.ptr(), dx.ptr(), dw.ptr(), with_bias ? db.ptr() : nullptr, N, C, OC);
+  check(cudaStreamSynchronize(stream), "sync");
+  Vec want(size_t(N) * OC);
+  const Vec bd = to_double(b);
+  cpu::matmul_forward(want.data(), to_double(x).data(), to_double(w).data(),
+                      with_bias ? bd.data() : nullptr, N, C, OC);
+  EXPECT_TRUE(close_rel(dout.values(), want, kTolBf16));
+  EXPECT_TRUE(dout.guards_intact());
+}
+
+TEST_F(Bf16Matmul, Forward) {
+  for (const MmShape& s : kMmShapes)
+    for (bool bias : {true, false}) mm_forward_case(stream, s, bias, s.off);
+  // The bias alone misaligned (the epilogue may refuse it; the result must not change).
+  mm_forward_case(stream, {33, 64, 48, 0}, true, 1);
+}
+
+TEST_F(Bf16Matmul, ForwardWithEmptyInnerDimIsTheBias) {
+  const int N = 7, OC = 5;
+  const FVec b = round_bf16(randn(OC, 7));
+  DBf16 db(b, 0), dout(size_t(N) * OC, 0), dx(1, 0), dw(1, 0);
+  dout.poison();
+  Blas blas(stream);
+  matmul_forward(blas, dout.ptr(), dx.ptr(), dw.ptr(), db.ptr(), N, 0, OC);
+  sync();
+  Vec want(size_t(N) * OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) want[size_t(n) * OC + o] = b[o];
+  EXPECT_TRUE(close_rel(dout.values(), want, 0.0));
+  matmul_forward(blas, dout.ptr(), dx.ptr(), dw.ptr(), nullptr, N, 0, OC);
+  sync();
+  EXPECT_TRUE(close_rel(dout.values(), Vec(want.size(), 0.0), 0.0));
+}
+
+void mm_backward_case(cudaStream_t stream, const MmShape& s, bool want_di, bool want_dw,
+                      bool want_db) {
+  SCOPED_TRACE(name(s) + " dinp " + std::to_string(want_di) + " dweight " +
+               std::to_string(want_dw) + " dbias " + std::to_string(want_db));
+  const auto [N, C, OC, off] = s;
+  const size_t NC = size_t(N) * C, OCC = size_t(OC) * C, NOC = size_t(N) * OC;
+  const FVec x = round_bf16(randn(NC, 10)), w = round_bf16(randn(OCC, 11)),
+             g = round_bf16(randn(NOC, 12));
+  const FVec di0 = round_bf16(randn(NC, 13)), dw0 = randn(OCC, 14), db0 = randn(OC, 15);
+  DBf16 dx(x, off), dw(w, off), dg(g, off + 1), ddi(di0, off);
+  DFloat ddw(dw0, off), ddb(db0, off + 3);
+  Blas blas(stream);
+  matmul_backward(blas, want_di ? ddi.ptr() : nullptr, want_dw ? ddw.get() : nullptr,
+                  want_db ? ddb.get() : nullptr, dg.ptr(), dx.ptr(), dw.ptr(), N, C, OC);
+  check(cudaStreamSynchronize(stream), "sync");
+  Vec wi = to_double(di0), ww = to_double(dw0), wb = to_double(db0);
+  Vec scratch_w = ww;  // the CPU always writes dweight
+  cpu::matmul_backward(want_di ? wi.data() : nullptr, want_dw ? ww.data() : scratch_w.data(),
+                       want_db ? wb.data() : nullptr, to_double(g).data(), to_double(x).data(),
+                       to_double(w).data(), N, C, OC);
+  EXPECT_TRUE(close_rel(ddi.values(), wi, kTolBf16));       // bf16 +=
+  EXPECT_TRUE(close_rel(ddw.download(), ww, kTolBf16Acc));  // fp32 += bf16 x bf16 products
+  EXPECT_TRUE(close_rel(ddb.download(), wb, kTol));         // double column sums of bf16 values
+  if (!want_di) {
+    EXPECT_TRUE(bit_equal(ddi.download(), to_bf16(di0)));
+  }
+  if (!want_dw) {
+    EXPECT_TRUE(bit_equal(ddw.download(), dw0));
+  }
+  if (!want_db) {
+    EXPECT_TRUE(bit_equal(ddb.download(), db0));
+  }
+  EXPECT_TRUE(ddi.guards_intact());
+  EXPECT_TRUE(ddw.guards_intact());
+  EXPECT_TRUE(ddb.guards_intact());
+}
+
+TEST_F(Bf16Matmul, BackwardAccumulates) {
+  for (const MmShape& s : kMmShapes) mm_backward_case(stream, s, true, true, true);
+}
+
+TEST_F(Bf16Matmul, BackwardSkipsNullGradients) {
+  const MmShape s{37, 99, 67, 1};
+  for (int mask = 0; mask < 7; ++mask)  // 7 = all three: BackwardAccumulates
+    mm_backward_case(stream, s, mask & 1, mask & 2, mask & 4);
+}
+
+TEST_F(Bf16Matmul, BackwardBiasGradientIsDeterministic) {
+  const int N = 5000, C = 3, OC = 771;
+  const FVec g = randn(size_t(N) * OC, 20);
+  DBf16 dg(g, 1), dx(FVec(size_t(N) * C, 0.f), 0), dw(FVec(size_t(OC) * C, 0.f), 0);
+  Blas blas(stream);
+  FVec r[2];
+  for (auto& out : r) {
+    DFloat db(FVec(OC, 0.f), 0);
+    matmul_backward(blas, nullptr, nullptr, db.get(), dg.ptr(), dx.ptr(), dw.ptr(), N, C, OC);
+    sync();
+    out = db.download();
+  }
+  EXPECT_TRUE(bit_equal(r[0], r[1]));
+}
+
+// --- cross-entropy ------------------------------------------------------------------------
+
+// N, V, offset of the logits. V % 8 == 0 (the 8-wide path) aligned and not, V % 4 == 0 only,
+// odd V.
+const std::vector<std::tuple<int, int, size_t>> kCeShapes = {
+    {37, 1003, 1}, {37, 1004, 0}, {37, 1008, 0}, {37, 1008, 3},
+    {3, 50304, 2}, {2, 50304, 0}, {5, 1, 0},     {9, 7, 3}};
+
+class Bf16CrossEntropy : public CudaTest {};
+
+TEST_F(Bf16CrossEntropy, ForwardMatchesCpu) {
+  for (auto [N, V, off] : kCeShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
+    const FVec z = round_bf16(randn(size_t(N) * V, 1, 3.0));
+    const auto t = rand_tokens(N, 0, V, 2);
+    DBf16 dz(z, off);
+    DFloat dloss(N, 1), dlse(N, 2);
+    DeviceArray<int32_t> dt(t, 0);
+    dloss.poison();
+    dlse.poison();
+    crossentropy_forward(dloss.get(), dlse.get(), dz.ptr(), dt.get(), N, V, stream);
+    sync();
+    Vec loss(N), lse(N);
+    cpu::crossentropy_forward(loss.data(), lse.data(), to_double(z).data(), t.data(), N, V);
+    // fp32 arithmetic on exactly representable logits.
+    EXPECT_TRUE(close_rel(dloss.download(), loss, kTolBf16Acc));
+    EXPECT_TRUE(close_rel(dlse.download(), lse, kTolBf16Acc));
+    EXPECT_TRUE(dloss.guards_intact());
+    EXPECT_TRUE(dlse.guards_intact());
+  }
+}
+
+TEST_F(Bf16CrossEntropy, BackwardMatchesCpuSeparateAndInPlace) {
+  for (auto [N, V, off] : kCeShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
+    const size_t NV = size_t(N) * V;
+    const FVec z = round_bf16(randn(NV, 4, 3.0));
+    const auto t = rand_tokens(N, 0, V, 5);
+    const float dloss = 1.0f / float(N);
+    Vec loss_d(N), lse_d(N);
+    cpu::crossentropy_forward(loss_d.data(), lse_d.data(), to_double(z).data(), t.data(), N, V);
+    const FVec lse(lse_d.begin(), lse_d.end());
+    Vec want(NV);
+    cpu::crossentropy_backward(want.data(), to_double(z).data(), to_double(lse).data(), t.data(),
+                               double(dloss), N, V);
+    DeviceArray<int32_t> dt(t, 0);
+    DFloat dlse(lse, 1);
+    {
+      DBf16 dz(z, off), dgrad(NV, off == 0 ? 1 : 0);  // different alignment from the logits
+      dgrad.poison();
+      crossentropy_backward(dgrad.ptr(), dz.ptr(), dlse.get(), dt.get(), dloss, N, V, stream);
+      sync();
+      EXPECT_TRUE(close_rel(dgrad.values(), want, kTolBf16));
+      EXPECT_TRUE(dgrad.guards_intact());
+      EXPECT_TRUE(bit_equal(dz.download(), to_bf16(z)));  // the logits are only read
+    }
+    {
+      DBf16 dz(z, off);
+      crossentropy_backward(dz.ptr(), dz.ptr(), dlse.get(), dt.get(), dloss, N, V, stream);
+      sync();
+      EXPECT_TRUE(close_rel(dz.values(), want, kTolBf16));
+      EXPECT_TRUE(dz.guards_intact());
+    }
+    {
+      DBf16 dz(z, off), dgrad(NV, off + 8);  // same alignment as the logits: the vector path
+      dgrad.poison();
+      crossentropy_backward(dgrad.ptr(), dz.ptr(), dlse.get(), dt.get(), dloss, N, V, stream);
+      sync();
+      EXPECT_TRUE(close_rel(dgrad.values(), want, kTolBf16));
+      EXPECT_TRUE(dgrad.guards_intact());
+    }
+  }
+}
+
+// --- embedding ----------------------------------------------------------------------------
+
+struct EmbShape {
+  int B, T, C, V;
+  int tok_lo, tok_hi;  // tokens drawn from [tok_lo, tok_hi)
+  size_t off;
+};
+const std::vector<EmbShape> kEmbShapes = {
+    {3, 37, 99, 1003, 0, 1003, 1},   // awkward sizes, unaligned
+    {2, 16, 64, 1003, 0, 1003, 0},   // aligned: the 8-wide path
+    {2, 16, 12, 1003, 0, 1003, 0},   // C % 8 != 0: scalar
+    {3, 37, 99, 50, 0, 50, 3},       // every token repeats
+    {4, 1000, 16, 300, 64, 128, 0},  // 4000 hits on one 64-row chunk: several segments
+    {2, 5, 8, 70000, 65000, 70000, 2}};
+
+std::string name(const EmbShape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+         " V=" + std::to_string(s.V);
+}
+
+class Bf16Embedding : public CudaTest {};
+
+TEST_F(Bf16Embedding, ForwardIsTheRoundedFloatSum) {
+  for (const EmbShape& s : kEmbShapes)
+    for (bool with_wpe : {true, false}) {
+      SCOPED_TRACE(name(s) + (with_wpe ? " wpe" : " no wpe"));
+      const size_t BT = size_t(s.B) * s.T;
+      const auto tokens = rand_tokens(BT, s.tok_lo, s.tok_hi, 1);
+      const FVec wte = round_bf16(randn(size_t(s.V) * s.C, 2)),
+                 wpe = round_bf16(randn(size_t(s.T) * s.C, 3));
+      DeviceArray<int32_t> dtok(tokens, 0);
+      DBf16 dwte(wte, s.off), dwpe(wpe, s.off), dout(BT * s.C, s.off);
+      dout.poison();
+      embedding_forward(dout.ptr(), dtok.get(), dwte.ptr(), with_wpe ? dwpe.ptr() : nullptr, s.B,
+                        s.T, s.C, stream);
+      sync();
+      FVec want(BT * s.C);
+      cpu::embedding_forward(want.data(), tokens.data(), wte.data(),
+                             with_wpe ? wpe.data() : nullptr, s.B, s.T, s.C);
+      EXPECT_TRUE(bit_equal(dout.download(), to_bf16(want)));  // one float addition, one rounding
+      EXPECT_TRUE(dout.guards_intact());
+    }
+}
+
+TEST_F(Bf16Embedding, BackwardIsBitIdenticalToCpuFloatAndDeterministic) {
+  for (const EmbShape& s : kEmbShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t BT = size_t(s.B) * s.T;
+    const auto tokens = rand_tokens(BT, s.tok_lo, s.tok_hi, 4);
+    const FVec dout = round_bf16(randn(BT * s.C, 5));
+    const FVec dwte0 = randn(size_t(s.V) * s.C, 6), dwpe0 = randn(size_t(s.T) * s.C, 7);
+    DeviceArray<int32_t> dtok(tokens, 0);
+    DBf16 ddout(dout, s.off);
+    FVec got[2][2];
+    for (auto& g : got) {
+      DFloat ddwte(dwte0, s.off), ddwpe(dwpe0, s.off + 1);
+      embedding_backward(ddwte.get(), ddwpe.get(), ddout.ptr(), dtok.get(), s.B, s.T, s.C, s.V,
+                         stream);
+      sync();
+      g[0] = ddwte.download();
+      g[1] = ddwpe.download();
+      EXPECT_TRUE(ddwte.guards_intact());
+      EXPECT_TRUE(ddwpe.guards_intact());
+    }
+    // fp32 sums of the bf16 values in the CPU's order: the CPU's float result exactly.
+    FVec want_wte = dwte0, want_wpe = dwpe0;
+    cpu::embedding_backward(want_wte.data(), want_wpe.data(), dout.data(), tokens.data(), s.B, s.T,
+                            s.C);
+    EXPECT_TRUE(bit_equal(got[0][0], want_wte));
+    EXPECT_TRUE(bit_equal(got[0][1], want_wpe));
+    EXPECT_TRUE(bit_equal(got[0][0], got[1][0]));
+    EXPECT_TRUE(bit_equal(got[0][1], got[1][1]));
+  }
+}
+
+TEST_F(Bf16Embedding, BackwardWithoutWpe) {
+  const EmbShape s = kEmbShapes[0];
+  const size_t BT = size_t(s.B) * s.T;
+  const auto tokens = rand_tokens(BT, 0, s.V, 8);
+  const FVec dout = round_bf16(randn(BT * s.C, 9)), dwte0 = randn(size_t(s.V) * s.C, 10);
+  DeviceArray<int32_t> dtok(tokens, 0);
+  DBf16 ddout(dout, 0);
+  DFloat ddwte(dwte0, 2);
+  embedding_backward(ddwte.get(), nullptr, ddout.ptr(), dtok.get(), s.B, s.T, s.C, s.V, stream);
+  sync();
+  FVec want = dwte0, wpe_scratch(size_t(s.T) * s.C, 0.f);
+  cpu::embedding_backward(want.data(), wpe_scratch.data(), dout.data(), tokens.data(), s.B, s.T,
+                          s.C);
+  EXPECT_TRUE(bit_equal(ddwte.download(), want));
+  EXPECT_TRUE(ddwte.guards_intact());
+}
+
+// --- rope ---------------------------------------------------------------------------------
+
+class Bf16Rope : public CudaTest {};
+
+TEST_F(Bf16Rope, ForwardAndBackwardOnInterleavedQkv) {
+  struct RopeShape {
+    int B, T, H, D;
+  };
+  for (const RopeShape s :
+       {RopeShape{2, 37, 3, 24}, RopeShape{1, 130, 2, 64}, RopeShape{3, 5, 4, 6}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                 " H=" + std::to_string(s.H) + " D=" + std::to_string(s.D));
+    const int C = s.H * s.D;
+    const int64_t sb = int64_t(s.T) * 3 * C, st = 3 * C, sh = s.D;
+    const size_t n = size_t(s.B) * s.T * 3 * C;
+    const FVec qkv = round_bf16(randn(n, 1));
+    const BVec qkv_bits = to_bf16(qkv);
+    for (bool backward : {false, true}) {
+      DBf16 d(qkv, 1);
+      Vec want = to_double(qkv);
+      for (int part = 0; part < 2; ++part) {  // q then k
+        if (backward) {
+          rope_backward(d.ptr() + part * C, s.B, s.T, s.H, s.D, sb, st, sh, 10000.0, stream);
+          cpu::rope_backward(want.data() + part * C, s.B, s.T, s.H, s.D, sb, st, sh, 10000.0);
+        } else {
+          rope_forward(d.ptr() + part * C, s.B, s.T, s.H, s.D, sb, st, sh, 10000.0, stream);
+          cpu::rope_forward(want.data() + part * C, s.B, s.T, s.H, s.D, sb, st, sh, 10000.0);
+        }
+      }
+      sync();
+      EXPECT_TRUE(close_rel(d.values(), want, kTolBf16)) << (backward ? "backward" : "forward");
+      const BVec got = d.download();
+      for (size_t bt = 0; bt < size_t(s.B) * s.T; ++bt)
+        for (int c = 2 * C; c < 3 * C; ++c)
+          ASSERT_EQ(got[bt * 3 * C + c], qkv_bits[bt * 3 * C + c]) << "v was touched";
+      EXPECT_TRUE(d.guards_intact());
+    }
+  }
+}
+
+// --- naive attention ----------------------------------------------------------------------
+
+class Bf16AttentionNaive : public CudaTest {};
+
+void attention_case(cudaStream_t stream, const AttentionShape& s, bool causal, size_t off) {
+  SCOPED_TRACE("B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) +
+               " T=" + std::to_string(s.T) + " D=" + std::to_string(s.D) +
+               (causal ? " causal" : " full") + " offset=" + std::to_string(off));
+  const int B = s.B, H = s.H, T = s.T, D = s.D, C = H * D;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const size_t n3 = size_t(B) * T * 3 * C, n1 = size_t(B) * T * C;
+  const FVec qkv = round_bf16(randn(n3, 1)), dout = round_bf16(randn(n1, 2));
+  const Reference want = reference(qkv, dout, s, causal, scale);
+
+  DBf16 dqkv_in(qkv, off), ddout(dout, off + 1), dout_buf(n1, off), dgrad(n3, off + 2);
+  DFloat dlse(size_t(B) * H * T, off);
+  dout_buf.poison();
+  dlse.poison();
+  dgrad.poison();
+  const int64_t sb3 = int64_t(T) * 3 * C, st3 = 3 * C, sb1 = int64_t(T) * C, st1 = C;
+  bf16* in = dqkv_in.ptr();
+  bf16* g = dgrad.ptr();
+  const HeadViewBf16 q{in, sb3, D, st3}, k{in + C, sb3, D, st3}, v{in + 2 * C, sb3, D, st3};
+  const HeadViewBf16 out{dout_buf.ptr(), sb1, D, st1}, go{ddout.ptr(), sb1, D, st1};
+  const HeadViewBf16 dq{g, sb3, D, st3}, dk{g + C, sb3, D, st3}, dv{g + 2 * C, sb3, D, st3};
+
+  const size_t ws_bytes = attention_naive_workspace_bytes_bf16(B, H, T, D);
+  DeviceArray<float> ws(ws_bytes / sizeof(float) + 1, 0);
+  Blas blas(stream);
+  attention_naive_forward(blas, out, dlse.get(), q, k, v, B, H, T, D, causal, float(scale),
+                          ws.get(), ws_bytes);
+  check(cudaStreamSynchronize(stream), "sync");
+  EXPECT_TRUE(close_rel(dout_buf.values(), want.out, kTolBf16)) << "out";
+  // fp32 scores of bf16 q, k (exact products), fp32 softmax statistics.
+  EXPECT_TRUE(close_rel(dlse.download(), want.lse, kTolBf16Acc)) << "lse";
+
+  attention_naive_backward(blas, dq, dk, dv, q, k, v, out, dlse.get(), go, B, H, T, D, causal,
+                           float(scale), ws.get(), ws_bytes);
+  check(cudaStreamSynchronize(stream), "sync");
+  const FVec got = dgrad.values();
+  for (int part = 0; part < 3; ++part) {
+    FVec got_part;
+    Vec want_part;
+    for (size_t bt = 0; bt < size_t(B) * T; ++bt)
+      for (int c = part * C; c < (part + 1) * C; ++c) {
+        got_part.push_back(got[bt * 3 * C + c]);
+        want_part.push_back(want.dqkv[bt * 3 * C + c]);
+      }
+    EXPECT_TRUE(close_rel(got_part, want_part, kTolBf16, 0.05)) << (part == 0   ? "dq"
+                                                                    : part == 1 ? "dk"
+                                                                                : "dv");
+  }
+  EXPECT_TRUE(dout_buf.guards_intact());
+  EXPECT_TRUE(dlse.guards_intact());
+  EXPECT_TRUE(dgrad.guards_intact());
+  EXPECT_TRUE(dqkv_in.guards_intact());
+}
+
+const AttentionShape kAttnShapes[] = {
+    {2, 3, 37, 24}, {1, 2, 128, 64}, {3, 2, 1, 8}, {1, 4, 200, 80}};
+
+TEST_F(Bf16AttentionNaive, ForwardBackwardCausal) {
+  for (const AttentionShape& s : kAttnShapes)
+    for (size_t off : {0, 1}) attention_case(stream, s, true, off);
+}
+
+TEST_F(Bf16AttentionNaive, ForwardBackwardNonCausal) {
+  for (const AttentionShape& s : kAttnShapes)
+    for (size_t off : {0, 1}) attention_case(stream, s, false, off);
+}
+
+TEST_F(Bf16AttentionNaive, WorkspaceCoversBothDtypesAndIsChecked) {
+  const int B = 1, H = 2, T = 16, D = 8, C = H * D;
+  const size_t need = attention_naive_workspace_bytes_bf16(B, H, T, D);
+  EXPECT_GE(need, attention_naive_workspace_bytes(B, H, T, D));
+  EXPECT_EQ(attention_naive_workspace_bytes_bf16(B, 0, T, D), 0u);
+  DBf16 qkv(randn(size_t(B) * T * 3 * C, 3), 0), out(size_t(B) * T * C, 0);
+  DFloat lse(size_t(H) * T, 0);
+  const int64_t sb3 = int64_t(T) * 3 * C;
+  const HeadViewBf16 q{qkv.ptr(), sb3, D, 3 * C}, k{qkv.ptr() + C, sb3, D, 3 * C},
+      v{qkv.ptr() + 2 * C, sb3, D, 3 * C}, o{out.ptr(), int64_t(T) * C, D, C};
+  DFloat ws(need / sizeof(float), 0);
+  Blas blas(stream);
+  // The fp32 path's sizes are not enough for the bf16 path (it stages P and dS in bf16).
+  EXPECT_THROW(attention_naive_forward(blas, o, lse.get(), q, k, v, B, H, T, D, true, 0.3f,
+                                       ws.get(), size_t(H) * T * T * sizeof(float)),
+               std::runtime_error);
+  EXPECT_THROW(attention_naive_backward(blas, q, k, v, q, k, v, o, lse.get(), o, B, H, T, D, true,
+                                        0.3f, ws.get(), need - 2),
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace triad::kernels::cuda::test
