@@ -58,6 +58,21 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
       L_(cfg.num_layers),
       rope_(cfg.position_embedding == "rope") {
   const size_t BT = size_t(maxB_) * T_, C = C_;
+  // Where each tensor lives, looked up by name once here and never per call.
+  wte_ = layout_.find("wte.weight").offset;
+  wpe_ = rope_ ? 0 : layout_.find("wpe.weight").offset;
+  lnf_w_ = layout_.find("ln_f.weight").offset;
+  lnf_b_ = layout_.find("ln_f.bias").offset;
+  for (int l = 0; l < L_; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto at = [&](const char* n) { return layout_.find(h + n).offset; };
+    const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
+    blocks_.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"),
+                       at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
+                       at("ln_2.weight"), at("ln_2.bias"), at("mlp.c_fc.weight"),
+                       at("mlp.c_fc.bias"), at("mlp.c_proj.weight"), at("mlp.c_proj.bias"),
+                       at("ln_1.weight"), last.offset + last.numel});
+  }
   params_ = Buffer<float>(dev_, layout_.total, "parameters");
   grads_ = Buffer<float>(dev_, layout_.total, "gradients");
   // Mixed precision: the forward and backward read a copy of the weights in the activation
@@ -208,20 +223,18 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
   lastB_ = B;
   dev_.to_device(inputs_.data(), inputs, sizeof(int32_t) * N);
   dev_.to_device(targets_.data(), targets, sizeof(int32_t) * N);
-  const void* wpe = rope_ ? nullptr : w("wpe.weight");
+  const void* wpe = rope_ ? nullptr : w(wpe_);
   // x (B,T,C) = wte[tokens] + wpe[positions]
-  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), w("wte.weight"), wpe, B, T, C,
-                         act_);
+  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), w(wte_), wpe, B, T, C, act_);
   for (int l = 0; l < L_; ++l) {
     LayerActs& a = acts_[l];
-    const std::string h = "h." + std::to_string(l) + ".";
+    const BlockOffsets& o = blocks_[l];
     void* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
     dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
-                           w(h + "ln_1.weight"), w(h + "ln_1.bias"), N, C,
-                           static_cast<float>(cfg_.layernorm_epsilon), act_);
+                           w(o.ln1_w), w(o.ln1_b), N, C, static_cast<float>(cfg_.layernorm_epsilon),
+                           act_);
     // qkv (N,3C) = ln1 @ Wqkv^T + b
-    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), w(h + "attn.c_attn.weight"),
-                        w(h + "attn.c_attn.bias"), N, C, 3 * C, act_);
+    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), w(o.attn_w), w(o.attn_b), N, C, 3 * C, act_);
     if (rope_) {
       // rotate q and k in place: (B,T,H,D) views with row stride 3C
       dev_.rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
@@ -231,25 +244,22 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
     }
     attention_forward(a, B);
     // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-    dev_.matmul_forward(out, a.atty.data(), w(h + "attn.c_proj.weight"), w(h + "attn.c_proj.bias"),
-                        N, C, C, act_);
+    dev_.matmul_forward(out, a.atty.data(), w(o.attn_proj_w), w(o.attn_proj_b), N, C, C, act_);
     dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C, act_);
     dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
-                           w(h + "ln_2.weight"), w(h + "ln_2.bias"), N, C,
-                           static_cast<float>(cfg_.layernorm_epsilon), act_);
-    dev_.matmul_forward(a.fch.data(), a.ln2.data(), w(h + "mlp.c_fc.weight"),
-                        w(h + "mlp.c_fc.bias"), N, C, 4 * C, act_);
+                           w(o.ln2_w), w(o.ln2_b), N, C, static_cast<float>(cfg_.layernorm_epsilon),
+                           act_);
+    dev_.matmul_forward(a.fch.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, 4 * C, act_);
     dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C, act_);
     // out = res_mid + fch_gelu @ Wfcproj^T + b
-    dev_.matmul_forward(out, a.fch_gelu.data(), w(h + "mlp.c_proj.weight"),
-                        w(h + "mlp.c_proj.bias"), N, 4 * C, C, act_);
+    dev_.matmul_forward(out, a.fch_gelu.data(), w(o.fc_proj_w), w(o.fc_proj_b), N, 4 * C, C, act_);
     dev_.residual_forward(out, a.res_mid.data(), out, size_t(N) * C, act_);
   }
   dev_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
-                         w("ln_f.weight"), w("ln_f.bias"), N, C,
-                         static_cast<float>(cfg_.layernorm_epsilon), act_);
+                         w(lnf_w_), w(lnf_b_), N, C, static_cast<float>(cfg_.layernorm_epsilon),
+                         act_);
   // logits (N,V) = lnf @ wte^T  (tied head, no bias)
-  dev_.matmul_forward(logits_.data(), lnf_.data(), w("wte.weight"), nullptr, N, C, V_, act_);
+  dev_.matmul_forward(logits_.data(), lnf_.data(), w(wte_), nullptr, N, C, V_, act_);
   dev_.crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets_.data(), N, V_,
                             act_);
   return static_cast<float>(dev_.sum(losses_.data(), N) / N);
@@ -263,38 +273,32 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
   dev_.crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
                              loss_scale / N, N, V_, act_);
   dev_.fill_zero(dln_.data(), NC * ab);
-  dev_.matmul_backward(dln_.data(), grad("wte.weight"), nullptr, logits_.data(), lnf_.data(),
-                       w("wte.weight"), N, C, V_, act_);
+  dev_.matmul_backward(dln_.data(), g(wte_), nullptr, logits_.data(), lnf_.data(), w(wte_), N, C,
+                       V_, act_);
   dev_.fill_zero(dres_.data(), NC * ab);
-  dev_.layernorm_backward(dres_.data(), grad("ln_f.weight"), grad("ln_f.bias"), dln_.data(),
-                          res_out_.data(), w("ln_f.weight"), lnf_mean_.data(), lnf_rstd_.data(), N,
-                          C, act_);
-  const ParamInfo& lnf_w = layout_.find("ln_f.weight");
-  const size_t lnf_end = layout_.find("ln_f.bias").offset + layout_.find("ln_f.bias").numel;
-  if (grads_ready) grads_ready(lnf_w.offset, lnf_end - lnf_w.offset);
+  dev_.layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), res_out_.data(),
+                          w(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C, act_);
+  if (grads_ready) grads_ready(lnf_w_, layout_.total - lnf_w_);
   // dres_ now holds d loss / d (residual stream) at the output of the last layer; each layer
   // turns it into the gradient at its input (the residual adds pass it through unchanged).
   for (int l = L_ - 1; l >= 0; --l) {
     LayerActs& a = acts_[l];
-    const std::string h = "h." + std::to_string(l) + ".";
+    const BlockOffsets& o = blocks_[l];
     // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
     dev_.fill_zero(dfch_gelu_.data(), 4 * NC * ab);
-    dev_.matmul_backward(dfch_gelu_.data(), grad(h + "mlp.c_proj.weight"),
-                         grad(h + "mlp.c_proj.bias"), dres_.data(), a.fch_gelu.data(),
-                         w(h + "mlp.c_proj.weight"), N, 4 * C, C, act_);
+    dev_.matmul_backward(dfch_gelu_.data(), g(o.fc_proj_w), g(o.fc_proj_b), dres_.data(),
+                         a.fch_gelu.data(), w(o.fc_proj_w), N, 4 * C, C, act_);
     dev_.fill_zero(dfch_.data(), 4 * NC * ab);
     dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC, act_);
     dev_.fill_zero(dln_.data(), NC * ab);
-    dev_.matmul_backward(dln_.data(), grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"),
-                         dfch_.data(), a.ln2.data(), w(h + "mlp.c_fc.weight"), N, C, 4 * C, act_);
-    dev_.layernorm_backward(dres_.data(), grad(h + "ln_2.weight"), grad(h + "ln_2.bias"),
-                            dln_.data(), a.res_mid.data(), w(h + "ln_2.weight"), a.ln2_mean.data(),
-                            a.ln2_rstd.data(), N, C, act_);
+    dev_.matmul_backward(dln_.data(), g(o.fc_w), g(o.fc_b), dfch_.data(), a.ln2.data(), w(o.fc_w),
+                         N, C, 4 * C, act_);
+    dev_.layernorm_backward(dres_.data(), g(o.ln2_w), g(o.ln2_b), dln_.data(), a.res_mid.data(),
+                            w(o.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), N, C, act_);
     // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
     dev_.fill_zero(datty_.data(), NC * ab);
-    dev_.matmul_backward(datty_.data(), grad(h + "attn.c_proj.weight"),
-                         grad(h + "attn.c_proj.bias"), dres_.data(), a.atty.data(),
-                         w(h + "attn.c_proj.weight"), N, C, C, act_);
+    dev_.matmul_backward(datty_.data(), g(o.attn_proj_w), g(o.attn_proj_b), dres_.data(),
+                         a.atty.data(), w(o.attn_proj_w), N, C, C, act_);
     attention_backward(a, dqkv_.data(), datty_.data(), B);
     if (rope_) {
       dev_.rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
@@ -303,26 +307,16 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
                          act_);
     }
     dev_.fill_zero(dln_.data(), NC * ab);
-    dev_.matmul_backward(dln_.data(), grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
-                         dqkv_.data(), a.ln1.data(), w(h + "attn.c_attn.weight"), N, C, 3 * C,
-                         act_);
-    dev_.layernorm_backward(dres_.data(), grad(h + "ln_1.weight"), grad(h + "ln_1.bias"),
-                            dln_.data(), a.res_in.data(), w(h + "ln_1.weight"), a.ln1_mean.data(),
-                            a.ln1_rstd.data(), N, C, act_);
-    if (grads_ready) {
-      const size_t lo = layout_.find(h + "ln_1.weight").offset;
-      const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
-      grads_ready(lo, last.offset + last.numel - lo);
-    }
+    dev_.matmul_backward(dln_.data(), g(o.attn_w), g(o.attn_b), dqkv_.data(), a.ln1.data(),
+                         w(o.attn_w), N, C, 3 * C, act_);
+    dev_.layernorm_backward(dres_.data(), g(o.ln1_w), g(o.ln1_b), dln_.data(), a.res_in.data(),
+                            w(o.ln1_w), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, act_);
+    if (grads_ready) grads_ready(o.begin, o.end - o.begin);
   }
-  float* dwpe = rope_ ? nullptr : grad("wpe.weight");
-  dev_.embedding_backward(grad("wte.weight"), dwpe, dres_.data(), inputs_.data(), B, T, C, V_,
-                          act_);
-  if (grads_ready) {
-    // wte (and wpe) are final only now: the tied LM head wrote into wte first.
-    const size_t emb_end = L_ > 0 ? layout_.find("h.0.ln_1.weight").offset : lnf_w.offset;
-    grads_ready(0, emb_end);
-  }
+  float* dwpe = rope_ ? nullptr : g(wpe_);
+  dev_.embedding_backward(g(wte_), dwpe, dres_.data(), inputs_.data(), B, T, C, V_, act_);
+  // wte (and wpe) are final only now: the tied LM head wrote into wte first.
+  if (grads_ready) grads_ready(0, L_ > 0 ? blocks_[0].begin : lnf_w_);
 }
 
 }  // namespace triad

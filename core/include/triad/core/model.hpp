@@ -91,12 +91,20 @@ class GPT {
   struct AttnViews;
   void attention_forward(LayerActs& a, int B);
   void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
-  // A weight as the layers read it (compute copy in mixed precision).
-  const void* w(const std::string& name) const {
-    const size_t off = layout_.find(name).offset;
+  // Arena offsets of one block's tensors (llm.c's struct of weight pointers, as offsets so that
+  // they serve the master weights, the compute copy and the gradients alike); [begin, end) is
+  // the block's whole range.
+  struct BlockOffsets {
+    size_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b,
+        fc_proj_w, fc_proj_b, begin, end;
+  };
+  // The weight at an arena offset as the layers read it (compute copy in mixed precision), and
+  // its gradient.
+  const void* w(size_t off) const {
     return act_ == DType::f32 ? static_cast<const void*>(params_.data() + off)
                               : advance(compute_.data(), off, act_);
   }
+  float* g(size_t off) const { return grads_.data() + off; }
 
   ModelConfig cfg_;
   Device& dev_;
@@ -107,6 +115,8 @@ class GPT {
   bool rope_;
   Buffer<float> params_, grads_;  // fp32 master weights and gradients
   ActBuffer compute_;             // mixed precision: the weights in the activation dtype
+  std::vector<BlockOffsets> blocks_;
+  size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<LayerActs> acts_;
   ActBuffer res_out_, lnf_, logits_;
   Buffer<float> lnf_mean_, lnf_rstd_, losses_, ce_lse_;
