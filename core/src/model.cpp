@@ -117,9 +117,26 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
   inputs_ = Buffer<int32_t>(dev_, BT, "token ids");
 }
 
+namespace {
+
+// The seed of one tensor's random stream: (run seed, tensor name) mixed by FNV-1a and
+// splitmix64. Every tensor draws from its own stream, so its values do not depend on which
+// other tensors a rank holds or in which order they are laid out: a tensor- or
+// pipeline-parallel rank can draw the same global tensor and keep its slice.
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  uint64_t z = seed ^ h;
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
 void GPT::init_weights(uint64_t seed) {
   std::vector<float> host(layout_.total);
-  std::mt19937_64 rng(seed);
   const float std = static_cast<float>(cfg_.init_std);
   const float proj_std = std / std::sqrt(2.0f * L_);
   for (const auto& p : layout_.params) {
@@ -132,6 +149,7 @@ void GPT::init_weights(uint64_t seed) {
       std::memset(w, 0, p.numel * sizeof(float));
     } else {
       const bool residual_proj = p.name.ends_with("c_proj.weight");
+      std::mt19937_64 rng(tensor_seed(seed, p.name));
       std::normal_distribution<float> nd(0.0f, residual_proj ? proj_std : std);
       for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
     }

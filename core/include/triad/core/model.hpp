@@ -53,7 +53,8 @@ class GPT {
   float* grad(const std::string& name) const { return grads_.data() + layout_.find(name).offset; }
 
   // GPT-2 initialisation: N(0, init_std), residual projections scaled by 1/sqrt(2 L),
-  // biases 0, layernorm weights 1. Deterministic for a seed.
+  // biases 0, layernorm weights 1. Each tensor draws from its own stream seeded by (seed, its
+  // name), so its values do not depend on the layout (which tensors a rank holds).
   void init_weights(uint64_t seed);
   // Whole arenas between the device and the host (HF import/export, tests).
   std::vector<float> params_to_host() const;
