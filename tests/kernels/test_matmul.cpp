@@ -33,18 +33,47 @@ TYPED_TEST(Matmul, ForwardMatchesDefinition) {
   }
 }
 
-TYPED_TEST(Matmul, BackwardFloatMatchesDouble) {
+// dinp = dout @ w, dweight = dout^T @ inp, dbias = column sums of dout, by the definition in
+// long double: independent of matmul_backward, so its double instantiation is checked too.
+struct MatmulGrads {
+  Vec dinp, dweight, dbias;
+};
+MatmulGrads matmul_backward_ref(const Vec& dout, const Vec& inp, const Vec& w, int N, int C,
+                                int OC) {
+  MatmulGrads g{Vec(size_t(N) * C), Vec(size_t(OC) * C), Vec(OC)};
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      long double s = 0;
+      for (int o = 0; o < OC; ++o) s += (long double)dout[n * OC + o] * w[o * C + c];
+      g.dinp[n * C + c] = double(s);
+    }
+  for (int o = 0; o < OC; ++o) {
+    for (int c = 0; c < C; ++c) {
+      long double s = 0;
+      for (int n = 0; n < N; ++n) s += (long double)dout[n * OC + o] * inp[n * C + c];
+      g.dweight[o * C + c] = double(s);
+    }
+    long double s = 0;
+    for (int n = 0; n < N; ++n) s += dout[n * OC + o];
+    g.dbias[o] = double(s);
+  }
+  return g;
+}
+
+TYPED_TEST(Matmul, BackwardMatchesDefinition) {
   using F = TypeParam;
-  const int N = 9, C = 13, OC = 6;
-  const Vec inp = randn(N * C, 4), w = randn(OC * C, 5), dout = randn(N * OC, 6);
-  Vec di(N * C), dw(OC * C), db(OC);
-  matmul_backward(di.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
-  auto fi = cast<F>(inp), fw = cast<F>(w), fd = cast<F>(dout);
-  std::vector<F> gi(N * C), gw(OC * C), gb(OC);
-  matmul_backward(gi.data(), gw.data(), gb.data(), fd.data(), fi.data(), fw.data(), N, C, OC);
-  expect_close(gi, di, kRtol<F>, kRtol<F>, "dinp");
-  expect_close(gw, dw, kRtol<F>, kRtol<F>, "dweight");
-  expect_close(gb, db, kRtol<F>, kRtol<F>, "dbias");
+  // The second shape spans two of add_column_sums' 32-column blocks for dbias.
+  for (auto [N, C, OC] : {std::tuple{9, 13, 6}, std::tuple{37, 65, 45}}) {
+    const Vec inp = randn(size_t(N) * C, 4), w = randn(size_t(OC) * C, 5),
+              dout = randn(size_t(N) * OC, 6);
+    const MatmulGrads ref = matmul_backward_ref(dout, inp, w, N, C, OC);
+    auto fi = cast<F>(inp), fw = cast<F>(w), fd = cast<F>(dout);
+    std::vector<F> gi(size_t(N) * C), gw(size_t(OC) * C), gb(OC);
+    matmul_backward(gi.data(), gw.data(), gb.data(), fd.data(), fi.data(), fw.data(), N, C, OC);
+    expect_close(gi, ref.dinp, kRtol<F>, kRtol<F>, "dinp");
+    expect_close(gw, ref.dweight, kRtol<F>, kRtol<F>, "dweight");
+    expect_close(gb, ref.dbias, kRtol<F>, kRtol<F>, "dbias");
+  }
 }
 
 TEST(Matmul, BackwardMatchesFiniteDifferences) {

@@ -1,5 +1,7 @@
 // Test driver: runs one forward/backward of the model from a config on step 0's first
-// micro-batch and writes everything a reference needs to check it:
+// micro-batch and writes everything a reference needs to check it. The weights are perturbed
+// first (tests/model/perturb.hpp: random biases and layernorm scales and shifts), so every
+// term of the forward shows in the loss and the gradients:
 //   OUT/weights.safetensors  parameters, Triad names and (out,in) layout
 //   OUT/grads.safetensors    d(mean loss)/d(parameter), same names
 //   OUT/batch.safetensors    inputs and targets (as float32, exact for ids < 2^24)
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "perturb.hpp"
 #include "triad/core/attention.hpp"
 #include "triad/core/config.hpp"
 #include "triad/core/data.hpp"
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
       import_hf(cfg.output.init_from_hf, cfg.model, model.layout(), model.params());
     else
       model.init_weights(t.seed);
+    test::perturb_weights(model, t.seed + 1);
     const int B = t.micro_batch_size, T = cfg.model.seq_length;
     std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
     data->micro_batch(0, 0, in.data(), tg.data());

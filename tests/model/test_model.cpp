@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "triad/core/attention.hpp"
 #include "triad/core/config.hpp"
@@ -133,13 +134,37 @@ TEST(Engine, LearningRateScheduleIsMegatrons) {
   LrScheduleConfig s;
   s.lr_warmup_iters = 10;
   s.lr_decay_style = "cosine";
+  // Warm-up: lr * step / warmup.
   EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 5), 0.5);
   EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
-  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);  // halfway: (1 + 0.1) / 2
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
-  s.lr_decay_style = "linear";
+  // Cosine over steps 10..110: min + (lr - min) (1 + cos(pi r)) / 2 at r = 1/4, 1/2, 3/4
+  // (cos(pi/4) = 0.70710678...). Only the midpoint is where cosine and linear agree.
+  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.86819805153394640, 1e-12);
   EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 85), 0.23180194846605365, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 111), 0.1);  // past the end: min_lr
+  // lr_decay_iters shorter than train_iters: the decay spans steps 10..60, then min_lr holds.
+  s.lr_decay_iters = 60;
+  EXPECT_NEAR(learning_rate(o, s, 110, 20), 0.91405764746872634, 1e-12);  // r = 1/5
+  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.55, 1e-12);                 // r = 1/2
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 60), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 80), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
+  s.lr_decay_iters = 0;
+  // min_lr is the floor the decay aims at: with 0, cosine at r = 1/4 is (1 + cos(pi/4)) / 2.
+  o.min_lr = 0.0;
+  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.85355339059327373, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.0);
+  o.min_lr = 0.1;
+  s.lr_decay_style = "linear";
+  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.775, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 85), 0.325, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
   s.lr_decay_style = "constant";
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 5), 0.5);  // warm-up still applies
   EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 100), 1.0);
 }
 
@@ -175,19 +200,28 @@ TEST(HuggingFace, ExportThenImportIsExact) {
 }
 
 // flash1 and flash2 reproduce naive's loss sequence over 20 steps of a gpt-tiny-shaped run,
-// with learned and with rotary positions.
+// with learned and with rotary positions. Tiles of 16 rows and keys against T = 64, so every
+// query row after the first tile merges several key tiles (running max and sum rescaled) in the
+// forward and walks several tiles in the backward: the defaults (64..128) would cover T in one.
 TEST(Engine, FlashBackendsReproduceNaiveLosses) {
   TrainOptions o;
   o.quiet = true;
   o.write_output = false;
+  const std::map<std::string, std::vector<std::string>> tiles = {
+      {"naive", {}},
+      {"flash1", {"attention.block_q=16", "attention.block_k=16"}},
+      {"flash2",
+       {"attention.block_q=16", "attention.block_k=16", "attention.bwd_block_q=16",
+        "attention.bwd_block_k=16"}}};
   for (const char* pos : {"learned", "rope"}) {
-    auto run = [&](const char* attn) {
-      return train(load_config(tiny(),
-                               {"training.train_iters=20", "model.num_layers=2",
-                                std::string("model.position_embedding=") + pos,
-                                std::string("attention=") + attn},
-                               1),
-                   o);
+    auto run = [&](const std::string& attn) {
+      std::vector<std::string> sets = {"training.train_iters=20", "model.num_layers=2",
+                                       std::string("model.position_embedding=") + pos,
+                                       "attention=" + attn};
+      sets.insert(sets.end(), tiles.at(attn).begin(), tiles.at(attn).end());
+      const Config c = load_config(tiny(), sets, 1);
+      EXPECT_EQ(c.model.seq_length, 64);
+      return train(c, o);
     };
     const auto naive = run("naive");
     for (const char* attn : {"flash1", "flash2"}) {
@@ -198,4 +232,25 @@ TEST(Engine, FlashBackendsReproduceNaiveLosses) {
             << attn << " " << pos << " step " << i + 1;
     }
   }
+}
+
+// Each tensor is seeded from (seed, its name): a tensor's initial values do not depend on the
+// layout around it. With learned positions an extra tensor (wpe) sits before every block, yet
+// the blocks start from the same weights as with rotary positions.
+TEST(Model, InitialisationIsIndependentOfTheLayout) {
+  Fixture f;
+  const Config learned = small_config();
+  const Config rope = small_config({"model.position_embedding=rope"});
+  GPT a(learned.model, *f.dev, *f.attn, 4), b(rope.model, *f.dev, *f.attn, 4);
+  a.init_weights(42);
+  b.init_weights(42);
+  for (const char* name : {"wte.weight", "h.0.attn.c_attn.weight", "h.1.mlp.c_proj.weight"}) {
+    const auto& pa = a.layout().find(name);
+    ASSERT_EQ(pa.numel, b.layout().find(name).numel);
+    for (size_t i = 0; i < pa.numel; ++i)
+      ASSERT_EQ(a.param(name)[i], b.param(name)[i]) << name << " [" << i << "]";
+  }
+  GPT c(learned.model, *f.dev, *f.attn, 4);
+  c.init_weights(43);
+  EXPECT_NE(a.param("h.0.attn.c_attn.weight")[0], c.param("h.0.attn.c_attn.weight")[0]);
 }

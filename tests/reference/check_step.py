@@ -4,6 +4,8 @@ Usage: check_step.py DUMP_DIR [--tol 1e-5]
 DUMP_DIR is written by test-dump-step. The reference runs in float64 on the same weights and
 batch; Triad's fp32 loss and every parameter gradient must agree to the tolerance, with the
 relative error of a tensor defined as ||triad - ref||_2 / ||ref||_2 (max-abs for the loss).
+Every tensor must vary (no bias left at 0, no layernorm weight at 1), or a forward that
+dropped a term could pass.
 If DUMP_DIR/hf exists, the Hugging Face export is loaded too and must give the same loss."""
 import json
 import os
@@ -29,11 +31,16 @@ def main():
     idx = torch.from_numpy(batch["inputs"]).long()
     tgt = torch.from_numpy(batch["targets"]).long()
 
+    failures = 0
+    for name, w in weights.items():
+        if w.size > 1 and w.std() == 0:
+            print(f"  FAIL weight {name} is constant ({w.flat[0]}): the dump was not perturbed")
+            failures += 1
+
     model = gpt_torch.from_result(result)
     model.load_triad(weights)
     loss = model(idx, tgt)
     loss.backward()
-    failures = 0
     rel = abs(result["loss"] - loss.item()) / abs(loss.item())
     print(f"loss triad {result['loss']:.8f} torch {loss.item():.8f} rel {rel:.2e}")
     failures += rel > tol
