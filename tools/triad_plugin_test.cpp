@@ -1,6 +1,9 @@
-// triad-plugin-test KIND PLUGIN.so [--quick]: runs the conformance suite of KIND against one
-// plugin file, in-tree or third-party. Exit 0 if every case passed, 1 if one failed, 2 if the
-// file cannot be used (missing, not a Triad plugin, wrong kind, bad parameter).
+// triad-plugin-test KIND PLUGIN.so [--quick] [--expect-pass N] [--expect-skip M]: runs the
+// conformance suite of KIND against one plugin file, in-tree or third-party. Exit 0 if no case
+// failed and at least one passed, 1 if a case failed, nothing ran or the counts differ from
+// --expect-pass / --expect-skip, 2 if the file cannot be used (missing, not a Triad plugin,
+// wrong kind, bad parameter), 77 if every case was skipped (ctest's usual "skipped" code: a
+// suite that checked nothing is never a pass).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -30,8 +33,36 @@ std::map<std::string, std::string> parse_params(const std::vector<std::string>& 
   return out;
 }
 
+constexpr int kExitAllSkipped = 77;
+
+// What the counts of a finished suite mean for the exit code; says why when it is not 0.
+// expect_pass / expect_skip < 0: not checked.
+int verdict(const triad::conformance::Summary& s, int expect_pass, int expect_skip) {
+  int rc = s.failed == 0 ? 0 : 1;
+  if (expect_pass >= 0 && s.passed != expect_pass) {
+    std::cout << "triad-plugin-test: expected " << expect_pass << " passed cases, got " << s.passed
+              << std::endl;
+    rc = 1;
+  }
+  if (expect_skip >= 0 && s.skipped != expect_skip) {
+    std::cout << "triad-plugin-test: expected " << expect_skip << " skipped cases, got "
+              << s.skipped << std::endl;
+    rc = 1;
+  }
+  if (rc == 0 && s.passed == 0) {
+    if (s.skipped == 0) {
+      std::cout << "triad-plugin-test: no case ran" << std::endl;
+      return 1;
+    }
+    std::cout << "triad-plugin-test: every case was skipped; nothing was checked" << std::endl;
+    return kExitAllSkipped;
+  }
+  return rc;
+}
+
 // Transport plugins run in real processes (worlds of 1..4 ranks, forked here).
-int run_transport(const std::string& path, bool quick, const std::vector<std::string>& items) {
+triad::conformance::Summary run_transport(const std::string& path, bool quick,
+                                          const std::vector<std::string>& items) {
   using namespace triad;
   conformance::TransportSuiteOptions options;
   options.quick = quick;
@@ -43,11 +74,11 @@ int run_transport(const std::string& path, bool quick, const std::vector<std::st
             << std::endl;
   const conformance::Summary s = conformance::run_transport_suite(path, options);
   std::cout << conformance::format_summary(s) << std::endl;
-  return s.failed == 0 ? 0 : 1;
+  return s;
 }
 
-int run(const std::string& kind, const std::string& path, bool quick, int threads,
-        const std::vector<std::string>& param_items) {
+triad::conformance::Summary run(const std::string& kind, const std::string& path, bool quick,
+                                int threads, const std::vector<std::string>& param_items) {
   using namespace triad;
   if (kind == "transport") return run_transport(path, quick, param_items);
   if (kind != "attention")
@@ -72,7 +103,7 @@ int run(const std::string& kind, const std::string& path, bool quick, int thread
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("suite ran in %.1f s\n", secs);
   std::cout << conformance::format_summary(s) << std::endl;
-  return s.failed == 0 ? 0 : 1;
+  return s;
 }
 
 }  // namespace
@@ -81,13 +112,17 @@ int main(int argc, char** argv) {
   CLI::App app{"Runs the conformance suite of a plugin kind against one plugin .so file."};
   std::string kind, path;
   bool quick = false;
-  int threads = 0;
+  int threads = 0, expect_pass = -1, expect_skip = -1;
   std::vector<std::string> params;
   app.add_option("kind", kind, "plugin kind (attention, transport)")->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");
   app.add_option("--param", params, "plugin parameter key=value (repeatable); default: defaults");
+  app.add_option("--expect-pass", expect_pass, "fail unless exactly N cases pass")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--expect-skip", expect_skip, "fail unless exactly N cases are skipped")
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -95,7 +130,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : triad::kExitUserError;
   }
   try {
-    return run(kind, path, quick, threads, params);
+    return verdict(run(kind, path, quick, threads, params), expect_pass, expect_skip);
   } catch (const triad::UserError& e) {
     std::cerr << "triad-plugin-test: " << e.what() << std::endl;
     return triad::kExitUserError;

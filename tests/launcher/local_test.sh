@@ -92,29 +92,33 @@ expect err.g "did not stop within 1 s; sending SIGKILL"
 ((took < 5000)) || fail "SIGKILL after a 1 s grace took $took ms"
 pass "SIGKILL after --stop-grace ($took ms)"
 
-# 7. Training ranks: the launcher starts itself in worker mode; each rank loads the config and
-# reaches train() (which may refuse several ranks until the engine is distributed).
-if [[ -n $CONFIGS && -f $CONFIGS/gpt-tiny.yaml ]]; then
-  # UCX (if the engine uses it) on shared memory only, never a real network interface.
-  export UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
-  timeout 120 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=1 \
-    --set output.dir="$SCRATCH/run" -q >out.w 2>err.w
-  rc=$?
-  cat out.w err.w >all.w
-  if [[ $rc -eq 0 ]]; then
-    expect all.w "^\[rank 0\] .*done: 1 steps" "rank 0's training summary"
-    expect_not all.w "^\[rank 1\] .*done:" "a summary from rank 1"
-  elif [[ $rc -eq 2 ]]; then
-    expect all.w "^\[rank [01]\] triad-launch: error: " "a training rank's own error"
-  else
-    cat err.w
-    fail "training with 2 ranks exited $rc"
-  fi
-  timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.d 2>err.d ||
-    fail "--dry-run with 2 ranks exited $? ($(cat err.d))"
-  expect_count out.d "^parameters:" 1
-  pass "training ranks start in worker mode (exit $rc); dry run prints once"
-fi
+# 7. Training ranks: the launcher starts itself in worker mode; the two ranks train one
+# data-parallel job (global batch 2 x 16), rank 0 alone logs and writes the output folder.
+[[ -f $CONFIGS/gpt-tiny.yaml ]] || fail "no gpt-tiny.yaml in the configs folder '$CONFIGS'"
+# UCX on shared memory only, never a real network interface.
+export UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
+timeout 120 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=2 \
+  --set output.dir="$SCRATCH/run" >out.w 2>err.w
+rc=$?
+cat out.w err.w >all.w
+[[ $rc -eq 0 ]] || {
+  cat all.w
+  fail "training with 2 ranks exited $rc"
+}
+expect all.w "^\[rank 0\] .*batch: global 32 = micro 16 x accumulation 1 x data-parallel 2\$" \
+  "rank 0's batch line with data-parallel 2"
+expect_count all.w "^\[rank 0\] .*step +[12]/2 \| loss [0-9.]+ " 2
+expect all.w "^\[rank 0\] .*done: 2 steps \| loss [0-9.]+ -> [0-9.]+ " "rank 0's training summary"
+expect_not all.w "^\[rank 1\]" "output from rank 1 (only rank 0 logs)"
+expect "$SCRATCH/run/config.yaml" "^  data_parallel_size: 2\$" "data_parallel_size 2 in the resolved config"
+expect_count "$SCRATCH/run/metrics.jsonl" "." 2
+for s in 1 2; do
+  expect "$SCRATCH/run/metrics.jsonl" "\"loss\":[0-9.]+,.*\"step\":$s," "step $s in metrics.jsonl"
+done
+timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.d 2>err.d ||
+  fail "--dry-run with 2 ranks exited $? ($(cat err.d))"
+expect_count out.d "^parameters:" 1
+pass "2 training ranks run 2 data-parallel steps; dry run prints once"
 
 # 8. Mistakes get one clear message and exit 2.
 "$LAUNCH" --nproc-per-node 2 --exec ./no-such-program >out.e 2>err.e
