@@ -120,22 +120,35 @@ struct DataParallelRun {
   static constexpr std::chrono::milliseconds kCollectiveTimeout{300000};
 };
 
+// The installed plugins of `kind` other than `chosen` that `can` accepts, each created with its
+// default parameters; one that fails to load, to be created or the check counts as unable. The
+// errors that refuse a choice use it to name the alternatives.
+template <class Backend, class Can>
+std::vector<std::string> others_that_can(const PluginLoader& loader, const std::string& kind,
+                                         const std::string& chosen, const CoreServices& services,
+                                         Can can) {
+  std::vector<std::string> out;
+  for (const auto& name : loader.available(kind)) {
+    if (name == chosen) continue;
+    try {
+      auto p = loader.load(kind, name);
+      Backend other(p, resolve_params(p->descriptor(), {}, kind), services.c_services());
+      if (can(other)) out.push_back(name);
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
+}
+
 // Refuses a transport that cannot touch the run's device memory, before anyone connects, and
 // names the installed transports that can.
 void check_transport_memory(const Transport& chosen, const std::string& device_name,
                             uint32_t memory, const PluginLoader& loader,
                             const CoreServices& services) {
   if (chosen.capabilities().memory & memory) return;
-  std::vector<std::string> can;
-  for (const auto& name : loader.available("transport")) {
-    if (name == chosen.name()) continue;
-    try {
-      auto p = loader.load("transport", name);
-      Transport other(p, resolve_params(p->descriptor(), {}, "transport"), services.c_services());
-      if (other.capabilities().memory & memory) can.push_back(name);
-    } catch (const std::exception&) {
-    }
-  }
+  const std::vector<std::string> can = others_that_can<Transport>(
+      loader, "transport", chosen.name(), services,
+      [&](const Transport& t) { return (t.capabilities().memory & memory) != 0; });
   std::string fix = "no installed transport can";
   for (size_t i = 0; i < can.size(); ++i)
     fix = i == 0 ? "set transport: " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
@@ -193,17 +206,12 @@ void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int m
     chosen.check_supported(shape);
   } catch (const UserError& e) {
     std::string can;
-    for (const auto& name : loader.available("attention")) {
-      if (name == chosen.name()) continue;
-      try {
-        auto p = loader.load("attention", name);
-        AttentionBackend other(p, resolve_params(p->descriptor(), {}, "attention"),
-                               services.c_services());
-        other.check_supported(shape);
-        can += (can.empty() ? "" : ", ") + name;
-      } catch (const std::exception&) {
-      }
-    }
+    for (const auto& name : others_that_can<AttentionBackend>(
+             loader, "attention", chosen.name(), services, [&](const AttentionBackend& other) {
+               other.check_supported(shape);  // throws when it cannot
+               return true;
+             }))
+      can += (can.empty() ? "" : ", ") + name;
     throw UserError(std::string(e.what()) +
                     (can.empty() ? "; no installed attention backend can run this shape"
                                  : "; attention backends that can: " + can));
