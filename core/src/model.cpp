@@ -154,19 +154,12 @@ void GPT::init_weights(uint64_t seed) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
     }
   }
-  dev_.to_device(params_.data(), host.data(), host.size() * sizeof(float));
-  sync_compute_weights();
+  params_from_host(host);
 }
 
 std::vector<float> GPT::params_to_host() const {
   std::vector<float> host(layout_.total);
   dev_.to_host(host.data(), params_.data(), host.size() * sizeof(float));
-  return host;
-}
-
-std::vector<float> GPT::grads_to_host() const {
-  std::vector<float> host(layout_.total);
-  dev_.to_host(host.data(), grads_.data(), host.size() * sizeof(float));
   return host;
 }
 

@@ -20,14 +20,12 @@ class ActBuffer {
  public:
   ActBuffer() = default;
   ActBuffer(Device& dev, size_t n, DType t, const char* what)
-      : buf_(dev, n * dtype_bytes(t), what), n_(n), t_(t) {}
+      : buf_(dev, n * dtype_bytes(t), what), t_(t) {}
   void* data() const { return buf_.data(); }
   void* at(size_t i) const { return advance(buf_.data(), i, t_); }  // element i
-  size_t size() const { return n_; }
 
  private:
   Buffer<unsigned char> buf_;
-  size_t n_ = 0;
   DType t_ = DType::f32;
 };
 
@@ -44,7 +42,6 @@ class GPT {
   float* params() const { return params_.data(); }
   float* grads() const { return grads_.data(); }
   float* param(const std::string& name) const { return params_.data() + layout_.find(name).offset; }
-  DType act_dtype() const { return act_; }
   // The weights the layers read, in the activation dtype: the master weights themselves in
   // fp32, else a copy that the optimizer refreshes (null in fp32).
   void* compute_params() const { return act_ == DType::f32 ? nullptr : compute_.data(); }
@@ -56,9 +53,8 @@ class GPT {
   // biases 0, layernorm weights 1. Each tensor draws from its own stream seeded by (seed, its
   // name), so its values do not depend on the layout (which tensors a rank holds).
   void init_weights(uint64_t seed);
-  // Whole arenas between the device and the host (HF import/export, tests).
+  // The whole parameter arena between the device and the host (HF import/export, tests).
   std::vector<float> params_to_host() const;
-  std::vector<float> grads_to_host() const;
   void params_from_host(const std::vector<float>& host);
   void zero_grad();
 
