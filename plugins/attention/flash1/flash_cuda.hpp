@@ -52,26 +52,20 @@ inline void workspace(bool flash2, const triad_attention_shape_v1& s, size_t* fw
                 : fk::flash1_backward_workspace_bytes(s.batch, s.heads, s.seq_len, s.head_dim);
 }
 
-// A (B,H,T,D) view of t; its shape must equal q's.
+// A (B,H,T,D) view of t in GPU memory, D contiguous, with q's dtype and shape (q itself passes
+// as its own reference, so view q before reading its shape).
 template <class V>
-V view(const DLTensor* t, const char* what, const DLTensor* q, const char* plugin) {
-  if (!t) throw sdk::invalid(std::string(what) + " is null");
-  if (!on_gpu(t)) throw sdk::invalid(std::string(what) + " is not in GPU memory like q");
-  if (t->ndim != 4) throw sdk::invalid(std::string(what) + " must be 4-d (B,H,T,D)");
-  if (t->dtype.code != q->dtype.code || t->dtype.bits != q->dtype.bits)
+V view(const DLTensor* t, const char* what, const DLTensor* q) {
+  if (t && !on_gpu(t)) throw sdk::invalid(std::string(what) + " is not in GPU memory like q");
+  if (t && (t->dtype.code != q->dtype.code || t->dtype.bits != q->dtype.bits))
     throw sdk::invalid(std::string(what) + " has a different dtype from q");
+  const sdk::View4<char> s = sdk::strided_view4<char>(t, what);
   for (int i = 0; i < 4; ++i)
-    if (t->shape[i] != q->shape[i])
+    if (s.n[i] != q->shape[i])
       throw sdk::invalid(std::string(what) + " has a different shape from q");
-  const int64_t B = t->shape[0], H = t->shape[1], T = t->shape[2], D = t->shape[3];
-  (void)B;
-  if (t->strides && t->strides[3] != 1)
-    throw sdk::invalid(std::string(plugin) + ": " + what + " must be contiguous along D");
   V v;
-  v.data = static_cast<char*>(t->data) + t->byte_offset;
-  v.st = t->strides ? t->strides[2] : D;
-  v.sh = t->strides ? t->strides[1] : T * D;
-  v.sb = t->strides ? t->strides[0] : H * T * D;
+  v.data = s.data;
+  v.sb = s.s[0], v.sh = s.s[1], v.st = s.s[2];
   return v;
 }
 
@@ -91,13 +85,12 @@ inline float* lse_of(const DLTensor* t, const fk::Problem& p) {
 
 inline void forward(bool flash2, const triad_attention_fwd_args_v1& a, void* stream,
                     const char* plugin) {
-  if (!a.q) throw sdk::invalid("q is null");
   fk::ForwardArgs f;
+  f.q = view<fk::ConstView>(a.q, "q", a.q);
   f.problem = problem(a.q, a.causal != 0, a.scale, plugin);
-  f.q = view<fk::ConstView>(a.q, "q", a.q, plugin);
-  f.k = view<fk::ConstView>(a.k, "k", a.q, plugin);
-  f.v = view<fk::ConstView>(a.v, "v", a.q, plugin);
-  f.out = view<fk::View>(a.out, "out", a.q, plugin);
+  f.k = view<fk::ConstView>(a.k, "k", a.q);
+  f.v = view<fk::ConstView>(a.v, "v", a.q);
+  f.out = view<fk::View>(a.out, "out", a.q);
   f.lse = lse_of(a.lse, f.problem);
   f.workspace = a.workspace;
   f.workspace_bytes = a.workspace_bytes;
@@ -107,17 +100,16 @@ inline void forward(bool flash2, const triad_attention_fwd_args_v1& a, void* str
 
 inline void backward(bool flash2, const triad_attention_bwd_args_v1& a, bool deterministic,
                      void* stream, const char* plugin) {
-  if (!a.q) throw sdk::invalid("q is null");
   fk::BackwardArgs b;
+  b.q = view<fk::ConstView>(a.q, "q", a.q);
   b.problem = problem(a.q, a.causal != 0, a.scale, plugin);
-  b.q = view<fk::ConstView>(a.q, "q", a.q, plugin);
-  b.k = view<fk::ConstView>(a.k, "k", a.q, plugin);
-  b.v = view<fk::ConstView>(a.v, "v", a.q, plugin);
-  b.out = view<fk::ConstView>(a.out, "out", a.q, plugin);
-  b.dout = view<fk::ConstView>(a.dout, "dout", a.q, plugin);
-  b.dq = view<fk::View>(a.dq, "dq", a.q, plugin);
-  b.dk = view<fk::View>(a.dk, "dk", a.q, plugin);
-  b.dv = view<fk::View>(a.dv, "dv", a.q, plugin);
+  b.k = view<fk::ConstView>(a.k, "k", a.q);
+  b.v = view<fk::ConstView>(a.v, "v", a.q);
+  b.out = view<fk::ConstView>(a.out, "out", a.q);
+  b.dout = view<fk::ConstView>(a.dout, "dout", a.q);
+  b.dq = view<fk::View>(a.dq, "dq", a.q);
+  b.dk = view<fk::View>(a.dk, "dk", a.q);
+  b.dv = view<fk::View>(a.dv, "dv", a.q);
   b.lse = lse_of(a.lse, b.problem);
   b.workspace = a.workspace;
   b.workspace_bytes = a.workspace_bytes;

@@ -138,14 +138,16 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   void forward(const triad_attention_fwd_args_v1& a) override {
 #ifdef TRIAD_NAIVE_CUDA
     if (is_bf16(a.q)) {
-      int64_t B, H, T, D;
-      auto q = bf16_head(a.q, "q", a.q, B, H, T, D), k = bf16_head(a.k, "k", a.q, B, H, T, D),
-           v = bf16_head(a.v, "v", a.q, B, H, T, D), out = bf16_head(a.out, "out", a.q, B, H, T, D);
+      const View4<bf16> q = gpu_bf16(a.q, "q", nullptr);
+      auto like_q = [&](const DLTensor* t, const char* what) {
+        return head16(gpu_bf16(t, what, &q));
+      };
+      const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out");
       require_same_device(a.q, {a.lse});
-      float* lse = triad::sdk::lse_view(a.lse, B, H, T);
-      triad::kernels::cuda::attention_naive_forward(blas(), out, lse, q, k, v, int(B), int(H),
-                                                    int(T), int(D), a.causal != 0, a.scale,
-                                                    a.workspace, a.workspace_bytes);
+      float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
+      triad::kernels::cuda::attention_naive_forward(
+          blas(), out, lse, head16(q), k, v, int(q.n[0]), int(q.n[1]), int(q.n[2]), int(q.n[3]),
+          a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
       return;
     }
 #endif
@@ -176,17 +178,18 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   void backward(const triad_attention_bwd_args_v1& a) override {
 #ifdef TRIAD_NAIVE_CUDA
     if (is_bf16(a.q)) {
-      int64_t B, H, T, D;
-      auto q = bf16_head(a.q, "q", a.q, B, H, T, D), k = bf16_head(a.k, "k", a.q, B, H, T, D),
-           v = bf16_head(a.v, "v", a.q, B, H, T, D), out = bf16_head(a.out, "out", a.q, B, H, T, D),
-           dout = bf16_head(a.dout, "dout", a.q, B, H, T, D),
-           dq = bf16_head(a.dq, "dq", a.q, B, H, T, D), dk = bf16_head(a.dk, "dk", a.q, B, H, T, D),
-           dv = bf16_head(a.dv, "dv", a.q, B, H, T, D);
+      const View4<bf16> q = gpu_bf16(a.q, "q", nullptr);
+      auto like_q = [&](const DLTensor* t, const char* what) {
+        return head16(gpu_bf16(t, what, &q));
+      };
+      const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out"),
+                 dout = like_q(a.dout, "dout"), dq = like_q(a.dq, "dq"), dk = like_q(a.dk, "dk"),
+                 dv = like_q(a.dv, "dv");
       require_same_device(a.q, {a.lse});
-      const float* lse = triad::sdk::lse_view(a.lse, B, H, T);
-      triad::kernels::cuda::attention_naive_backward(blas(), dq, dk, dv, q, k, v, out, lse, dout,
-                                                     int(B), int(H), int(T), int(D), a.causal != 0,
-                                                     a.scale, a.workspace, a.workspace_bytes);
+      const float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
+      triad::kernels::cuda::attention_naive_backward(
+          blas(), dq, dk, dv, head16(q), k, v, out, lse, dout, int(q.n[0]), int(q.n[1]),
+          int(q.n[2]), int(q.n[3]), a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
       return;
     }
 #endif
@@ -288,31 +291,26 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   static bool is_bf16(const DLTensor* t) {
     return t && t->dtype.code == kDLBfloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
   }
-  // A bf16 (B,H,T,D) view in GPU memory with D contiguous; its shape must equal q's (ref).
-  static triad::kernels::cuda::HeadViewBf16 bf16_head(const DLTensor* t, const char* what,
-                                                      const DLTensor* ref, int64_t& B, int64_t& H,
-                                                      int64_t& T, int64_t& D) {
-    if (!t) throw invalid(std::string(what) + " is null");
-    if (t->device.device_type != kDLCUDA)
+  using bf16 = triad::kernels::cuda::bf16;
+  // A bfloat16 (B,H,T,D) view in GPU memory, D contiguous. Without q it is q itself (its head
+  // dim is checked); with q it must have q's shape.
+  static View4<bf16> gpu_bf16(const DLTensor* t, const char* what, const View4<bf16>* q) {
+    if (t && t->device.device_type != kDLCUDA)
       throw unsupported(std::string(what) +
                         " is bfloat16 outside GPU memory; naive computes "
                         "bfloat16 on CUDA GPUs only (float32 on the CPU)");
-    if (!is_bf16(t)) throw invalid(std::string(what) + " is not bfloat16 like q");
-    if (t->ndim != 4) throw invalid(std::string(what) + " must be 4-d (B,H,T,D)");
-    for (int i = 0; i < 4; ++i)
-      if (t->shape[i] != ref->shape[i])
-        throw invalid(std::string(what) + " has a different shape from q");
-    if (t->strides && t->strides[3] != 1)
-      throw invalid(std::string(what) + " must be contiguous along D");
-    B = t->shape[0], H = t->shape[1], T = t->shape[2], D = t->shape[3];
-    if (D < 1 || D > kMaxHeadDim)
-      throw unsupported("head dim " + std::to_string(D) + " is outside naive's 1.." +
+    if (t && !is_bf16(t)) throw invalid(std::string(what) + " is not bfloat16 like q");
+    const View4<bf16> v = triad::sdk::strided_view4<bf16>(t, what);
+    if (q) {
+      triad::sdk::require_same_shape(*q, v, "q", what);
+    } else if (v.n[3] < 1 || v.n[3] > kMaxHeadDim) {
+      throw unsupported("head dim " + std::to_string(v.n[3]) + " is outside naive's 1.." +
                         std::to_string(kMaxHeadDim));
-    const int64_t st = t->strides ? t->strides[2] : D, sh = t->strides ? t->strides[1] : T * D,
-                  sb = t->strides ? t->strides[0] : H * T * D;
-    auto* data =
-        reinterpret_cast<triad::kernels::cuda::bf16*>(static_cast<char*>(t->data) + t->byte_offset);
-    return {data, sb, sh, st};
+    }
+    return v;
+  }
+  static triad::kernels::cuda::HeadViewBf16 head16(const View4<bf16>& v) {
+    return {v.data, v.s[0], v.s[1], v.s[2]};
   }
   template <class T>
   static triad::kernels::cuda::HeadView head(const View4<T>& v) {

@@ -37,16 +37,14 @@ inline std::string dl_dtype_name(DLDataType t) {
   return std::string(base) + std::to_string(t.bits);
 }
 
-// Checks a 4-d attention tensor and returns its view; `what` names it in errors.
+// The strided view of a 4-d attention tensor, whatever its dtype (the caller checks that T
+// matches it); `what` names it in errors.
 template <class T>
-View4<T> view4(const DLTensor* t, const char* what) {
+View4<T> strided_view4(const DLTensor* t, const char* what) {
   if (!t) throw invalid(std::string(what) + " is null");
   if (t->ndim != 4)
     throw invalid(std::string(what) + " must be 4-d (B,H,T,D), got ndim " +
                   std::to_string(t->ndim));
-  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1)
-    throw unsupported(std::string(what) + " dtype " + dl_dtype_name(t->dtype) +
-                      " is not supported (float32 only)");
   View4<T> v;
   v.data = reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
   for (int i = 0; i < 4; ++i) v.n[i] = t->shape[i];
@@ -58,6 +56,16 @@ View4<T> view4(const DLTensor* t, const char* what) {
     v.s[1] = v.n[2] * v.n[3];
     v.s[0] = v.n[1] * v.n[2] * v.n[3];
   }
+  return v;
+}
+
+// Checks a float32 4-d attention tensor and returns its view; `what` names it in errors.
+template <class T>
+View4<T> view4(const DLTensor* t, const char* what) {
+  const View4<T> v = strided_view4<T>(t, what);
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1)
+    throw unsupported(std::string(what) + " dtype " + dl_dtype_name(t->dtype) +
+                      " is not supported (float32 only)");
   return v;
 }
 
