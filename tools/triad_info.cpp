@@ -1,5 +1,6 @@
-// triad-info: every plugin on the search path with its kind, name, version, ABI, file,
-// description, capabilities and parameters (like ompi_info). `--kind attention` filters.
+// triad-info: every plugin on the search path with its kind, name, version, ABIs (descriptor
+// and kind), file, description, capabilities and parameters (like ompi_info). `--kind attention`
+// filters.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/services.hpp"
+#include "triad/core/tensor_backend.hpp"
 
 namespace {
 
@@ -21,17 +23,33 @@ std::string file_kind(const std::string& path) {
   return stem.substr(0, stem.find('-'));
 }
 
-// Attention plugins also show what they can run; that needs an instance (default params).
-std::string capabilities(const std::shared_ptr<const triad::LoadedPlugin>& p,
-                         const triad::CoreServices& services) {
-  if (p->kind() != "attention") return "";
+// Attention and tensor plugins also show what they can run; that needs an instance (default
+// params).
+template <class Backend>
+std::string describe(const std::shared_ptr<const triad::LoadedPlugin>& p,
+                     const triad::CoreServices& services) {
   try {
-    triad::AttentionBackend be(p, triad::resolve_params(p->descriptor(), {}, p->kind()),
-                               services.c_services());
+    Backend be(p, triad::resolve_params(p->descriptor(), {}, p->kind()), services.c_services());
     return triad::describe_capabilities(be.capabilities());
   } catch (const std::exception& e) {
     return std::string("unavailable: ") + e.what();
   }
+}
+
+std::string capabilities(const std::shared_ptr<const triad::LoadedPlugin>& p,
+                         const triad::CoreServices& services) {
+  if (p->kind() == "attention") return describe<triad::AttentionBackend>(p, services);
+  if (p->kind() == "tensor") return describe<triad::TensorBackend>(p, services);
+  return "";
+}
+
+// "plugin 1, attention 1" (", adapted to 2" when this Triad translates an older kind ABI).
+std::string abi_text(const triad::LoadedPlugin& p) {
+  const triad_plugin_v1& d = p.descriptor();
+  std::string s = "plugin " + std::to_string(d.abi_version) + ", " + d.kind + " " +
+                  std::to_string(p.kind_abi_version());
+  if (p.adapted()) s += ", adapted to " + std::to_string(d.kind_abi_version);
+  return s;
 }
 
 void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
@@ -39,7 +57,7 @@ void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
   const triad_plugin_v1& d = p->descriptor();
   std::cout << d.kind << " " << d.name << "\n";
   std::cout << "  version:      " << d.version << "\n";
-  std::cout << "  abi:          " << d.abi_version << "\n";
+  std::cout << "  abi:          " << abi_text(*p) << "\n";
   std::cout << "  file:         " << p->path() << "\n";
   std::cout << "  description:  " << d.description << "\n";
   std::string caps = capabilities(p, services);
@@ -65,7 +83,7 @@ void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
 int main(int argc, char** argv) {
   CLI::App app{"Lists the Triad plugins found on the plugin search path, with their parameters."};
   std::string kind;
-  app.add_option("--kind", kind, "only plugins of this kind (attention, transport, ...)");
+  app.add_option("--kind", kind, "only plugins of this kind (attention, transport, data, tensor)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,8 +93,13 @@ int main(int argc, char** argv) {
   try {
     triad::PluginLoader loader;
     triad::CoreServices services;
-    std::cout << "Triad plugin ABI " << TRIAD_ABI_VERSION_1 << "\nsearch path (first match wins; "
-              << "add folders with TRIAD_PLUGIN_PATH):\n";
+    std::cout << "Triad plugin ABI " << TRIAD_ABI_VERSION_1 << "; kind ABIs ";
+    const char* sep = "";
+    for (const auto& k : triad::kind_abis()) {
+      std::cout << sep << k.kind << " " << k.current;
+      sep = ", ";
+    }
+    std::cout << "\nsearch path (first match wins; add folders with TRIAD_PLUGIN_PATH):\n";
     for (const auto& dir : loader.search_path()) std::cout << "  " << dir << "\n";
     int shown = 0;
     for (const auto& path : loader.discover()) {

@@ -1,5 +1,6 @@
 // triad-plugin-test KIND PLUGIN.so [--quick] [--expect-pass N] [--expect-skip M]: runs the
-// conformance suite of KIND against one plugin file, in-tree or third-party. Exit 0 if no case
+// conformance suite of KIND (attention, transport, tensor) against one plugin file, in-tree or
+// third-party. Exit 0 if no case
 // failed and at least one passed, 1 if a case failed, nothing ran or the counts differ from
 // --expect-pass / --expect-skip, 2 if the file cannot be used (missing, not a Triad plugin,
 // wrong kind, bad parameter), 77 if every case was skipped (ctest's usual "skipped" code: a
@@ -60,6 +61,21 @@ int verdict(const triad::conformance::Summary& s, int expect_pass, int expect_sk
   return rc;
 }
 
+void print_case(const triad::conformance::CaseResult& r) {
+  std::cout << triad::conformance::format_case(r) << std::endl;
+}
+
+// Runs a suite, then prints how long it took and its counts.
+template <class Suite>
+triad::conformance::Summary timed(Suite suite) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const triad::conformance::Summary s = suite();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("suite ran in %.1f s\n", secs);
+  std::cout << triad::conformance::format_summary(s) << std::endl;
+  return s;
+}
+
 // Transport plugins run in real processes (worlds of 1..4 ranks, forked here).
 triad::conformance::Summary run_transport(const std::string& path, bool quick,
                                           const std::vector<std::string>& items) {
@@ -67,23 +83,33 @@ triad::conformance::Summary run_transport(const std::string& path, bool quick,
   conformance::TransportSuiteOptions options;
   options.quick = quick;
   options.params = parse_params(items);
-  options.on_case = [](const conformance::CaseResult& r) {
-    std::cout << conformance::format_case(r) << std::endl;
-  };
+  options.on_case = print_case;
   std::cout << "triad-plugin-test: transport plugin " << path << (quick ? ", quick sweep" : "")
             << std::endl;
-  const conformance::Summary s = conformance::run_transport_suite(path, options);
-  std::cout << conformance::format_summary(s) << std::endl;
-  return s;
+  return timed([&] { return conformance::run_transport_suite(path, options); });
+}
+
+// Tensor plugins: every layout of tp 1, 2, 4 with and without sequence parallelism; tp > 1 in
+// real processes over the ucx transport (forked here). The sweep is small: --quick changes
+// nothing.
+triad::conformance::Summary run_tensor(const std::string& path,
+                                       const std::vector<std::string>& items) {
+  using namespace triad;
+  conformance::TensorSuiteOptions options;
+  options.params = parse_params(items);
+  options.on_case = print_case;
+  std::cout << "triad-plugin-test: tensor plugin " << path << std::endl;
+  return timed([&] { return conformance::run_tensor_suite(path, options); });
 }
 
 triad::conformance::Summary run(const std::string& kind, const std::string& path, bool quick,
                                 int threads, const std::vector<std::string>& param_items) {
   using namespace triad;
   if (kind == "transport") return run_transport(path, quick, param_items);
+  if (kind == "tensor") return run_tensor(path, param_items);
   if (kind != "attention")
     throw UserError("no conformance suite for plugin kind '" + kind +
-                    "' (available: attention, transport)");
+                    "' (available: attention, transport, tensor)");
   PluginLoader loader;
   auto plugin = loader.load_file(path, kind);
   const auto& d = plugin->descriptor();
@@ -95,15 +121,8 @@ triad::conformance::Summary run(const std::string& kind, const std::string& path
 
   conformance::AttentionSuiteOptions options;
   options.quick = quick;
-  options.on_case = [](const conformance::CaseResult& r) {
-    std::cout << conformance::format_case(r) << std::endl;
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  const conformance::Summary s = conformance::run_attention_suite(backend, options);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("suite ran in %.1f s\n", secs);
-  std::cout << conformance::format_summary(s) << std::endl;
-  return s;
+  options.on_case = print_case;
+  return timed([&] { return conformance::run_attention_suite(backend, options); });
 }
 
 }  // namespace
@@ -114,7 +133,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int threads = 0, expect_pass = -1, expect_skip = -1;
   std::vector<std::string> params;
-  app.add_option("kind", kind, "plugin kind (attention, transport)")->required();
+  app.add_option("kind", kind, "plugin kind (attention, transport, tensor)")->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");

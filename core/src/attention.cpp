@@ -78,37 +78,12 @@ std::string describe_capabilities(const triad_attention_caps_v1& c) {
 
 AttentionBackend::AttentionBackend(std::shared_ptr<const LoadedPlugin> plugin,
                                    const ResolvedParams& params, const triad_services_v1* services)
-    : plugin_(std::move(plugin)) {
-  if (!plugin_) throw std::invalid_argument("AttentionBackend: null plugin");
-  const triad_plugin_v1& d = plugin_->descriptor();
-  name_ = d.name;
-  if (plugin_->kind() != "attention")
-    throw UserError("plugin " + plugin_->path() + " is a " + plugin_->kind() +
-                    " plugin; an attention plugin is needed here");
-  ops_ = static_cast<const triad_attention_ops_v1*>(d.ops);
-
-  char err[1024] = {0};
-  int s = d.create(services, params.c_view(), &handle_, err, sizeof(err));
-  if (s != TRIAD_OK || !handle_)
-    throw UserError("attention plugin '" + name_ + "' (" + plugin_->path() + ") failed to start (" +
-                    status_name(s) + "): " + (err[0] ? err : "no message"));
-  s = ops_->capabilities(handle_, &caps_);
-  if (s != TRIAD_OK) {
-    std::string why = d.last_error(handle_);
-    d.destroy(handle_);
-    handle_ = nullptr;
-    throw UserError("attention plugin '" + name_ + "' failed to report its capabilities (" +
-                    status_name(s) + "): " + why);
-  }
-}
-
-AttentionBackend::~AttentionBackend() {
-  // The handle's code lives in the library: destroy it before plugin_ may unload it.
-  if (handle_) plugin_->descriptor().destroy(handle_);
-}
+    : instance_(std::move(plugin), "attention", params, services),
+      ops_(instance_.ops<triad_attention_ops_v1>()),
+      caps_(instance_.capabilities(ops_.capabilities)) {}
 
 void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) const {
-  const std::string who = "attention backend '" + name_ + "'";
+  const std::string who = "attention backend '" + name() + "'";
   const int dev = shape.device.device_type;
   if (dev < 0 || dev >= 32 || !(caps_.devices & (1u << dev)))
     throw UserError(who + " does not run on device " + device_name(dev) + " (it supports " +
@@ -136,7 +111,7 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
   // Capabilities are per plugin, not per device: a plugin refuses a combination it cannot run
   // (say float32 on a GPU) by failing workspace_size for it.
   size_t f = 0, b = 0;
-  const int s = ops_->workspace_size(handle_, &shape, &f, &b);
+  const int s = ops_.workspace_size(instance_.handle(), &shape, &f, &b);
   if (s == TRIAD_ERR_UNSUPPORTED || s == TRIAD_ERR_INVALID)
     throw UserError(who + " cannot run " + dtype_name(shape.dtype) + " on " + device_name(dev) +
                     " with head dim " + std::to_string(D) + ": " + last_error());
@@ -144,14 +119,13 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
 
 void AttentionBackend::check(int status, const char* what) const {
   if (status == TRIAD_OK) return;
-  throw std::runtime_error("attention backend '" + name_ + "' " + what + " failed (" +
-                           status_name(status) + "): " + last_error());
+  throw std::runtime_error("attention backend '" + name() + "' " + instance_.failure(status, what));
 }
 
 void AttentionBackend::workspace_size(const triad_attention_shape_v1& shape, size_t* fwd,
                                       size_t* bwd) const {
   size_t f = 0, b = 0;
-  check(ops_->workspace_size(handle_, &shape, &f, &b), "workspace_size");
+  check(ops_.workspace_size(instance_.handle(), &shape, &f, &b), "workspace_size");
   if (fwd) *fwd = f;
   if (bwd) *bwd = b;
 }
@@ -165,16 +139,15 @@ void AttentionBackend::backward(const triad_attention_bwd_args_v1& args) {
 }
 
 int AttentionBackend::try_forward(const triad_attention_fwd_args_v1& args) noexcept {
-  return ops_->forward(handle_, &args);
+  return ops_.forward(instance_.handle(), &args);
 }
 
 int AttentionBackend::try_backward(const triad_attention_bwd_args_v1& args) noexcept {
-  return ops_->backward(handle_, &args);
+  return ops_.backward(instance_.handle(), &args);
 }
 
 std::string AttentionBackend::last_error() const {
-  const char* e = plugin_->descriptor().last_error(handle_);
-  return e && *e ? e : "no message";
+  return instance_.last_error();
 }
 
 }  // namespace triad

@@ -1,7 +1,5 @@
 #include "triad/core/data_parallel.hpp"
 
-#include <stdexcept>
-
 #include "triad/core/error.hpp"
 
 namespace triad {
@@ -9,26 +7,12 @@ namespace triad {
 DataParallelBackend::DataParallelBackend(std::shared_ptr<const LoadedPlugin> plugin,
                                          const ResolvedParams& params,
                                          const triad_services_v1* services)
-    : plugin_(std::move(plugin)) {
-  const triad_plugin_v1& d = plugin_->descriptor();
-  if (std::string(d.kind) != "data")
-    throw UserError("plugin " + plugin_->path() + " is of kind '" + d.kind + "', not 'data'");
-  ops_ = static_cast<const triad_data_ops_v1*>(d.ops);
-  char err[512] = {0};
-  if (d.create(services, params.c_view(), &handle_, err, sizeof err) != TRIAD_OK || !handle_)
-    throw UserError("data plugin '" + std::string(d.name) + "' refused to start: " + err);
-  check(ops_->capabilities(handle_, &caps_), "capabilities");
-}
-
-DataParallelBackend::~DataParallelBackend() {
-  if (handle_) plugin_->descriptor().destroy(handle_);
-}
+    : instance_(std::move(plugin), "data", params, services),
+      ops_(instance_.ops<triad_data_ops_v1>()),
+      caps_(instance_.capabilities(ops_.capabilities)) {}
 
 void DataParallelBackend::check(int status, const char* what) const {
-  if (status == TRIAD_OK) return;
-  const char* le = plugin_->descriptor().last_error(handle_);
-  throw UserError("data plugin '" + std::string(plugin_->descriptor().name) + "': " + what +
-                  " failed: " + (le && *le ? le : "no reason given"));
+  if (status != TRIAD_OK) throw UserError(instance_.who() + ": " + instance_.failure(status, what));
 }
 
 void DataParallelBackend::setup(const GptLayout& layout, DLDevice device, int dp_rank, int dp_size,
@@ -50,26 +34,26 @@ void DataParallelBackend::setup(const GptLayout& layout, DLDevice device, int dp
   s.dp_size = dp_size;
   s.dp_comm = comm;
   s.timeout_ms = timeout_ms;
-  check(ops_->setup(handle_, &s), "setup");
+  check(ops_.setup(instance_.handle(), &s), "setup");
 }
 
 void DataParallelBackend::grads_ready(float* grads, size_t offset, size_t count) {
-  check(ops_->grads_ready(handle_, grads, offset, count), "grads_ready");
+  check(ops_.grads_ready(instance_.handle(), grads, offset, count), "grads_ready");
 }
 
 void DataParallelBackend::finish_grads(float* grads) {
-  check(ops_->finish_grads(handle_, grads), "finish_grads");
+  check(ops_.finish_grads(instance_.handle(), grads), "finish_grads");
 }
 
 void DataParallelBackend::owned_range(size_t* offset, size_t* count) {
   uint64_t o = 0, n = 0;
-  check(ops_->owned_range(handle_, &o, &n), "owned_range");
+  check(ops_.owned_range(instance_.handle(), &o, &n), "owned_range");
   *offset = o;
   *count = n;
 }
 
 void DataParallelBackend::after_step(float* params) {
-  check(ops_->after_step(handle_, params), "after_step");
+  check(ops_.after_step(instance_.handle(), params), "after_step");
 }
 
 }  // namespace triad

@@ -16,6 +16,8 @@
 
 #include "triad/core/error.hpp"
 #include "triad/sdk/attention_v1.h"
+#include "triad/sdk/data_v1.h"
+#include "triad/sdk/tensor_v1.h"
 #include "triad/sdk/transport_v1.h"
 
 namespace triad {
@@ -53,10 +55,66 @@ bool parse_file_name(const std::string& file, std::string* kind, std::string* na
   return true;
 }
 
+// The slots of each kind's current ops table, by name.
+using Slots = std::vector<std::pair<const char*, bool>>;
+#define TRIAD_SLOT(f) \
+  { #f, o->f != nullptr }
+Slots attention_slots(const void* ops) {
+  const auto* o = static_cast<const triad_attention_ops_v1*>(ops);
+  return {TRIAD_SLOT(capabilities), TRIAD_SLOT(workspace_size), TRIAD_SLOT(forward),
+          TRIAD_SLOT(backward)};
+}
+Slots transport_slots(const void* ops) {
+  const auto* o = static_cast<const triad_transport_ops_v1*>(ops);
+  return {TRIAD_SLOT(capabilities),   TRIAD_SLOT(init_world), TRIAD_SLOT(split),
+          TRIAD_SLOT(comm_destroy),   TRIAD_SLOT(comm_info),  TRIAD_SLOT(all_reduce),
+          TRIAD_SLOT(reduce_scatter), TRIAD_SLOT(all_gather), TRIAD_SLOT(broadcast),
+          TRIAD_SLOT(send),           TRIAD_SLOT(recv),       TRIAD_SLOT(barrier),
+          TRIAD_SLOT(test),           TRIAD_SLOT(wait),       TRIAD_SLOT(request_free)};
+}
+Slots data_slots(const void* ops) {
+  const auto* o = static_cast<const triad_data_ops_v1*>(ops);
+  return {TRIAD_SLOT(capabilities), TRIAD_SLOT(setup),       TRIAD_SLOT(grads_ready),
+          TRIAD_SLOT(finish_grads), TRIAD_SLOT(owned_range), TRIAD_SLOT(after_step)};
+}
+Slots tensor_slots(const void* ops) {
+  const auto* o = static_cast<const triad_tensor_ops_v1*>(ops);
+  return {TRIAD_SLOT(capabilities), TRIAD_SLOT(split), TRIAD_SLOT(boundary)};
+}
+#undef TRIAD_SLOT
+
+const KindAbi* find_kind(const std::string& kind) {
+  for (const auto& k : kind_abis())
+    if (kind == k.kind) return &k;
+  return nullptr;
+}
+
+// The plugin's descriptor as this Triad uses it: its own when its kind ABI is current, an
+// adapter's translation when it is an older one this Triad adapts. Kinds this Triad does not
+// know pass unchanged (triad-info lists them; no core wrapper takes them).
+AdaptedDescriptor check_kind_abi(const triad_plugin_v1& d, const std::string& path) {
+  const KindAbi* k = find_kind(d.kind);
+  if (!k || d.kind_abi_version == k->current) return {};
+  for (const auto& [version, adapt] : k->adapters)
+    if (version == d.kind_abi_version) return adapt(d);
+  const std::string kind = d.kind, have = std::to_string(d.kind_abi_version),
+                    want = std::to_string(k->current);
+  if (d.kind_abi_version > k->current)
+    throw UserError("plugin " + path + " has " + kind + " ABI version " + have +
+                    ", newer than the " + kind + " ABI version " + want +
+                    " this Triad expects; rebuild the plugin against this Triad's SDK (or use a "
+                    "Triad with " +
+                    kind + " ABI " + have + ")");
+  throw UserError("plugin " + path + " has " + kind + " ABI version " + have +
+                  ", this Triad expects " + kind + " ABI version " + want +
+                  " and has no adapter for version " + have +
+                  "; rebuild the plugin against this Triad's SDK");
+}
+
 // Every slot of the per-kind table must be filled (unsupported operations return
-// TRIAD_ERR_UNSUPPORTED). Kinds whose table this core does not know yet only need ops set.
+// TRIAD_ERR_UNSUPPORTED). Kinds this core does not know only need ops set.
 void verify_ops(const triad_plugin_v1& d, const std::string& path) {
-  auto missing = [&](const char* slot) {
+  auto missing = [&](const std::string& slot) {
     return UserError("plugin " + path + ": " + slot +
                      " is NULL; every slot of the descriptor must be filled (return "
                      "TRIAD_ERR_UNSUPPORTED from operations you do not implement)");
@@ -65,26 +123,9 @@ void verify_ops(const triad_plugin_v1& d, const std::string& path) {
   if (!d.destroy) throw missing("destroy");
   if (!d.last_error) throw missing("last_error");
   if (!d.ops) throw missing("ops");
-  // Per kind: each slot of its table, filled or not.
-  std::vector<std::pair<const char*, bool>> slots;
-#define TRIAD_SLOT(f) \
-  { #f, o->f != nullptr }
-  const std::string kind = d.kind;
-  if (kind == "attention") {
-    const auto* o = static_cast<const triad_attention_ops_v1*>(d.ops);
-    slots = {TRIAD_SLOT(capabilities), TRIAD_SLOT(workspace_size), TRIAD_SLOT(forward),
-             TRIAD_SLOT(backward)};
-  } else if (kind == "transport") {
-    const auto* o = static_cast<const triad_transport_ops_v1*>(d.ops);
-    slots = {TRIAD_SLOT(capabilities),   TRIAD_SLOT(init_world), TRIAD_SLOT(split),
-             TRIAD_SLOT(comm_destroy),   TRIAD_SLOT(comm_info),  TRIAD_SLOT(all_reduce),
-             TRIAD_SLOT(reduce_scatter), TRIAD_SLOT(all_gather), TRIAD_SLOT(broadcast),
-             TRIAD_SLOT(send),           TRIAD_SLOT(recv),       TRIAD_SLOT(barrier),
-             TRIAD_SLOT(test),           TRIAD_SLOT(wait),       TRIAD_SLOT(request_free)};
-  }
-#undef TRIAD_SLOT
-  for (const auto& [name, filled] : slots)
-    if (!filled) throw missing(("ops slot '" + std::string(name) + "'").c_str());
+  if (const KindAbi* k = find_kind(d.kind))
+    for (const auto& [name, filled] : k->slots(d.ops))
+      if (!filled) throw missing("ops slot '" + std::string(name) + "'");
 }
 
 std::string trim(const std::string& s) {
@@ -177,6 +218,23 @@ void add_unique(std::vector<std::string>& path, const std::string& dir) {
 }
 
 }  // namespace
+
+const std::vector<KindAbi>& kind_abis() {
+  // Adapters for older versions go into the last column, e.g. {{1, &adapt_data_v1}} once
+  // data_v2.h exists.
+  static const std::vector<KindAbi> table = {
+      {"attention", TRIAD_ATTENTION_ABI_VERSION, &attention_slots, {}},
+      {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {}},
+      {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {}},
+      {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
+  };
+  return table;
+}
+
+uint32_t current_kind_abi(const std::string& kind) {
+  const KindAbi* k = find_kind(kind);
+  return k ? k->current : 0;
+}
 
 const char* param_type_name(int type) {
   switch (type) {
@@ -404,9 +462,10 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load_file(
   if (!expected_kind.empty() && expected_kind != desc->kind)
     throw UserError("plugin " + p + " has kind '" + desc->kind + "', but a plugin of kind '" +
                     expected_kind + "' is needed here");
-  verify_ops(*desc, p);
+  AdaptedDescriptor adapted = check_kind_abi(*desc, p);
+  verify_ops(adapted.descriptor.ops ? adapted.descriptor : *desc, p);
 
-  return std::make_shared<const LoadedPlugin>(std::move(lib), desc, p);
+  return std::make_shared<const LoadedPlugin>(std::move(lib), desc, p, std::move(adapted));
 }
 
 }  // namespace triad

@@ -3,28 +3,33 @@
 #include <cstring>
 #include <vector>
 
+#include "triad/core/plugin_instance.hpp"
 #include "triad/core/rendezvous.hpp"
-#include "triad/sdk/data_v1.h"
+#include "triad/sdk/comm_ref_v1.h"
 
 namespace triad {
 
 namespace detail {
 
 // One plugin instance. Everything made from it holds a shared_ptr, so the instance (and
-// through `plugin` its .so) outlives its last communicator and request.
+// through it its .so) outlives its last communicator and request.
 struct TransportInstance {
-  std::shared_ptr<const LoadedPlugin> plugin;
-  const triad_transport_ops_v1* ops = nullptr;
-  void* handle = nullptr;
-  std::string name;
-  triad_transport_caps_v1 caps{};
+  TransportInstance(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
+                    const triad_services_v1* services)
+      : instance(std::move(plugin), "transport", params, services),
+        ops(&instance.ops<triad_transport_ops_v1>()),
+        handle(instance.handle()),
+        name(instance.name()),
+        caps(instance.capabilities(ops->capabilities)) {}
 
-  ~TransportInstance() {
-    if (handle) plugin->descriptor().destroy(handle);
-  }
+  PluginInstance instance;
+  const triad_transport_ops_v1* ops;
+  void* handle;
+  std::string name;
+  triad_transport_caps_v1 caps;
+
   [[noreturn]] void fail(int status, const std::string& what) const {
-    const char* le = plugin->descriptor().last_error(handle);
-    std::string why = le && *le ? le : "no reason given";
+    const std::string why = instance.last_error();
     if (status == TRIAD_TRANSPORT_ERR_TIMEOUT)
       throw TransportError(status, "transport '" + name + "': " + what + " timed out: " + why);
     if (status == TRIAD_ERR_UNSUPPORTED)
@@ -268,23 +273,7 @@ TransportRequest Communicator::barrier() {
 
 Transport::Transport(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
                      const triad_services_v1* services)
-    : inst_(std::make_shared<detail::TransportInstance>()) {
-  const auto& d = plugin->descriptor();
-  if (std::string(d.kind) != "transport")
-    throw UserError("plugin " + plugin->path() + " is of kind '" + d.kind +
-                    "', not 'transport'; name a transport plugin");
-  inst_->plugin = plugin;
-  inst_->name = d.name;
-  inst_->ops = static_cast<const triad_transport_ops_v1*>(d.ops);
-  char err[1024] = {0};
-  void* handle = nullptr;
-  int st = d.create(services, params.c_view(), &handle, err, sizeof(err));
-  if (st != TRIAD_OK)
-    throw UserError("transport '" + inst_->name + "' (" + plugin->path() +
-                    ") could not be created: " + (err[0] ? err : "no reason given"));
-  inst_->handle = handle;
-  inst_->check(inst_->ops->capabilities(handle, &inst_->caps), "capabilities");
-}
+    : inst_(std::make_shared<detail::TransportInstance>(std::move(plugin), params, services)) {}
 
 Transport::~Transport() = default;
 

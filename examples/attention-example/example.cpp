@@ -161,6 +161,7 @@ class ExampleAttention : public triad::sdk::AttentionPlugin {
 
 }  // namespace
 
+// The exported descriptor, stamped with this SDK's plugin ABI and attention ABI versions.
 TRIAD_ATTENTION_PLUGIN(ExampleAttention, "example", "0.1",
                        "example out-of-tree plugin: online softmax, no workspace, fp32 CPU",
                        TRIAD_PARAMS(kParams))

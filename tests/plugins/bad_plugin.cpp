@@ -1,12 +1,16 @@
 // A deliberately broken plugin, compiled once per defect (see CMakeLists.txt):
 //   BAD_NO_DESCRIPTOR  exports no descriptor at all
-//   BAD_ABI=n          declares another ABI version
+//   BAD_ABI=n          declares another descriptor ABI version
+//   BAD_KIND_ABI=n     declares another attention (kind) ABI version
 //   BAD_KIND, BAD_NAME what the descriptor claims (the file name says something else)
 //   BAD_NULL_SLOT      leaves the backward slot NULL
 #include "triad/sdk/attention_v1.h"
 
 #ifndef BAD_ABI
 #define BAD_ABI TRIAD_ABI_VERSION_1
+#endif
+#ifndef BAD_KIND_ABI
+#define BAD_KIND_ABI TRIAD_ATTENTION_ABI_VERSION
 #endif
 
 namespace {
@@ -46,9 +50,10 @@ int forward(void*, const triad_attention_fwd_args_v1*) {
 #ifndef BAD_NO_DESCRIPTOR
 extern "C" __attribute__((visibility("default")))
 const triad_plugin_v1 triad_plugin_descriptor_v1 = {
-    BAD_ABI, BAD_KIND, BAD_NAME, "0",      "a deliberately broken plugin for the loader tests",
-    0,       nullptr,  &create,  &destroy, &last_error,
-    &kOps};
+    BAD_ABI,  BAD_KIND_ABI, BAD_KIND,
+    BAD_NAME, "0",          "a deliberately broken plugin for the loader tests",
+    0,        nullptr,      &create,
+    &destroy, &last_error,  &kOps};
 #else
 extern "C" __attribute__((visibility("default"))) const int not_a_triad_plugin = 1;
 #endif

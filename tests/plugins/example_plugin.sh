@@ -29,4 +29,5 @@ step "installed triad-info finds it through TRIAD_PLUGIN_PATH, with its paramete
 TRIAD_PLUGIN_PATH=$work/build "$prefix/bin/triad-info" --kind attention | tee "$work/info.log"
 grep -q '^attention example$' "$work/info.log"
 grep -q 'block_k' "$work/info.log"
+grep -q '^  abi:          plugin 1, attention 1$' "$work/info.log"
 echo "example plugin: OK"

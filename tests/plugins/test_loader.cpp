@@ -9,6 +9,7 @@
 
 #include "test_helpers.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/sdk/attention_v1.h"
 
 namespace triad {
 namespace {
@@ -45,10 +46,11 @@ TEST(PluginLoader, DiscoverListsEachFileOnce) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 6u);  // five broken plugins and buggy
-  EXPECT_EQ(
-      loader.available("attention"),
-      (std::vector<std::string>{"abi99", "buggy", "misnamed", "nodesc", "nullslot", "wrongkind"}));
+  EXPECT_EQ(files.size(), 9u);  // seven broken plugins, buggy and hostile
+  EXPECT_EQ(loader.available("attention"),
+            (std::vector<std::string>{"abi99", "buggy", "kindabi0", "kindabi2", "misnamed",
+                                      "nodesc", "nullslot", "wrongkind"}));
+  EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
 
@@ -76,6 +78,43 @@ TEST(PluginLoader, OtherAbiVersion) {
   std::string msg = user_error([&] { loader.load("attention", "abi99"); });
   EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("abi99")), HasSubstr("ABI version 99"),
                          HasSubstr("expects ABI version 1"), HasSubstr("rebuild")));
+}
+
+TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
+  std::vector<std::string> kinds;
+  for (const auto& k : kind_abis()) {
+    kinds.push_back(k.kind);
+    EXPECT_EQ(k.current, 1u) << k.kind;
+    EXPECT_TRUE(k.adapters.empty()) << k.kind << ": nothing older than version 1 exists";
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"attention", "transport", "data", "tensor"}));
+  EXPECT_EQ(current_kind_abi("attention"), unsigned(TRIAD_ATTENTION_ABI_VERSION));
+  EXPECT_EQ(current_kind_abi("pipeline"), 0u);
+  auto p = PluginLoader().load("attention", "naive");
+  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_ATTENTION_ABI_VERSION));
+  EXPECT_EQ(p->kind_abi_version(), 1u);
+  EXPECT_FALSE(p->adapted());
+}
+
+TEST(PluginLoader, OlderKindAbiWithoutAdapterIsRefusedWithTheFix) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "kindabi0"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("plugin " + bad_plugin("kindabi0") + " "),
+                         HasSubstr("has attention ABI version 0"),
+                         HasSubstr("this Triad expects attention ABI version 1"),
+                         HasSubstr("no adapter for version 0"),
+                         HasSubstr("rebuild the plugin against this Triad's SDK")));
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line";
+  EXPECT_FALSE(test::is_loaded(bad_plugin("kindabi0")));
+}
+
+TEST(PluginLoader, NewerKindAbiIsRefusedWithTheFix) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load_file(bad_plugin("kindabi2"), "attention"); });
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr(bad_plugin("kindabi2")), HasSubstr("has attention ABI version 2"),
+                    HasSubstr("newer than the attention ABI version 1 this Triad expects"),
+                    HasSubstr("rebuild the plugin against this Triad's SDK")));
 }
 
 TEST(PluginLoader, KindDoesNotMatchFileName) {
@@ -176,7 +215,24 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
   EXPECT_THAT(text, AllOf(HasSubstr("attention naive\n"), HasSubstr("attention buggy\n"),
                           HasSubstr("head dims 1..256"), HasSubstr("bug "),
                           HasSubstr("string  default none"), HasSubstr("BROKEN"),
-                          HasSubstr("ABI version 99")));
+                          HasSubstr("ABI version 99"), HasSubstr("has attention ABI version 0")));
+  // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
+  EXPECT_THAT(text, AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 1, tensor 1\n"),
+                          HasSubstr("  abi:          plugin 1, attention 1\n")));
+}
+
+TEST(InfoTool, ListsTensorPluginsWithCapabilities) {
+  auto out = test_tmp_dir() / "triad-info-tensor.txt";
+  std::string cmd = std::string(TRIAD_INFO_EXE) + " --kind tensor > " + out.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  EXPECT_THAT(text, AllOf(HasSubstr("tensor megatron\n"), HasSubstr("tensor none\n"),
+                          HasSubstr("abi:          plugin 1, tensor 1\n"),
+                          HasSubstr("capabilities: any tp, sequence parallelism\n"),
+                          HasSubstr("capabilities: tp 1 only, no sequence parallelism\n")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("\nattention ")));
 }
 
 }  // namespace

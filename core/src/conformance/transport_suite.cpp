@@ -4,7 +4,6 @@
 // The cases run once per kind of memory the plugin declares: on host buffers, and on CUDA
 // buffers from the core's CUDA device (filled and checked on the host, moved with
 // to_device / to_host) where a GPU per rank is visible. The parent never touches CUDA.
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <vector>
 
@@ -26,11 +24,17 @@
 #include "triad/core/transport.hpp"
 #include "triad/core/transport_conformance.hpp"
 
+#include "ranks.hpp"
+
 namespace triad::conformance {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ranks::Abort;
+using ranks::Child;
+using ranks::Clock;
+using ranks::collect;
+using ranks::spawn;
 
 // ---------------------------------------------------------------------------------------
 // Values: integers in [0, 60], so sums over up to 4 ranks stay exact even in bf16 (8 bits).
@@ -134,8 +138,6 @@ std::string compare(const Buf& got, uint64_t count, Want want, const std::string
 // ---------------------------------------------------------------------------------------
 // One rank.
 
-struct Abort {};  // the communicator may be out of step: stop this rank's cases
-
 class Rank {
  public:
   // dev: the CUDA device whose memory every case uses, or null for host memory.
@@ -192,12 +194,7 @@ class Rank {
   bool mem_ok() const { return (caps_.memory & mem_bit_) != 0; }
 
   void report(Outcome o, const std::string& name, std::string detail) {
-    std::replace(detail.begin(), detail.end(), '\n', ' ');
-    std::replace(detail.begin(), detail.end(), '|', '/');
-    char c = o == Outcome::kPass ? 'P' : o == Outcome::kFail ? 'F' : 'S';
-    std::string line = std::string(1, c) + "|" + prefix_ + name + "|" + detail + "\n";
-    // Lines are written whole; a failed write means the parent is gone.
-    if (::write(fd_, line.data(), line.size()) < 0) _exit(3);
+    ranks::report(fd_, o, prefix_ + name, std::move(detail));
   }
   void skip(const std::string& name, const std::string& why) { report(Outcome::kSkip, name, why); }
 
@@ -551,92 +548,15 @@ class Rank {
 // ---------------------------------------------------------------------------------------
 // Parent side.
 
-struct Child {
-  pid_t pid = -1;
-  int fd = -1;
-  std::string partial;
-  bool exited = false;
-  int status = 0;
-};
-
 std::shared_ptr<const LoadedPlugin> load(const std::string& path) {
   return PluginLoader().load_file(path, "transport");
-}
-
-// Runs `body` in a forked child with its stdout/stderr untouched and a pipe for results.
-template <class F>
-Child spawn(const std::string& setup_case, F body) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  Child c;
-  c.pid = ::fork();
-  if (c.pid < 0) throw std::runtime_error("fork failed");
-  if (c.pid == 0) {
-    ::close(fds[0]);
-    int code = 0;
-    try {
-      code = body(fds[1]);
-    } catch (const Abort&) {
-      code = 1;
-    } catch (const std::exception& e) {
-      std::string line = "F|" + setup_case + "|" + e.what() + "\n";
-      std::replace(line.begin(), line.end() - 1, '\n', ' ');
-      if (::write(fds[1], line.data(), line.size()) < 0) code = 3;
-      code = 1;
-    }
-    std::cout.flush();
-    ::_exit(code);
-  }
-  ::close(fds[1]);
-  c.fd = fds[0];
-  return c;
-}
-
-// Reads what the children write until all have exited or the deadline passes.
-void collect(std::vector<Child>& kids, Clock::time_point deadline,
-             const std::function<void(const std::string&)>& on_line) {
-  std::vector<char> buf(1 << 16);
-  for (;;) {
-    bool all_done = true;
-    std::vector<pollfd> p;
-    for (auto& k : kids) {
-      if (k.fd >= 0) p.push_back({k.fd, POLLIN, 0});
-      if (!k.exited) {
-        int st = 0;
-        if (::waitpid(k.pid, &st, WNOHANG) == k.pid) k.exited = true, k.status = st;
-      }
-      if (!k.exited || k.fd >= 0) all_done = false;
-    }
-    if (all_done || Clock::now() >= deadline) return;
-    ::poll(p.data(), p.size(), 100);
-    for (auto& k : kids) {
-      if (k.fd < 0) continue;
-      pollfd q{k.fd, POLLIN, 0};
-      if (::poll(&q, 1, 0) <= 0) continue;
-      ssize_t got = ::read(k.fd, buf.data(), buf.size());
-      if (got <= 0) {
-        ::close(k.fd);
-        k.fd = -1;
-        continue;
-      }
-      k.partial.append(buf.data(), size_t(got));
-      size_t nl;
-      while ((nl = k.partial.find('\n')) != std::string::npos) {
-        on_line(k.partial.substr(0, nl));
-        k.partial.erase(0, nl + 1);
-      }
-    }
-  }
 }
 
 }  // namespace
 
 Summary run_transport_suite(const std::string& so_path, const TransportSuiteOptions& o) {
   Summary sum;
-  auto emit = [&](const CaseResult& r) {
-    sum.add(r.outcome);
-    if (o.on_case) o.on_case(r);
-  };
+  const auto emit = counting(sum, o.on_case);
 
   // Load and create once in a throwaway child: the parent must stay free of the plugin's
   // state (UCX and CUDA do not survive fork), and a plugin that crashes crashes there.
@@ -703,97 +623,22 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
   // One world of n ranks on host buffers (cuda false) or on CUDA buffers, rank r on GPU r.
   auto run_world = [&](int n, bool cuda) {
     const std::string label = name + " n=" + std::to_string(n) + (cuda ? " cuda" : "");
-    const std::string token = make_job_token();
-    RendezvousServer server("127.0.0.1", 0, token);
-    const uint16_t port = server.port();
-    std::vector<Child> kids;
-    for (int r = 0; r < n; ++r) {
-      kids.push_back(spawn(label + " init_world", [&, r](int fd) {
-        for (auto& k : kids) ::close(k.fd);  // the siblings' pipes are not ours
-        auto plugin = load(so_path);
-        ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
-        // The device first: it makes its GPU current, and the plugin orders its work on the
-        // device's stream (services.stream), as in a training run.
-        std::unique_ptr<Device> dev = cuda ? make_device("cuda", r) : nullptr;
-        CoreServices services(0, dev ? dev->stream() : nullptr);
-        int code = 0;
-        {
+    ranks::run_world(
+        n, label, world_ms,
+        [&](const ranks::RankContext& c) {
+          auto plugin = load(so_path);
+          ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "transport");
+          // The device first: it makes its GPU current, and the plugin orders its work on the
+          // device's stream (services.stream), as in a training run.
+          std::unique_ptr<Device> dev = cuda ? make_device("cuda", c.rank) : nullptr;
+          CoreServices services(0, dev ? dev->stream() : nullptr);
           Transport t(plugin, params, services.c_services());
-          RendezvousClient store("127.0.0.1", port, token, std::chrono::seconds(30));
-          Rank rank(fd, r, n, name, o, dev.get());
+          RendezvousClient store("127.0.0.1", c.port, c.token, std::chrono::seconds(30));
+          Rank rank(c.fd, c.rank, n, name, o, dev.get());
           rank.run(t, store);
-        }
-        return code;
-      }));
-    }
-    server.start();
-
-    struct Verdict {
-      Outcome outcome = Outcome::kPass;
-      std::string detail;
-      int ranks = 0;
-    };
-    std::vector<std::string> order;
-    std::map<std::string, Verdict> verdicts;
-    auto on_line = [&](const std::string& l) {
-      size_t a = l.find('|'), b = l.find('|', a + 1);
-      if (a == std::string::npos || b == std::string::npos) return;
-      std::string case_name = l.substr(a + 1, b - a - 1), detail = l.substr(b + 1);
-      Outcome out = l[0] == 'P' ? Outcome::kPass : l[0] == 'F' ? Outcome::kFail : Outcome::kSkip;
-      auto [it, fresh] = verdicts.try_emplace(case_name);
-      if (fresh) order.push_back(case_name);
-      Verdict& v = it->second;
-      ++v.ranks;
-      if (fresh) {
-        v.outcome = out;
-        v.detail = detail;
-      } else if (out == Outcome::kFail && v.outcome != Outcome::kFail) {
-        v.outcome = out;
-        v.detail = detail;
-      }
-    };
-    const auto t0 = Clock::now();
-    collect(kids, t0 + std::chrono::milliseconds(world_ms), on_line);
-
-    std::vector<std::string> problems;
-    for (int r = 0; r < n; ++r) {
-      Child& k = kids[size_t(r)];
-      if (!k.exited) {
-        ::kill(k.pid, SIGKILL);
-        ::waitpid(k.pid, &k.status, 0);
-        problems.push_back("rank " + std::to_string(r) + " hung and was killed after " +
-                           std::to_string(world_ms / 1000) + " s");
-      } else if (WIFSIGNALED(k.status)) {
-        problems.push_back("rank " + std::to_string(r) + " died of signal " +
-                           std::to_string(WTERMSIG(k.status)));
-      } else if (WEXITSTATUS(k.status) != 0) {
-        problems.push_back("rank " + std::to_string(r) + " exited with status " +
-                           std::to_string(WEXITSTATUS(k.status)));
-      }
-      if (k.fd >= 0) ::close(k.fd);
-    }
-    server.stop();
-
-    for (const auto& c : order) {
-      Verdict& v = verdicts[c];
-      if (v.outcome != Outcome::kFail && v.ranks != n) {
-        v.outcome = Outcome::kFail;
-        v.detail =
-            "only " + std::to_string(v.ranks) + " of " + std::to_string(n) + " ranks reported it";
-      }
-      emit(CaseResult{c, v.outcome, v.detail});
-    }
-    std::string pname = label + " ranks";
-    if (problems.empty()) {
-      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      char d[64];
-      std::snprintf(d, sizeof(d), "all exited cleanly in %.1f s", secs);
-      emit(CaseResult{pname, Outcome::kPass, d});
-    } else {
-      std::string d;
-      for (size_t i = 0; i < problems.size(); ++i) d += (i ? "; " : "") + problems[i];
-      emit(CaseResult{pname, Outcome::kFail, d});
-    }
+          return 0;
+        },
+        emit);
   };
 
   for (int n = 1; n <= o.max_world_size; ++n)

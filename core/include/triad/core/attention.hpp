@@ -1,11 +1,11 @@
-// Core-side handle to one attention plugin instance. Keeps its library loaded, turns
-// non-zero status codes into exceptions carrying the plugin's last_error.
+// Core-side handle to one attention plugin instance (a PluginInstance: keeps its library
+// loaded), turning non-zero status codes into exceptions carrying the plugin's last_error.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "triad/core/plugin_loader.hpp"
+#include "triad/core/plugin_instance.hpp"
 #include "triad/sdk/attention_v1.h"
 
 namespace triad {
@@ -16,11 +16,10 @@ class AttentionBackend {
   // the plugin refuses to be created or is not of kind "attention".
   AttentionBackend(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
                    const triad_services_v1* services);
-  ~AttentionBackend();
   AttentionBackend(const AttentionBackend&) = delete;
   AttentionBackend& operator=(const AttentionBackend&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return instance_.name(); }
   const triad_attention_caps_v1& capabilities() const { return caps_; }
   // Throws UserError naming the backend, the unsupported value, and (if given) the
   // alternatives, when this shape cannot run here.
@@ -35,10 +34,8 @@ class AttentionBackend {
 
  private:
   void check(int status, const char* what) const;
-  std::shared_ptr<const LoadedPlugin> plugin_;
-  const triad_attention_ops_v1* ops_ = nullptr;
-  void* handle_ = nullptr;
-  std::string name_;
+  PluginInstance instance_;
+  const triad_attention_ops_v1& ops_;
   triad_attention_caps_v1 caps_{};
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ struct Summary {
   void add(Outcome o) { (o == Outcome::kPass ? passed : o == Outcome::kFail ? failed : skipped)++; }
 };
 
+// What a suite calls for each finished case: counts it into `sum` (which must outlive it),
+// then passes it on to on_case when that is set.
+inline std::function<void(const CaseResult&)> counting(
+    Summary& sum, std::function<void(const CaseResult&)> on_case) {
+  return [&sum, on_case = std::move(on_case)](const CaseResult& r) {
+    sum.add(r.outcome);
+    if (on_case) on_case(r);
+  };
+}
+
 // "N passed, M failed, K skipped"
 std::string format_summary(const Summary& s);
 // "PASS name (detail)" / "FAIL name: detail" / "SKIP name: detail"
@@ -40,6 +51,37 @@ struct AttentionSuiteOptions {
 // shapes, contiguous and strided, causal and not; workspace honoured; backward overwrites;
 // inputs left untouched; malformed arguments rejected with a status instead of a crash.
 Summary run_attention_suite(AttentionBackend& backend, const AttentionSuiteOptions& options);
+
+struct TensorSuiteOptions {
+  std::map<std::string, std::string> params;  // the tensor plugin's parameters (key -> value)
+  std::vector<int> tp_sizes = {1, 2, 4};      // each with sequence parallelism off and on
+  double tolerance = 1e-5;  // max|x - ref| / max(max|ref|, 1e-3) per tensor, fp32 vs double
+  // tp > 1 runs tp real processes over this transport plugin (found on the plugin search path),
+  // with a rendezvous server in this process; tp 1 runs here on a one-rank group.
+  std::string transport = "ucx";
+  std::map<std::string, std::string> transport_params;
+  long long op_timeout_ms = 60000;      // every collective
+  long long world_timeout_ms = 120000;  // one layout's processes
+  std::function<void(const CaseResult&)> on_case;
+};
+
+// Runs the tensor suite on the plugin file: for every layout (tp × sequence parallelism) the
+// plugin's capabilities include,
+//   plan        every role and boundary answered with an in-range value, and the rules of
+//               tensor_plan_error() hold (nothing split and only identity at tp 1, a bias split
+//               like its column-parallel weight, adjoint collective pairs, ...);
+//   splits      every tensor of a small GPT, sliced per the plan and placed back from every
+//               rank, is the global tensor exactly, the slices disjoint and covering;
+//   mlp block / vocab-parallel cross-entropy
+//               each rank computes with its own slices and the plan's collectives on a real
+//               communicator: an MLP block (LN, column-parallel fc, GELU, row-parallel proj,
+//               residual) forward and backward, and a vocab-parallel embedding lookup, tied LM
+//               head and cross-entropy forward and backward, each against the unsplit
+//               computation in double precision (itself checked against finite differences);
+// and for every layout the capabilities exclude, that each call returns UNSUPPORTED with a
+// message (its other cases are reported skipped). Throws UserError when the file is not a usable
+// tensor plugin.
+Summary run_tensor_suite(const std::string& so_path, const TensorSuiteOptions& options);
 
 // One attention problem, every tensor logical (B, H, T, D) contiguous.
 struct AttentionProblem {

@@ -1,5 +1,5 @@
-// Core-side handle to one data-parallel plugin instance ("zero"): the engine reports
-// gradient ranges as backward finishes them, and the plugin reduces them over the
+// Core-side handle to one data-parallel plugin instance ("zero", a PluginInstance): the engine
+// reports gradient ranges as backward finishes them, and the plugin reduces them over the
 // data-parallel communicator lent to it.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "triad/core/gpt_layout.hpp"
-#include "triad/core/plugin_loader.hpp"
+#include "triad/core/plugin_instance.hpp"
 #include "triad/sdk/data_v1.h"
 
 namespace triad {
@@ -17,7 +17,6 @@ class DataParallelBackend {
  public:
   DataParallelBackend(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
                       const triad_services_v1* services);
-  ~DataParallelBackend();
   DataParallelBackend(const DataParallelBackend&) = delete;
   DataParallelBackend& operator=(const DataParallelBackend&) = delete;
 
@@ -31,9 +30,8 @@ class DataParallelBackend {
 
  private:
   void check(int status, const char* what) const;
-  std::shared_ptr<const LoadedPlugin> plugin_;
-  const triad_data_ops_v1* ops_ = nullptr;
-  void* handle_ = nullptr;
+  PluginInstance instance_;
+  const triad_data_ops_v1& ops_;
   triad_data_caps_v1 caps_{};
   std::vector<uint64_t> offsets_, sizes_;  // the arena's tensors, kept alive for the plugin
 };

@@ -1,6 +1,6 @@
-// Core-side handle to one transport plugin instance and the communicators and requests it
-// makes. Each object keeps the instance (and so its library) alive; non-zero status codes
-// become TransportError carrying the plugin's last_error.
+// Core-side handle to one transport plugin instance (a PluginInstance) and the communicators
+// and requests it makes. Each object keeps the instance (and so its library) alive; non-zero
+// status codes become TransportError carrying the plugin's last_error.
 #pragma once
 
 #include <chrono>
@@ -9,10 +9,8 @@
 
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/sdk/comm_ref_v1.h"
 #include "triad/sdk/transport_v1.h"
-
-// The C view of a communicator lent to another plugin (defined in sdk/data_v1.h).
-struct triad_comm_ref_v1;
 
 namespace triad {
 

@@ -102,6 +102,12 @@ struct AttentionAdapter {
                                                  &backward};
 };
 
+template <>
+struct KindTraits<triad_attention_ops_v1> {
+  static constexpr std::string_view kind = "attention";
+  static constexpr uint32_t abi_version = TRIAD_ATTENTION_ABI_VERSION;
+};
+
 }  // namespace triad::sdk
 
 // Impl must be constructible from (triad::sdk::Services, triad::sdk::Params).

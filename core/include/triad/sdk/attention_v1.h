@@ -1,4 +1,5 @@
-/* Triad attention plugin ABI, version 1 — FROZEN.
+/* Triad attention plugin ABI, version 1 — FROZEN from this release on: never edit a
+ * field; a new table gets attention_v2.h (see plugin_v1.h on versions).
  *
  * Tensors are DLPack views with explicit strides (strides in elements; the stride of the
  * last dimension, D, is always 1). Layouts:
@@ -18,6 +19,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of triad_attention_ops_v1 in this header: an attention plugin's descriptor carries
+ * it as kind_abi_version. A later, incompatible table goes to attention_v2.h, which includes this
+ * header and redefines TRIAD_ATTENTION_ABI_VERSION to 2; the core then keeps an adapter from 1. */
+#define TRIAD_ATTENTION_ABI_VERSION 1
 
 /* Bits of triad_attention_caps_v1.dtypes */
 #define TRIAD_DTYPE_BIT_FP32 (1u << 0)

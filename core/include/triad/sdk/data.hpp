@@ -44,6 +44,12 @@ struct DataAdapter {
                                             &finish_grads, &owned_range, &after_step};
 };
 
+template <>
+struct KindTraits<triad_data_ops_v1> {
+  static constexpr std::string_view kind = "data";
+  static constexpr uint32_t abi_version = TRIAD_DATA_ABI_VERSION;
+};
+
 }  // namespace triad::sdk
 
 #define TRIAD_DATA_PLUGIN(Impl, NAME, VERSION, DESC, PARAMS)        \

@@ -1,4 +1,5 @@
-/* Triad data-parallel plugin ABI, version 1 — FROZEN.
+/* Triad data-parallel plugin ABI, version 1 — FROZEN from this release on: never edit a
+ * field; a new table gets data_v2.h (see plugin_v1.h on versions).
  *
  * Kind "data": who owns which range of the flat parameter / gradient / optimizer arenas
  * across the data-parallel group, and what happens to gradients and parameters around the
@@ -22,19 +23,17 @@
 #ifndef TRIAD_SDK_DATA_V1_H
 #define TRIAD_SDK_DATA_V1_H
 
+#include "triad/sdk/comm_ref_v1.h"
 #include "triad/sdk/plugin_v1.h"
-#include "triad/sdk/transport_v1.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A communicator lent by the core: valid until the data plugin instance is destroyed. */
-typedef struct triad_comm_ref_v1 {
-  const triad_transport_ops_v1* ops;
-  void* transport; /* the transport instance handle */
-  void* comm;      /* a communicator of that instance */
-} triad_comm_ref_v1;
+/* The version of triad_data_ops_v1 in this header: a data plugin's descriptor carries it as
+ * kind_abi_version. A later, incompatible table goes to data_v2.h, which includes this header
+ * and redefines TRIAD_DATA_ABI_VERSION to 2; the core then keeps an adapter from 1. */
+#define TRIAD_DATA_ABI_VERSION 1
 
 typedef struct triad_data_caps_v1 {
   uint32_t stages;        /* bit (1u << s) for each ZeRO stage s the plugin implements */
@@ -50,8 +49,8 @@ typedef struct triad_data_setup_v1 {
   DLDataType grad_dtype;
   DLDevice device;
   int32_t dp_rank, dp_size;
-  triad_comm_ref_v1 dp_comm;
-  int64_t timeout_ms; /* bound on every wait */
+  triad_comm_ref_v1 dp_comm; /* comm_ref_v1.h; valid until this instance is destroyed */
+  int64_t timeout_ms;        /* bound on every wait */
 } triad_data_setup_v1;
 
 typedef struct triad_data_ops_v1 {

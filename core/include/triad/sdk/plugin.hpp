@@ -10,6 +10,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "triad/sdk/plugin_v1.h"
 
@@ -149,20 +150,39 @@ struct Lifecycle {
 template <class Impl>
 const char* Lifecycle<Impl>::name = "plugin";
 
+// What an ops table type stands for: its kind ("attention") and kind ABI version. Each kind's
+// header specialises it next to its adapter, so the descriptor's kind_abi_version comes from
+// the table a plugin really exports and can never disagree with it.
+template <class Ops>
+struct KindTraits;
+
+template <class Ops>
+constexpr uint32_t kind_abi_version_of(const Ops*) {
+  return KindTraits<Ops>::abi_version;
+}
+template <class Ops>
+constexpr std::string_view kind_of(const Ops*) {
+  return KindTraits<Ops>::kind;
+}
+
 }  // namespace triad::sdk
 
 // Parameter table helpers for the registration macros.
 #define TRIAD_PARAMS(array) std::size(array), (array)
 #define TRIAD_NO_PARAMS 0, nullptr
 
-// Generates the exported descriptor. KIND_STR must match the ops table type. The params
-// are variadic because TRIAD_PARAMS(...) / TRIAD_NO_PARAMS expand to two arguments before
-// a kind macro (TRIAD_ATTENTION_PLUGIN) forwards them here.
+// Generates the exported descriptor. KIND_STR must name the kind of the ops table (checked at
+// compile time); abi_version and kind_abi_version are filled in from this SDK and from the ops
+// table's type. The params are variadic because TRIAD_PARAMS(...) / TRIAD_NO_PARAMS expand to
+// two arguments before a kind macro (TRIAD_ATTENTION_PLUGIN) forwards them here.
 #define TRIAD_DEFINE_PLUGIN_DESCRIPTOR(Impl, KIND_STR, NAME, VERSION, DESC, OPS_PTR, ...) \
+  static_assert(::triad::sdk::kind_of(OPS_PTR) == std::string_view(KIND_STR),             \
+                "the kind string does not match the ops table's kind");                   \
   template <>                                                                             \
   const char* ::triad::sdk::Lifecycle<Impl>::name = NAME;                                 \
   extern "C" TRIAD_SDK_EXPORT const triad_plugin_v1 triad_plugin_descriptor_v1 = {        \
       TRIAD_ABI_VERSION_1,                                                                \
+      ::triad::sdk::kind_abi_version_of(OPS_PTR),                                         \
       KIND_STR,                                                                           \
       NAME,                                                                               \
       VERSION,                                                                            \

@@ -1,9 +1,25 @@
-/* Triad plugin ABI, version 1 — FROZEN. Never edit a field of this file once released;
- * a new ABI version gets its own header (plugin_v2.h) and the core keeps an adapter.
+/* Triad plugin ABI, version 1 — FROZEN from this release on: never edit a field of this
+ * file; a new descriptor layout gets its own header (plugin_v2.h) and the core keeps an adapter.
  *
  * Every plugin .so exports exactly one symbol, triad_plugin_descriptor_v1 (the string
- * TRIAD_PLUGIN_SYMBOL_V1), of type triad_plugin_v1. Only C types cross the boundary: opaque handles, int status codes,
- * plain structs and DLPack DLTensor views. No exception may leave the .so.
+ * TRIAD_PLUGIN_SYMBOL_V1), of type triad_plugin_v1. Only C types cross the boundary: opaque
+ * handles, int status codes, plain structs and DLPack DLTensor views. No exception may leave
+ * the .so.
+ *
+ * Two versions, one per layer. The descriptor carries
+ *   abi_version       the layout of the descriptor itself (TRIAD_ABI_VERSION_1), and
+ *   kind_abi_version  the version of its kind's ops table, one sequence per kind:
+ *                     TRIAD_ATTENTION_ABI_VERSION (attention_v1.h),
+ *                     TRIAD_TRANSPORT_ABI_VERSION (transport_v1.h),
+ *                     TRIAD_DATA_ABI_VERSION (data_v1.h), TRIAD_TENSOR_ABI_VERSION (tensor_v1.h).
+ * So a new data ABI (data_v2.h, triad_data_ops_v2, TRIAD_DATA_ABI_VERSION 2) leaves attention,
+ * transport and tensor plugins untouched. Both numbers sit in the first 8 bytes of the
+ * descriptor (in what would otherwise be padding), where every later descriptor layout keeps
+ * them, so a loader can read them before it interprets anything else; the ops tables stay
+ * plain tables of function pointers. The loader accepts a plugin whose kind ABI is the current
+ * one, or an older one for which it has an adapter (a translation to the current table); any
+ * other is refused with one line naming the file, the kind and both versions. The C++ layer
+ * (plugin.hpp and the kind headers' TRIAD_*_PLUGIN macros) fills both in.
  */
 #ifndef TRIAD_SDK_PLUGIN_V1_H
 #define TRIAD_SDK_PLUGIN_V1_H
@@ -83,13 +99,16 @@ typedef struct triad_params_v1 {
   const triad_param_value_v1* items;
 } triad_params_v1;
 
-/* The one exported descriptor. `ops` points at the per-kind table, e.g.
- * triad_attention_ops_v1 for kind "attention". Every slot of that table is non-NULL. */
+/* The one exported descriptor. `ops` points at the per-kind table of version
+ * kind_abi_version, e.g. triad_attention_ops_v1 for kind "attention" and kind ABI 1. Every slot
+ * of that table is non-NULL. */
 typedef struct triad_plugin_v1 {
-  uint32_t abi_version; /* TRIAD_ABI_VERSION_1 */
-  const char* kind;     /* "attention", "transport", ... */
-  const char* name;     /* "naive", "flash2", ...: file is libtriad-<kind>-<name>.so */
-  const char* version;  /* the plugin's own version, free text */
+  uint32_t abi_version;      /* TRIAD_ABI_VERSION_1: the layout of this descriptor */
+  uint32_t kind_abi_version; /* the version of the kind's ops table, e.g.
+                                TRIAD_ATTENTION_ABI_VERSION for kind "attention" */
+  const char* kind;          /* "attention", "transport", "data", "tensor" */
+  const char* name;          /* "naive", "flash2", ...: file is libtriad-<kind>-<name>.so */
+  const char* version;       /* the plugin's own version, free text */
   const char* description;
   size_t num_params;
   const triad_param_spec_v1* params;

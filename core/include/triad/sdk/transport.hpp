@@ -239,6 +239,12 @@ struct TransportAdapter {
       &recv,         &barrier,        &test,       &wait,         &request_free};
 };
 
+template <>
+struct KindTraits<triad_transport_ops_v1> {
+  static constexpr std::string_view kind = "transport";
+  static constexpr uint32_t abi_version = TRIAD_TRANSPORT_ABI_VERSION;
+};
+
 }  // namespace triad::sdk
 
 // Impl must derive from TransportPlugin and be constructible from

@@ -1,4 +1,5 @@
-/* Triad transport plugin ABI, version 1 — FROZEN.
+/* Triad transport plugin ABI, version 1 — FROZEN from this release on: never edit a
+ * field; a new table gets transport_v2.h (see plugin_v1.h on versions).
  *
  * Kind "transport": communicators over a set of ranks and the collectives Triad needs on
  * them. The descriptor's `ops` points at a triad_transport_ops_v1; every slot is non-NULL
@@ -58,6 +59,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of triad_transport_ops_v1 in this header: a transport plugin's descriptor carries it
+ * as kind_abi_version. A later, incompatible table goes to transport_v2.h, which includes this
+ * header and redefines TRIAD_TRANSPORT_ABI_VERSION to 2; the core then keeps an adapter from 1. */
+#define TRIAD_TRANSPORT_ABI_VERSION 1
 
 /* A transport-specific status beside plugin_v1.h's triad_status codes: wait() or a
  * rendezvous get ran past its timeout. */

@@ -1,0 +1,895 @@
+// The tensor conformance suite. The plan of every layout is asked in this process (a tensor
+// plugin computes nothing and communicates nothing); the numerics run the plan: each rank
+// holds its slices of a small GPT's tensors (ParamSpec's slice_of_global with the plan's
+// splits) and executes the plan's collectives on a real communicator, tp forked processes over
+// a transport plugin (ranks.hpp, as the transport suite does), or at tp 1 a one-rank group here.
+// The same templates, run in double on one rank with nothing split, are the reference.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <utility>
+
+#include "ranks.hpp"
+#include "triad/core/conformance.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/param_spec.hpp"
+#include "triad/core/rendezvous.hpp"
+#include "triad/core/services.hpp"
+#include "triad/core/tensor_backend.hpp"
+#include "triad/core/transport.hpp"
+
+namespace triad::conformance {
+
+namespace {
+
+constexpr int64_t kTokens = 8;  // tokens of the numeric cases: divisible by every tp swept
+constexpr double kFloor = 1e-3;
+
+using Report = std::function<void(Outcome, const std::string& name, const std::string& detail)>;
+
+// ---------------------------------------------------------------------------------------
+// Groups: what a plan's collective runs on. Solo is the one-rank group (every collective is
+// the identity); CommGroup runs on a transport communicator.
+
+template <class T>
+struct Solo {
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  void all_reduce(std::vector<T>&, int) {}
+  std::vector<T> all_gather(const std::vector<T>& v) { return v; }
+  std::vector<T> reduce_scatter(const std::vector<T>& v) { return v; }
+};
+
+class CommGroup {
+ public:
+  CommGroup(Communicator& c, std::chrono::milliseconds timeout) : c_(c), timeout_(timeout) {}
+  int rank() const { return c_.rank(); }
+  int size() const { return c_.size(); }
+  void all_reduce(std::vector<float>& v, int op) {
+    c_.all_reduce(v.data(), v.data(), v.size(), dl_float32(), op).wait(timeout_);
+  }
+  std::vector<float> all_gather(const std::vector<float>& v) {
+    std::vector<float> out(v.size() * size_t(size()));
+    c_.all_gather(v.data(), out.data(), out.size(), dl_float32()).wait(timeout_);
+    return out;
+  }
+  std::vector<float> reduce_scatter(const std::vector<float>& v) {
+    std::vector<float> out(v.size() / size_t(size()));
+    c_.reduce_scatter(v.data(), out.data(), v.size(), dl_float32()).wait(timeout_);
+    return out;
+  }
+
+ private:
+  Communicator& c_;
+  std::chrono::milliseconds timeout_;
+};
+
+// A (rows × cols) row-major activation; rows are tokens.
+template <class T>
+struct Act {
+  std::vector<T> v;
+  int64_t rows = 0, cols = 0;
+};
+
+// Runs collective `c` on `a` in place: all-gather concatenates the ranks' token blocks,
+// reduce-scatter sums and keeps this rank's block. "" or why it cannot.
+template <class T, class G>
+std::string apply(G& g, int32_t c, Act<T>& a, const std::string& where) {
+  const int n = g.size();
+  switch (c) {
+    case TRIAD_TENSOR_IDENTITY:
+      return "";
+    case TRIAD_TENSOR_ALL_REDUCE:
+      g.all_reduce(a.v, TRIAD_REDUCE_SUM);
+      return "";
+    case TRIAD_TENSOR_ALL_GATHER:
+      a.v = g.all_gather(a.v);
+      a.rows *= n;
+      return "";
+    case TRIAD_TENSOR_REDUCE_SCATTER:
+      if (a.rows % n != 0)
+        return where + ": reduce-scatter of " + std::to_string(a.rows) + " rows over " +
+               std::to_string(n) + " ranks";
+      a.v = g.reduce_scatter(a.v);
+      a.rows /= n;
+      return "";
+    default:
+      return where + ": collective " + std::to_string(c) + " is unknown";
+  }
+}
+
+// A gradient of a replicated weight, through the replicated-grads boundary's backward.
+template <class T, class G>
+std::string reduce_grad(G& g, const TensorPlan& plan, std::vector<T>& grad, const char* what) {
+  Act<T> a{std::move(grad), 1, 0};
+  const std::string e = apply(g, plan.boundary[TRIAD_TENSOR_BOUNDARY_REPLICATED_GRADS].backward, a,
+                              std::string("replicated-grads backward of ") + what);
+  grad = std::move(a.v);
+  return e;
+}
+
+std::string rows_mismatch(const std::string& where, int64_t got, int64_t want) {
+  return where + " leaves " + std::to_string(got) + " token rows where " + std::to_string(want) +
+         " are needed";
+}
+
+// ---------------------------------------------------------------------------------------
+// Dense helpers, accumulating in T.
+
+// out (n × m) = A · B with A (n × k) and B (k × m), each read from its row-major array or, when
+// flagged, from the row-major array of its transpose.
+template <class T>
+std::vector<T> matmul(const std::vector<T>& a, bool a_t, const std::vector<T>& b, bool b_t,
+                      int64_t n, int64_t k, int64_t m) {
+  std::vector<T> out(size_t(n * m), T(0));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t l = 0; l < k; ++l) {
+      const T x = a[size_t(a_t ? l * n + i : i * k + l)];
+      for (int64_t j = 0; j < m; ++j)
+        out[size_t(i * m + j)] += x * b[size_t(b_t ? j * k + l : l * m + j)];
+    }
+  return out;
+}
+template <class T>  // a (n × k) · bᵀ, b (m × k): x Wᵀ
+std::vector<T> mul_nt(const std::vector<T>& a, const std::vector<T>& b, int64_t n, int64_t k,
+                      int64_t m) {
+  return matmul(a, false, b, true, n, k, m);
+}
+template <class T>  // a (n × k) · b, b (k × m): dy W
+std::vector<T> mul_nn(const std::vector<T>& a, const std::vector<T>& b, int64_t n, int64_t k,
+                      int64_t m) {
+  return matmul(a, false, b, false, n, k, m);
+}
+template <class T>  // aᵀ · b, a (n × k), b (n × m), giving (k × m): dyᵀ x
+std::vector<T> mul_tn(const std::vector<T>& a, const std::vector<T>& b, int64_t n, int64_t k,
+                      int64_t m) {
+  return matmul(a, true, b, false, k, n, m);
+}
+
+template <class T>
+std::vector<T> col_sum(const std::vector<T>& a, int64_t n, int64_t m) {
+  std::vector<T> out(size_t(m), T(0));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) out[size_t(j)] += a[size_t(i * m + j)];
+  return out;
+}
+
+template <class T>
+T gelu(T x) {
+  const T c = T(0.7978845608028654), u = c * (x + T(0.044715) * x * x * x);
+  return T(0.5) * x * (T(1) + std::tanh(u));
+}
+template <class T>
+T gelu_grad(T x) {
+  const T c = T(0.7978845608028654), u = c * (x + T(0.044715) * x * x * x);
+  const T t = std::tanh(u);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
+}
+
+// ---------------------------------------------------------------------------------------
+// The MLP block y = x + gelu(LN(x) W1ᵀ + b1) W2ᵀ + b2 and its gradients for the loss
+// sum(y · dy). x and dy hold this rank's tokens (all of them, or its block under sequence
+// parallelism); W1/b1/W2 this rank's slices (F its share of the MLP width).
+
+template <class T>
+struct MlpWeights {
+  std::vector<T> gamma, beta, w1, b1, w2, b2;
+  int64_t C = 0, F = 0;
+};
+
+template <class T>
+struct MlpResult {
+  std::vector<T> y, dx, dgamma, dbeta, dw1, db1, dw2, db2;
+};
+
+constexpr double kLnEps = 1e-5;
+
+template <class T, class G>
+std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, const Act<T>& x,
+                      const std::vector<T>& dy, MlpResult<T>* out) {
+  const int64_t C = w.C, F = w.F, rows = x.rows;
+  const bool split = plan.split[TRIAD_TENSOR_ROLE_FC_WEIGHT] == TRIAD_TENSOR_SPLIT_COLUMN;
+  const auto& ci = plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT];
+  const auto& ro = plan.boundary[TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT];
+  // Layernorm.
+  std::vector<T> xhat(size_t(rows * C)), rstd(static_cast<size_t>(rows));
+  Act<T> a{std::vector<T>(size_t(rows * C)), rows, C};
+  for (int64_t i = 0; i < rows; ++i) {
+    T mean = 0, var = 0;
+    for (int64_t j = 0; j < C; ++j) mean += x.v[size_t(i * C + j)];
+    mean /= T(C);
+    for (int64_t j = 0; j < C; ++j) {
+      const T d = x.v[size_t(i * C + j)] - mean;
+      var += d * d;
+    }
+    rstd[size_t(i)] = T(1) / std::sqrt(var / T(C) + T(kLnEps));
+    for (int64_t j = 0; j < C; ++j) {
+      const size_t k = size_t(i * C + j);
+      xhat[k] = (x.v[k] - mean) * rstd[size_t(i)];
+      a.v[k] = xhat[k] * w.gamma[size_t(j)] + w.beta[size_t(j)];
+    }
+  }
+  std::string e;
+  if (split && !(e = apply(g, ci.forward, a, "column-input forward")).empty()) return e;
+  const int64_t n = a.rows;
+  std::vector<T> pre = mul_nt(a.v, w.w1, n, C, F), h(pre.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < F; ++j) pre[size_t(i * F + j)] += w.b1[size_t(j)];
+  std::transform(pre.begin(), pre.end(), h.begin(), gelu<T>);
+  Act<T> z{mul_nt(h, w.w2, n, F, C), n, C};
+  if (split && !(e = apply(g, ro.forward, z, "row-output forward")).empty()) return e;
+  if (z.rows != rows) return rows_mismatch("the MLP forward", z.rows, rows);
+  out->y.resize(size_t(rows * C));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < C; ++j) {
+      const size_t k = size_t(i * C + j);
+      out->y[k] = z.v[k] + w.b2[size_t(j)] + x.v[k];
+    }
+
+  // Backward.
+  out->db2 = col_sum(dy, rows, C);
+  Act<T> dz{dy, rows, C};
+  if (split && !(e = apply(g, ro.backward, dz, "row-output backward")).empty()) return e;
+  if (dz.rows != n) return rows_mismatch("row-output backward", dz.rows, n);
+  out->dw2 = mul_tn(dz.v, h, n, C, F);
+  std::vector<T> dpre = mul_nn(dz.v, w.w2, n, C, F);
+  for (size_t k = 0; k < dpre.size(); ++k) dpre[k] *= gelu_grad(pre[k]);
+  out->db1 = col_sum(dpre, n, F);
+  out->dw1 = mul_tn(dpre, a.v, n, F, C);
+  Act<T> da{mul_nn(dpre, w.w1, n, F, C), n, C};
+  if (split && !(e = apply(g, ci.backward, da, "column-input backward")).empty()) return e;
+  if (da.rows != rows) return rows_mismatch("column-input backward", da.rows, rows);
+  out->dgamma.assign(size_t(C), T(0));
+  out->dbeta.assign(size_t(C), T(0));
+  out->dx.resize(size_t(rows * C));
+  for (int64_t i = 0; i < rows; ++i) {
+    T m1 = 0, m2 = 0;  // means of dxhat and dxhat · xhat
+    for (int64_t j = 0; j < C; ++j) {
+      const size_t k = size_t(i * C + j);
+      const T dxh = da.v[k] * w.gamma[size_t(j)];
+      m1 += dxh;
+      m2 += dxh * xhat[k];
+      out->dgamma[size_t(j)] += da.v[k] * xhat[k];
+      out->dbeta[size_t(j)] += da.v[k];
+    }
+    m1 /= T(C);
+    m2 /= T(C);
+    for (int64_t j = 0; j < C; ++j) {
+      const size_t k = size_t(i * C + j);
+      const T dxh = da.v[k] * w.gamma[size_t(j)];
+      out->dx[k] = rstd[size_t(i)] * (dxh - m1 - xhat[k] * m2) + dy[k];
+    }
+  }
+  // Replicated weights used on this rank's tokens: their gradients through replicated-grads.
+  for (auto [grad, what] : {std::pair{&out->dgamma, "the layernorm weight"},
+                            std::pair{&out->dbeta, "the layernorm bias"},
+                            std::pair{&out->db2, "the fc projection bias"}})
+    if (!(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
+  if (!split)
+    for (auto [grad, what] :
+         {std::pair{&out->dw1, "the fc weight"}, std::pair{&out->db1, "the fc bias"},
+          std::pair{&out->dw2, "the fc projection weight"}})
+      if (!(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------
+// The embedding lookup, the tied LM head and the mean cross-entropy over the tokens, with
+// the word embedding vocab-parallel (this rank holds rows [begin, begin + rows) of the padded
+// vocabulary) or replicated. Entries of the padding never receive probability.
+
+template <class T>
+struct CeInput {
+  std::vector<int> ids, targets;  // kTokens each, every rank all of them
+  std::vector<T> wte;             // this rank's rows × C
+  int64_t begin = 0, rows = 0, vocab = 0, C = 0;
+};
+
+template <class T>
+struct CeResult {
+  T loss = 0;
+  std::vector<T> dwte;  // this rank's rows × C
+};
+
+template <class T, class G>
+std::string embedding_ce(G& g, const TensorPlan& plan, const CeInput<T>& in, CeResult<T>* out) {
+  const int64_t C = in.C, N = kTokens, V = in.rows;
+  const bool split = plan.split[TRIAD_TENSOR_ROLE_WORD_EMBEDDING] == TRIAD_TENSOR_SPLIT_VOCAB;
+  const auto& eo = plan.boundary[TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT];
+  const auto& ci = plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT];
+  const auto& lg = plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS];
+  if (!split && plan.layout.sequence_parallel && g.size() > 1)
+    return "a replicated word embedding under sequence parallelism: no boundary of tensor_v1 "
+           "gathers the loss over the token blocks";
+  auto mine = [&](int id) { return id >= in.begin && id < in.begin + V; };
+  // Lookup: each rank its own rows, zeros for the others' tokens.
+  Act<T> e{std::vector<T>(size_t(N * C), T(0)), N, C};
+  for (int64_t t = 0; t < N; ++t)
+    if (mine(in.ids[size_t(t)]))
+      std::copy_n(in.wte.begin() + (in.ids[size_t(t)] - in.begin) * C, C, e.v.begin() + t * C);
+  std::string err;
+  if (split && !(err = apply(g, eo.forward, e, "embedding-output forward")).empty()) return err;
+  const int64_t hrows = e.rows;
+  Act<T> h = e;
+  if (split && !(err = apply(g, ci.forward, h, "column-input forward")).empty()) return err;
+  // Which token each row of h is: all of them, or this rank's block.
+  const int n = g.size();
+  int64_t first = 0;
+  if (h.rows == N / n && n > 1) {
+    first = g.rank() * (N / n);
+  } else if (h.rows != N) {
+    return rows_mismatch("the LM head's input", h.rows, N);
+  }
+  const int64_t R = h.rows;
+  // Logits over this rank's vocabulary rows, padding masked out of the softmax.
+  std::vector<T> logits = mul_nt(h.v, in.wte, R, C, V);
+  const T lowest = -std::numeric_limits<T>::infinity();
+  std::vector<T> mx(size_t(R), lowest), sum(size_t(R), T(0)), target(size_t(R), T(0));
+  auto real = [&](int64_t j) { return in.begin + j < in.vocab; };
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < V; ++j)
+      if (real(j)) mx[size_t(i)] = std::max(mx[size_t(i)], logits[size_t(i * V + j)]);
+  // The per-token statistics through the logits boundary: max for the max, sum for the rest.
+  auto stats = [&](std::vector<T>& v, int op) {
+    if (!split || lg.forward == TRIAD_TENSOR_IDENTITY) return std::string();
+    if (lg.forward != TRIAD_TENSOR_ALL_REDUCE)
+      return std::string("the logits' forward is ") + tensor_collective_name(lg.forward);
+    g.all_reduce(v, op);
+    return std::string();
+  };
+  if (!(err = stats(mx, TRIAD_REDUCE_MAX)).empty()) return err;
+  for (int64_t i = 0; i < R; ++i) {
+    const int tgt = in.targets[size_t(first + i)];
+    for (int64_t j = 0; j < V; ++j)
+      if (real(j)) sum[size_t(i)] += std::exp(logits[size_t(i * V + j)] - mx[size_t(i)]);
+    if (mine(tgt)) target[size_t(i)] = logits[size_t(i * V + (tgt - in.begin))];
+  }
+  if (!(err = stats(sum, TRIAD_REDUCE_SUM)).empty()) return err;
+  if (!(err = stats(target, TRIAD_REDUCE_SUM)).empty()) return err;
+  out->loss = 0;
+  for (int64_t i = 0; i < R; ++i)
+    out->loss += (std::log(sum[size_t(i)]) + mx[size_t(i)] - target[size_t(i)]) / T(N);
+
+  // Backward: d loss / d logit = (softmax - onehot) / N on this rank's vocabulary rows.
+  Act<T> dlogits{std::vector<T>(size_t(R * V), T(0)), R, V};
+  for (int64_t i = 0; i < R; ++i) {
+    const int tgt = in.targets[size_t(first + i)];
+    for (int64_t j = 0; j < V; ++j) {
+      if (!real(j)) continue;
+      T p = std::exp(logits[size_t(i * V + j)] - mx[size_t(i)]) / sum[size_t(i)];
+      if (in.begin + j == tgt) p -= T(1);
+      dlogits.v[size_t(i * V + j)] = p / T(N);
+    }
+  }
+  if (split && !(err = apply(g, lg.backward, dlogits, "logits backward")).empty()) return err;
+  out->dwte = mul_tn(dlogits.v, h.v, R, V, C);  // the LM head's part
+  Act<T> dh{mul_nn(dlogits.v, in.wte, R, V, C), R, C};
+  if (split && !(err = apply(g, ci.backward, dh, "column-input backward")).empty()) return err;
+  if (dh.rows != hrows) return rows_mismatch("column-input backward", dh.rows, hrows);
+  if (split && !(err = apply(g, eo.backward, dh, "embedding-output backward")).empty()) return err;
+  if (dh.rows != N) return rows_mismatch("the embedding backward", dh.rows, N);
+  for (int64_t t = 0; t < N; ++t)
+    if (mine(in.ids[size_t(t)]))
+      for (int64_t j = 0; j < C; ++j)
+        out->dwte[size_t((in.ids[size_t(t)] - in.begin) * C + j)] += dh.v[size_t(t * C + j)];
+  if (!split) return reduce_grad(g, plan, out->dwte, "the word embedding");
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------
+// The model the suite places, and each tensor split as the plan says.
+
+ModelConfig suite_model(const triad_tensor_layout_v1& layout) {
+  std::mt19937 rng(uint32_t(7919 * layout.tp_size + layout.sequence_parallel));
+  ModelConfig m;
+  m.num_layers = 1;
+  m.num_attention_heads = 4;
+  m.hidden_size = 4 * int(2 + rng() % 3);  // divisible by every tp swept
+  m.seq_length = int(kTokens);
+  m.vocab_size = int(23 + rng() % 30);  // odd sizes pad
+  m.position_embedding = "learned";
+  return m;
+}
+
+// `t` with the split `kind` over tp ranks (COLUMN: dim 0, the fused qkv in three strided parts;
+// ROW: dim 1; VOCAB: dim 0 of the padded vocabulary; REPLICATED: whole). "" or why it cannot.
+std::string apply_split(TensorSpec& t, int32_t kind, int tp) {
+  t.split = TensorSplit{};
+  if (kind == TRIAD_TENSOR_SPLIT_COLUMN || kind == TRIAD_TENSOR_SPLIT_VOCAB)
+    t.split = {0, tp, t.role == TensorRole::qkv_weight || t.role == TensorRole::qkv_bias ? 3 : 1};
+  else if (kind == TRIAD_TENSOR_SPLIT_ROW)
+    t.split = {1, tp, 1};
+  t.local_shape = t.global_shape;
+  t.replicated_in_tp = !t.split.is_split();
+  if (t.split.is_split()) {
+    const size_t d = size_t(t.split.dim);
+    if (d >= t.global_shape.size())
+      return t.name + " is " + std::to_string(t.global_shape.size()) + "-d and cannot be split " +
+             tensor_split_name(kind);
+    if (t.global_shape[d] % (int64_t{tp} * t.split.strided_parts) != 0)
+      return t.name + " has " + std::to_string(t.global_shape[d]) + " along dim " +
+             std::to_string(d) + ", not divisible into " + std::to_string(tp) + " pieces";
+    t.local_shape[d] /= tp;
+  }
+  t.numel = 1;
+  for (int64_t s : t.local_shape) t.numel *= size_t(s);
+  return "";
+}
+
+int32_t role_index(TensorRole r) {
+  static const std::pair<TensorRole, int32_t> kRoles[] = {
+      {TensorRole::word_embedding, TRIAD_TENSOR_ROLE_WORD_EMBEDDING},
+      {TensorRole::position_embedding, TRIAD_TENSOR_ROLE_POSITION_EMBEDDING},
+      {TensorRole::layernorm_weight, TRIAD_TENSOR_ROLE_LAYERNORM_WEIGHT},
+      {TensorRole::layernorm_bias, TRIAD_TENSOR_ROLE_LAYERNORM_BIAS},
+      {TensorRole::qkv_weight, TRIAD_TENSOR_ROLE_QKV_WEIGHT},
+      {TensorRole::qkv_bias, TRIAD_TENSOR_ROLE_QKV_BIAS},
+      {TensorRole::attn_proj_weight, TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT},
+      {TensorRole::attn_proj_bias, TRIAD_TENSOR_ROLE_ATTN_PROJ_BIAS},
+      {TensorRole::fc_weight, TRIAD_TENSOR_ROLE_FC_WEIGHT},
+      {TensorRole::fc_bias, TRIAD_TENSOR_ROLE_FC_BIAS},
+      {TensorRole::fc_proj_weight, TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT},
+      {TensorRole::fc_proj_bias, TRIAD_TENSOR_ROLE_FC_PROJ_BIAS}};
+  for (auto [role, index] : kRoles)
+    if (role == r) return index;
+  return -1;
+}
+
+// Every tensor of the suite's model on tp rank 0, split per the plan (the split is the same on
+// every rank; slice_of_global / place_in_global take the rank).
+std::string planned_spec(const TensorPlan& plan, ParamSpec* out) {
+  Placement p;
+  p.tp_size = plan.layout.tp_size;
+  p.make_vocab_size_divisible_by = 1;
+  try {
+    *out = build_param_spec(suite_model(plan.layout), p);
+  } catch (const std::exception& e) {
+    return std::string("the suite's model cannot be placed: ") + e.what();
+  }
+  for (TensorSpec& t : out->tensors) {
+    const int32_t r = role_index(t.role);
+    if (r < 0) return t.name + " has a role the suite does not know";
+    if (std::string e = apply_split(t, plan.split[size_t(r)], plan.layout.tp_size); !e.empty())
+      return e;
+  }
+  return "";
+}
+
+// Deterministic values, the same in every process.
+std::vector<float> randoms(size_t n, uint32_t seed, float scale, float offset = 0.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = offset + scale * u(rng);
+  return v;
+}
+
+template <class T>
+std::vector<T> cast(const std::vector<float>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+// The elements of global tensor `ref` that rank r holds, in its local order (positions found
+// by slicing the indices, which floats hold exactly at these sizes).
+std::vector<double> slice_ref(const TensorSpec& t, int r, const std::vector<double>& ref) {
+  std::vector<float> idx(t.global_numel()), local(t.numel);
+  std::iota(idx.begin(), idx.end(), 0.f);
+  slice_of_global(t, r, idx.data(), local.data());
+  std::vector<double> out(local.size());
+  for (size_t i = 0; i < local.size(); ++i) out[i] = ref[size_t(local[i])];
+  return out;
+}
+
+template <class T>
+std::vector<T> slice(const TensorSpec& t, int r, const std::vector<float>& global) {
+  std::vector<float> local(t.numel);
+  slice_of_global(t, r, global.data(), local.data());
+  return cast<T>(local);
+}
+
+// max|got - ref| / max(max|ref|, kFloor)
+double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+  double num = 0, den = kFloor;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    den = std::max(den, std::abs(ref[i]));
+    num = std::max(num, i < got.size() ? std::abs(double(got[i]) - ref[i]) : INFINITY);
+  }
+  return got.size() == ref.size() ? num / den : INFINITY;
+}
+
+// Compares named tensors, returns "" (and the worst error in *worst) or the first too far off.
+struct Comparison {
+  explicit Comparison(double t) : tolerance(t) {}
+  double tolerance;
+  double worst = 0;
+  std::string worst_name, failure;
+  void check(const std::string& name, const std::vector<float>& got,
+             const std::vector<double>& ref) {
+    const double e = rel_error(got, ref);
+    if (e > worst || worst_name.empty()) worst = e, worst_name = name;
+    if (failure.empty() && !(e <= tolerance)) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%s is off by %.3g relative (tolerance %.1g)", name.c_str(),
+                    e, tolerance);
+      failure = buf;
+    }
+  }
+  std::string detail() const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "max error %.2g (%s)", worst, worst_name.c_str());
+    return buf;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The numeric cases of one layout, on one rank of group g.
+
+struct MlpProblem {
+  ParamSpec spec;
+  const TensorSpec *gamma, *beta, *w1, *b1, *w2, *b2;
+  std::vector<float> x, dy, g_gamma, g_beta, g_w1, g_b1, g_w2, g_b2;  // global
+  int64_t C = 0, F = 0;
+};
+
+MlpProblem mlp_problem(const ParamSpec& spec, uint32_t seed) {
+  MlpProblem p;
+  p.spec = spec;
+  auto& s = p.spec;
+  p.gamma = &s.find("h.0.ln_2.weight"), p.beta = &s.find("h.0.ln_2.bias");
+  p.w1 = &s.find("h.0.mlp.c_fc.weight"), p.b1 = &s.find("h.0.mlp.c_fc.bias");
+  p.w2 = &s.find("h.0.mlp.c_proj.weight"), p.b2 = &s.find("h.0.mlp.c_proj.bias");
+  p.C = p.gamma->global_shape[0], p.F = p.w1->global_shape[0];
+  p.x = randoms(size_t(kTokens * p.C), seed + 1, 1.f);
+  p.dy = randoms(size_t(kTokens * p.C), seed + 2, 1.f);
+  p.g_gamma = randoms(size_t(p.C), seed + 3, 0.2f, 1.f);
+  p.g_beta = randoms(size_t(p.C), seed + 4, 0.2f);
+  p.g_w1 = randoms(p.w1->global_numel(), seed + 5, float(1.7 / std::sqrt(double(p.C))));
+  p.g_b1 = randoms(size_t(p.F), seed + 6, 0.2f);
+  p.g_w2 = randoms(p.w2->global_numel(), seed + 7, float(1.7 / std::sqrt(double(p.F))));
+  p.g_b2 = randoms(size_t(p.C), seed + 8, 0.2f);
+  return p;
+}
+
+// Rank r's weights (tp: the plan's group size; r = 0 and tp 1 for the whole model).
+template <class T>
+MlpWeights<T> mlp_weights(const MlpProblem& p, int r) {
+  MlpWeights<T> w;
+  w.C = p.C;
+  w.gamma = slice<T>(*p.gamma, r, p.g_gamma), w.beta = slice<T>(*p.beta, r, p.g_beta);
+  w.w1 = slice<T>(*p.w1, r, p.g_w1), w.b1 = slice<T>(*p.b1, r, p.g_b1);
+  w.w2 = slice<T>(*p.w2, r, p.g_w2), w.b2 = slice<T>(*p.b2, r, p.g_b2);
+  w.F = p.w1->local_shape[0];
+  return w;
+}
+
+// The token rows [first, first + rows) of a (kTokens × C) tensor.
+template <class T>
+std::vector<T> rows_of(const std::vector<T>& v, int64_t first, int64_t rows, int64_t C) {
+  return std::vector<T>(v.begin() + first * C, v.begin() + (first + rows) * C);
+}
+
+// The unsplit plan of a layout's reference: tp 1, nothing split, every collective identity.
+TensorPlan unsplit_plan() {
+  return TensorPlan{};
+}
+
+struct CeProblem {
+  const TensorSpec* wte;
+  std::vector<float> g_wte;
+  std::vector<int> ids, targets;
+  int64_t vocab = 0, padded = 0, C = 0;
+};
+
+CeProblem ce_problem(const ParamSpec& spec, uint32_t seed) {
+  CeProblem p;
+  p.wte = &spec.find("wte.weight");
+  p.vocab = spec.vocab_size, p.padded = p.wte->global_shape[0], p.C = p.wte->global_shape[1];
+  p.g_wte = randoms(p.wte->global_numel(), seed + 11, 1.f);
+  std::mt19937 rng(seed + 12);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    p.ids.push_back(int(rng() % uint32_t(p.vocab)));
+    p.targets.push_back(int(rng() % uint32_t(p.vocab)));
+  }
+  return p;
+}
+
+template <class T>
+CeInput<T> ce_input(const CeProblem& p, int r) {
+  CeInput<T> in;
+  in.ids = p.ids, in.targets = p.targets;
+  in.wte = slice<T>(*p.wte, r, p.g_wte);
+  in.rows = p.wte->local_shape[0];
+  in.begin = p.wte->split.is_split() ? r * in.rows : 0;
+  in.vocab = p.vocab, in.C = p.C;
+  return in;
+}
+
+uint32_t layout_seed(const triad_tensor_layout_v1& l) {
+  return uint32_t(1000 * l.tp_size + 10 * l.sequence_parallel + 17);
+}
+
+template <class G>
+void numeric_cases(G& g, const TensorPlan& plan, const std::string& label, double tolerance,
+                   const Report& report) {
+  // spec: this layout's slices; whole: the same tensors (the vocabulary padded for this tp)
+  // unsplit, for the reference, which runs the unsplit plan on one rank.
+  ParamSpec spec, whole;
+  TensorPlan whole_plan = plan;
+  whole_plan.split.fill(TRIAD_TENSOR_SPLIT_REPLICATED);
+  std::string e1 = planned_spec(plan, &spec);
+  if (e1.empty()) e1 = planned_spec(whole_plan, &whole);
+  const TensorPlan ref_plan = unsplit_plan();
+  const int r = g.rank(), n = g.size();
+  const bool sp = plan.layout.sequence_parallel != 0;
+  const uint32_t seed = layout_seed(plan.layout);
+  for (const char* what : {" mlp block", " vocab-parallel cross-entropy"}) {
+    const std::string name = label + what;
+    if (!e1.empty()) {
+      report(Outcome::kFail, name, e1);
+      continue;
+    }
+    std::string err;
+    Comparison cmp(tolerance);
+    Solo<double> solo;
+    if (std::string(what) == " mlp block") {
+      const MlpProblem mp = mlp_problem(spec, seed), mref = mlp_problem(whole, seed);
+      MlpResult<double> ref;
+      const std::string re = mlp_block(solo, ref_plan, mlp_weights<double>(mref, 0),
+                                       Act<double>{cast<double>(mref.x), kTokens, mref.C},
+                                       cast<double>(mref.dy), &ref);
+      // This rank's tokens: all, or its block under sequence parallelism.
+      const int64_t rows = sp ? kTokens / n : kTokens, first = sp ? r * rows : 0;
+      MlpResult<float> got;
+      err = mlp_block(g, plan, mlp_weights<float>(mp, r),
+                      Act<float>{rows_of(mp.x, first, rows, mp.C), rows, mp.C},
+                      rows_of(mp.dy, first, rows, mp.C), &got);
+      if (!re.empty()) err = "reference: " + re;
+      if (err.empty()) {
+        cmp.check("y", got.y, rows_of(ref.y, first, rows, mp.C));
+        cmp.check("dx", got.dx, rows_of(ref.dx, first, rows, mp.C));
+        cmp.check("d ln weight", got.dgamma, ref.dgamma);
+        cmp.check("d ln bias", got.dbeta, ref.dbeta);
+        cmp.check("d fc weight", got.dw1, slice_ref(*mp.w1, r, ref.dw1));
+        cmp.check("d fc bias", got.db1, slice_ref(*mp.b1, r, ref.db1));
+        cmp.check("d fc proj weight", got.dw2, slice_ref(*mp.w2, r, ref.dw2));
+        cmp.check("d fc proj bias", got.db2, slice_ref(*mp.b2, r, ref.db2));
+      }
+    } else {
+      const CeProblem cp = ce_problem(spec, seed), cref = ce_problem(whole, seed);
+      CeResult<double> ref;
+      const std::string re = embedding_ce(solo, ref_plan, ce_input<double>(cref, 0), &ref);
+      CeResult<float> got;
+      err = embedding_ce(g, plan, ce_input<float>(cp, r), &got);
+      if (!re.empty()) err = "reference: " + re;
+      if (err.empty()) {
+        cmp.check("loss", {got.loss}, {ref.loss});
+        cmp.check("d word embedding", got.dwte, slice_ref(*cp.wte, r, ref.dwte));
+      }
+    }
+    if (err.empty()) err = cmp.failure;
+    report(err.empty() ? Outcome::kPass : Outcome::kFail, name, err.empty() ? cmp.detail() : err);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cases in this process.
+
+// The reference itself: the unsplit double computation against central differences of its
+// loss (sum(y · dy) for the MLP, the mean cross-entropy), so a wrong reference cannot hide a
+// wrong plan.
+CaseResult reference_case(const std::string& name) {
+  CaseResult res{name + " reference gradients", Outcome::kPass, ""};
+  const TensorPlan plan = unsplit_plan();
+  ParamSpec spec;
+  planned_spec(plan, &spec);
+  Solo<double> solo;
+  double worst = 0;
+  auto fd = [&](const char* what, std::vector<double>& param, const std::vector<double>& grad,
+                const std::function<double()>& loss) {
+    double scale = kFloor, err = 0;
+    for (size_t i = 0; i < param.size(); ++i) {
+      const double keep = param[i], h = 1e-6;
+      param[i] = keep + h;
+      const double up = loss();
+      param[i] = keep - h;
+      const double down = loss();
+      param[i] = keep;
+      scale = std::max(scale, std::abs(grad[i]));
+      err = std::max(err, std::abs((up - down) / (2 * h) - grad[i]));
+    }
+    worst = std::max(worst, err / scale);
+    if (err / scale > 1e-6 && res.outcome == Outcome::kPass) {
+      res.outcome = Outcome::kFail;
+      res.detail = std::string("d ") + what + " differs from finite differences by " +
+                   std::to_string(err / scale) + " relative";
+    }
+  };
+  const MlpProblem mp = mlp_problem(spec, 1);
+  MlpWeights<double> w = mlp_weights<double>(mp, 0);
+  Act<double> x{cast<double>(mp.x), kTokens, mp.C};
+  const std::vector<double> dy = cast<double>(mp.dy);
+  MlpResult<double> g;
+  mlp_block(solo, plan, w, x, dy, &g);
+  auto mlp_loss = [&] {
+    MlpResult<double> o;
+    mlp_block(solo, plan, w, x, dy, &o);
+    return std::inner_product(o.y.begin(), o.y.end(), dy.begin(), 0.0);
+  };
+  fd("x", x.v, g.dx, mlp_loss);
+  fd("ln weight", w.gamma, g.dgamma, mlp_loss);
+  fd("ln bias", w.beta, g.dbeta, mlp_loss);
+  fd("fc weight", w.w1, g.dw1, mlp_loss);
+  fd("fc bias", w.b1, g.db1, mlp_loss);
+  fd("fc proj weight", w.w2, g.dw2, mlp_loss);
+  fd("fc proj bias", w.b2, g.db2, mlp_loss);
+  const CeProblem cp = ce_problem(spec, 1);
+  CeInput<double> in = ce_input<double>(cp, 0);
+  CeResult<double> c;
+  embedding_ce(solo, plan, in, &c);
+  fd("word embedding", in.wte, c.dwte, [&] {
+    CeResult<double> o;
+    embedding_ce(solo, plan, in, &o);
+    return o.loss;
+  });
+  if (res.outcome == Outcome::kPass) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "max error %.2g", worst);
+    res.detail = buf;
+  }
+  return res;
+}
+
+// Every split reassembles its global tensor exactly, the slices disjoint and covering.
+CaseResult splits_case(const std::string& name, const TensorPlan& plan) {
+  ParamSpec spec;
+  if (std::string e = planned_spec(plan, &spec); !e.empty()) return {name, Outcome::kFail, e};
+  const int tp = plan.layout.tp_size;
+  int split = 0;
+  for (const TensorSpec& t : spec.tensors) {
+    const std::vector<float> global = randoms(t.global_numel(), uint32_t(t.offset + 5), 1.f);
+    std::vector<float> back(global.size(), NAN), local(t.numel), cover(global.size(), 0.f),
+        mark(global.size()), ones(t.numel, 1.f);
+    for (int r = 0; r < tp; ++r) {
+      slice_of_global(t, r, global.data(), local.data());
+      place_in_global(t, r, local.data(), back.data());
+      std::fill(mark.begin(), mark.end(), 0.f);
+      place_in_global(t, r, ones.data(), mark.data());
+      for (size_t i = 0; i < mark.size(); ++i) cover[i] += mark[i];
+    }
+    const float want = t.split.is_split() ? 1.f : float(tp);
+    for (size_t i = 0; i < global.size(); ++i) {
+      if (cover[i] != want)
+        return {name, Outcome::kFail,
+                t.name + " element " + std::to_string(i) + " is held by " +
+                    std::to_string(int(cover[i])) + " ranks, expected " +
+                    std::to_string(int(want))};
+      if (back[i] != global[i])
+        return {name, Outcome::kFail,
+                t.name + " element " + std::to_string(i) + " does not come back"};
+    }
+    if (t.split.is_split() && t.numel * size_t(tp) != t.global_numel())
+      return {name, Outcome::kFail, t.name + ": the slices do not add up to the tensor"};
+    split += t.split.is_split();
+  }
+  return {name, Outcome::kPass,
+          std::to_string(spec.tensors.size()) + " tensors, " + std::to_string(split) + " split"};
+}
+
+// A layout the capabilities exclude: every call must say UNSUPPORTED, with a message.
+CaseResult refuses_case(const std::string& name, const TensorBackend& be,
+                        const triad_tensor_layout_v1& layout) {
+  auto check = [&](int status, const std::string& what) -> std::string {
+    if (status == TRIAD_ERR_UNSUPPORTED) {
+      if (be.last_error() == "no message") return what + " says UNSUPPORTED without a message";
+      return "";
+    }
+    return what + " returned " + status_name(status) + " instead of UNSUPPORTED";
+  };
+  for (int32_t r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r) {
+    int32_t kind = 0;
+    const std::string e =
+        check(be.try_split(layout, r, &kind), std::string("split(") + tensor_role_name(r) + ")");
+    if (!e.empty()) return {name, Outcome::kFail, e};
+  }
+  for (int32_t b = 0; b < TRIAD_TENSOR_BOUNDARY_COUNT; ++b) {
+    triad_tensor_collectives_v1 c{};
+    const std::string e = check(be.try_boundary(layout, b, &c),
+                                std::string("boundary(") + tensor_boundary_name(b) + ")");
+    if (!e.empty()) return {name, Outcome::kFail, e};
+  }
+  return {name, Outcome::kPass, "UNSUPPORTED: " + be.last_error()};
+}
+
+std::string plan_summary(const TensorPlan& p) {
+  std::string s;
+  for (int32_t r : {TRIAD_TENSOR_ROLE_QKV_WEIGHT, TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT,
+                    TRIAD_TENSOR_ROLE_FC_WEIGHT, TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT,
+                    TRIAD_TENSOR_ROLE_WORD_EMBEDDING})
+    s += (s.empty() ? "" : ", ") + std::string(tensor_role_name(r)) + " " +
+         tensor_split_name(p.split[size_t(r)]);
+  for (int32_t b = 0; b < TRIAD_TENSOR_BOUNDARY_COUNT; ++b)
+    s += std::string("; ") + tensor_boundary_name(b) + " " +
+         tensor_collective_name(p.boundary[size_t(b)].forward) + "/" +
+         tensor_collective_name(p.boundary[size_t(b)].backward);
+  return s;
+}
+
+}  // namespace
+
+Summary run_tensor_suite(const std::string& so_path, const TensorSuiteOptions& o) {
+  Summary sum;
+  const auto emit = counting(sum, o.on_case);
+  auto plugin = PluginLoader().load_file(so_path, "tensor");
+  const ResolvedParams params = resolve_params(plugin->descriptor(), o.params, "tensor");
+  CoreServices services;
+  TensorBackend be(plugin, params, services.c_services());
+  const triad_tensor_caps_v1 caps = be.capabilities();
+  const std::string name = be.name();
+
+  emit(reference_case(name));
+  for (int tp : o.tp_sizes) {
+    for (bool sp : {false, true}) {
+      const triad_tensor_layout_v1 layout{tp, sp ? 1 : 0};
+      const std::string label = name + " tp=" + std::to_string(tp) + (sp ? " sp" : "");
+      const char* const kCases[] = {" plan", " splits reassemble", " mlp block",
+                                    " vocab-parallel cross-entropy"};
+      if ((caps.max_tp_size > 0 && tp > caps.max_tp_size) || (sp && !caps.sequence_parallel)) {
+        emit(refuses_case(label + " refuses", be, layout));
+        for (const char* c : kCases)
+          emit({label + c, Outcome::kSkip,
+                "the plugin's capabilities exclude it (" + describe_capabilities(caps) + ")"});
+        continue;
+      }
+      TensorPlan plan;
+      std::string why = be.try_plan(tp, sp, &plan);
+      if (why.empty()) why = tensor_plan_error(plan);
+      emit({label + kCases[0], why.empty() ? Outcome::kPass : Outcome::kFail,
+            why.empty() ? plan_summary(plan) : why});
+      if (!why.empty()) {
+        for (size_t i = 1; i < std::size(kCases); ++i)
+          emit({label + kCases[i], Outcome::kFail,
+                "no usable plan (see" + std::string(kCases[0]) + ")"});
+        continue;
+      }
+      emit(splits_case(label + kCases[1], plan));
+      if (tp == 1) {
+        Solo<float> self;
+        numeric_cases(self, plan, label, o.tolerance,
+                      [&](Outcome out, const std::string& n, const std::string& d) {
+                        emit({n, out, d});
+                      });
+        continue;
+      }
+      ranks::run_world(
+          tp, label, o.world_timeout_ms,
+          [&](const ranks::RankContext& c) {
+            PluginLoader loader;
+            auto tplugin = loader.load("transport", o.transport);
+            const ResolvedParams tparams =
+                resolve_params(tplugin->descriptor(), o.transport_params, "transport");
+            CoreServices rank_services;
+            Transport t(tplugin, tparams, rank_services.c_services());
+            RendezvousClient store("127.0.0.1", c.port, c.token, std::chrono::seconds(30));
+            const std::chrono::milliseconds timeout(o.op_timeout_ms);
+            Communicator world = t.init_world(c.rank, c.world_size, store, "tensor/", timeout);
+            CommGroup group(world, timeout);
+            numeric_cases(group, plan, label, o.tolerance,
+                          [&](Outcome out, const std::string& n, const std::string& d) {
+                            ranks::report(c.fd, out, n, d);
+                          });
+            world.barrier().wait(timeout);
+            return 0;
+          },
+          emit);
+    }
+  }
+  return sum;
+}
+
+}  // namespace triad::conformance
