@@ -14,6 +14,7 @@
 #include "spawn.hpp"
 #include "training.hpp"
 #include "triad/core/config.hpp"
+#include "triad/core/engine.hpp"
 #include "triad/core/error.hpp"
 
 namespace {
@@ -41,7 +42,7 @@ int run(int argc, char** argv) {
     }
     if (plan.world_size == 1) return train_in_process(a);
     // Checked here once, rather than failing the same way in every rank.
-    triad::load_config(a.config_path, a.sets, plan.world_size);
+    triad::preflight(triad::load_config(a.config_path, a.sets, plan.world_size));
     program.path = self_executable();
     program.argv = {program.path, "--worker", a.config_path};
     for (const auto& s : a.sets) program.argv.push_back("--set=" + s);

@@ -49,18 +49,32 @@ int train(const LaunchArgs& a, const DistEnv& dist) {
 
 int print_dry_run(const LaunchArgs& a, int world_size) {
   Config cfg = load_config(a.config_path, a.sets, world_size);
-  // Resolve the plugin choice too, so a dry run catches a bad plugin name or parameter.
-  PluginLoader loader;
-  auto plugin = loader.load("attention", cfg.attention.name);
-  resolve_params(plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
+  // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
+  preflight(cfg);
   const RunPlan p = plan_run(cfg);
+  const auto& par = cfg.parallel;
   std::cout << "# resolved config (" << a.config_path << ")\n" << to_yaml(cfg) << "\n";
-  std::cout << "parameters:          " << p.num_params << "\n";
+  std::cout << "layout:              world " << world_size << " = tp "
+            << par.tensor_model_parallel_size << " x pp " << par.pipeline_model_parallel_size
+            << " x dp " << par.data_parallel_size
+            << (par.sequence_parallel && par.tensor_model_parallel_size > 1 ? ", sequence parallel"
+                                                                            : "")
+            << "\n";
+  std::cout << "parameters:          " << p.num_params << " (vocabulary " << cfg.model.vocab_size
+            << " padded to " << p.padded_vocab_size << ")\n";
+  std::cout << "parameters per rank: " << p.params_per_rank << "\n";
   std::cout << "memory per rank:     " << mib(p.total_bytes()) << " (parameters "
             << mib(p.param_bytes) << ", gradients " << mib(p.grad_bytes) << ", Adam moments "
             << mib(p.optimizer_bytes) << ", activations " << mib(p.activation_bytes) << ")\n";
   std::printf("FLOPs per step:      %.4g (%.4g per token)\n", p.flops_per_step,
               p.flops_per_step / (double(cfg.training.global_batch_size) * cfg.model.seq_length));
+  if (par.tensor_model_parallel_size > 1) {
+    const TensorTraffic& t = p.tensor_traffic;
+    std::printf(
+        "tensor-parallel traffic per step per rank: %.0f B (activations %.0f, logits %.0f, "
+        "replicated grads %.0f; Megatron's formula, ring accounting)\n",
+        t.total(), t.activations, t.logits, t.replicated_grads);
+  }
   return 0;
 }
 

@@ -56,12 +56,12 @@ class CpuDevice final : public Device {
   void synchronize() override {}
 
   void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                         int T, int C, DType act) override {
-    k::embedding_forward(f(out, act), tokens, f(wte), f(wpe), B, T, C);
+                         int T, int C, const VocabShard& vocab, DType act) override {
+    k::embedding_forward(f(out, act), tokens, f(wte), f(wpe), B, T, C, vocab.start, vocab.rows);
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
-                          int T, int C, int /*V*/, DType act) override {
-    k::embedding_backward(dwte, dwpe, f(dout, act), tokens, B, T, C);
+                          int T, int C, const VocabShard& vocab, DType act) override {
+    k::embedding_backward(dwte, dwpe, f(dout, act), tokens, B, T, C, vocab.start, vocab.rows);
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int N, int C, float eps, DType act) override {
@@ -91,13 +91,34 @@ class CpuDevice final : public Device {
     k::residual_forward(f(out, act), f(a), f(b), n);
   }
   void crossentropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
-                            int N, int V, DType act) override {
-    k::crossentropy_forward(losses, lse, f(logits, act), targets, N, V);
+                            int N, const VocabShard& vocab, DType act) override {
+    k::crossentropy_forward(losses, lse, f(logits, act), targets, N, vocab.rows, vocab.valid);
   }
   void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
-                             const int32_t* targets, float dloss, int N, int V,
+                             const int32_t* targets, float dloss, int N, const VocabShard& vocab,
                              DType act) override {
-    k::crossentropy_backward(f(dlogits, act), f(logits), lse, targets, dloss, N, V);
+    k::crossentropy_backward(f(dlogits, act), f(logits), lse, targets, dloss, N, vocab.rows,
+                             vocab.valid, vocab.start);
+  }
+  void crossentropy_row_max(float* rowmax, const void* logits, int N, const VocabShard& vocab,
+                            DType act) override {
+    k::crossentropy_row_max(rowmax, f(logits, act), N, vocab.rows, vocab.valid);
+  }
+  void crossentropy_row_sums(float* sumexp, float* target_logit, const void* logits,
+                             const float* rowmax, const int32_t* targets, int N,
+                             const VocabShard& vocab, DType act) override {
+    k::crossentropy_row_sums(sumexp, target_logit, f(logits, act), rowmax, targets, N, vocab.rows,
+                             vocab.valid, vocab.start);
+  }
+  void crossentropy_finish(float* losses, float* lse, const float* rowmax, const float* sumexp,
+                           const float* target_logit, int N) override {
+    k::crossentropy_finish(losses, lse, rowmax, sumexp, target_logit, N);
+  }
+  void bias_forward(void* out, const void* bias, int N, int C, DType act) override {
+    k::bias_forward(f(out, act), f(bias), N, C);
+  }
+  void bias_backward(float* dbias, const void* dout, int N, int C, DType act) override {
+    k::bias_backward(dbias, f(dout, act), N, C);
   }
   void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                     double base, DType act) override {

@@ -18,9 +18,14 @@
 #include "triad/core/gpt_layout.hpp"
 #include "triad/core/hf.hpp"
 #include "triad/core/model.hpp"
+#include "triad/core/model_state.hpp"
+#include "triad/core/param_spec.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/core/process_groups.hpp"
 #include "triad/core/rendezvous.hpp"
+#include "triad/core/safetensors.hpp"
 #include "triad/core/services.hpp"
+#include "triad/core/tensor_backend.hpp"
 #include "triad/core/transport.hpp"
 
 namespace triad {
@@ -49,21 +54,47 @@ double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int tr
 
 RunPlan plan_run(const Config& cfg) {
   RunPlan p;
-  const auto layout = gpt_layout(cfg.model);
   const auto& m = cfg.model;
-  p.num_params = layout.total;
-  p.param_bytes = layout.total * 4;
-  p.grad_bytes = layout.total * 4;
-  p.optimizer_bytes = layout.total * 8;  // Adam m and v
+  const int tp = cfg.parallel.tensor_model_parallel_size;
+  const bool sp = cfg.parallel.sequence_parallel && tp > 1;
+  Placement place;
+  place.tp_size = tp;
+  place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+  const ParamSpec spec = build_param_spec(m, place);  // rank 0's; every rank holds as much
+  p.num_params = gpt_layout(m).total;
+  p.params_per_rank = spec.total;
+  p.padded_vocab_size = spec.padded_vocab_size;
+  p.param_bytes = spec.total * 4;
+  p.grad_bytes = spec.total * 4;
+  p.optimizer_bytes = spec.total * 8;  // Adam m and v
   const size_t BT = size_t(cfg.training.micro_batch_size) * m.seq_length, C = m.hidden_size;
-  // Per layer: res_in, ln1, qkv(3), atty, res_mid, ln2, fch(4), fch_gelu(4) = 16 C per token,
-  // plus 4 row statistics and H lse values. Then the head and the backward scratch.
-  const size_t per_layer = BT * (16 * C + 4 + m.num_attention_heads);
-  const size_t head = BT * (2 * C + 3) + BT * size_t(m.vocab_size);
-  const size_t scratch = BT * C * (1 + 1 + 3 + 1 + 4 + 4);
+  const size_t BTs = sp ? BT / tp : BT, Cl = C / tp, H = m.num_attention_heads / tp;
+  // Per layer: the token-split res_in, ln1, res_mid, ln2 (4 C) and their statistics, the
+  // gathered ln1/ln2 under sequence parallelism (2 C), and the split qkv (3), atty (1),
+  // fch, fch_gelu (4 + 4) and lse.
+  const size_t per_layer =
+      BTs * (4 * C + 4) + (sp ? 2 * BT * C : 0) + BT * (3 * Cl + Cl + 8 * Cl + H);
+  // The head: res_out, lnf (+ gathered), statistics, this rank's logits, losses and lse, and
+  // the vocab-parallel cross-entropy's row statistics.
+  const size_t Vl = size_t(spec.padded_vocab_size / tp);
+  const size_t head = BTs * (2 * C + 2) + (sp ? BT * C : 0) + BT * (Vl + 2) + (tp > 1 ? 3 * BT : 0);
+  // Backward scratch (dres, dln, dqkv, datty, dfch, dfch_gelu) and the boundaries' buffers.
+  const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0);
   p.activation_bytes = 4 * (per_layer * m.num_layers + head + scratch);
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
+  p.tensor_traffic = tensor_traffic_formula(cfg);
   return p;
+}
+
+void preflight(const Config& cfg) {
+  PluginLoader loader;
+  CoreServices services(1, nullptr);
+  auto a = loader.load("attention", cfg.attention.name);
+  resolve_params(a->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
+  auto t = loader.load("tensor", cfg.tensor.name);
+  TensorBackend tensor(t, resolve_params(t->descriptor(), cfg.tensor.params, cfg.tensor.yaml_path),
+                       services.c_services());
+  tensor.plan(cfg.parallel.tensor_model_parallel_size, cfg.parallel.sequence_parallel);
 }
 
 namespace {
@@ -74,48 +105,56 @@ std::string mib(size_t b) {
   return buf;
 }
 
-// AdamW over each parameter tensor, decaying only matmul weights and embeddings.
-struct AdamW {
-  Buffer<float> m, v;
-  AdamW(Device& dev, size_t n) : m(dev, n, "Adam first moment"), v(dev, n, "Adam second moment") {}
-  // compute: the model's copy of the weights in `act` (mixed precision), refreshed in the same
-  // pass; null in fp32.
-  void step(Device& dev, const GptLayout& layout, float* params, const float* grads, void* compute,
-            DType act, const OptimizerConfig& o, double lr, int t) {
-    for (const auto& p : layout.params) {
-      dev.adamw_update(params + p.offset, grads + p.offset, m.data() + p.offset,
-                       v.data() + p.offset, p.numel, float(lr), float(o.adam_beta1),
-                       float(o.adam_beta2), float(o.adam_eps),
-                       p.weight_decay ? float(o.weight_decay) : 0.0f, t,
-                       compute ? advance(compute, p.offset, act) : nullptr, act);
-    }
+// AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; in mixed
+// precision the compute copy of the weights is refreshed in the same pass.
+void adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o, double lr,
+                int t) {
+  Device& dev = st.device();
+  void* compute = st.compute();
+  for (const auto& p : arena.params) {
+    dev.adamw_update(st.params() + p.offset, st.grads() + p.offset, st.adam_m() + p.offset,
+                     st.adam_v() + p.offset, p.numel, float(lr), float(o.adam_beta1),
+                     float(o.adam_beta2), float(o.adam_eps),
+                     p.weight_decay ? float(o.weight_decay) : 0.0f, t,
+                     compute ? advance(compute, p.offset, st.act()) : nullptr, st.act());
   }
-};
+}
 
 }  // namespace
 
 namespace {
 
-// Everything a rank of a data-parallel job needs beyond the single-process run: the
-// rendezvous client, the transport, the world communicator and the data plugin.
-struct DataParallelRun {
+// Everything a rank of a multi-rank job needs beyond the single-process run: the rendezvous
+// client, the transport, the world and its tensor-/data-parallel communicators (Megatron's
+// order), and the data plugin, which gets the data-parallel communicator only.
+struct DistributedRun {
   std::unique_ptr<RendezvousClient> store;
   std::unique_ptr<Transport> transport;
   Communicator world;
+  ParallelComms comms;
   std::unique_ptr<DataParallelBackend> data;
   Device* device = nullptr;
   Buffer<float> scalar;  // on the run's device: the transport moves that device's memory
 
-  // Mean of x over the ranks.
-  double average(double x) {
+  // Sum of x over a group.
+  double sum(Communicator& comm, double x) {
     float v = static_cast<float>(x);
     device->to_device(scalar.data(), &v, sizeof v);
-    world
-        .all_reduce(scalar.data(), scalar.data(), 1, dl_float32(), TRIAD_REDUCE_SUM,
+    comm.all_reduce(scalar.data(), scalar.data(), 1, dl_float32(), TRIAD_REDUCE_SUM,
                     device->dl_device())
         .wait(kCollectiveTimeout);
     device->to_host(&v, scalar.data(), sizeof v);
-    return v / world.size();
+    return v;
+  }
+  // Every tensor-parallel rank's `n` elements of `src` (device memory), rank order, on the host.
+  std::vector<float> gather_tp(const float* src, size_t n) {
+    Communicator& tp = *comms.tp;
+    Buffer<float> all(*device, n * size_t(tp.size()), "tensor-parallel gather");
+    tp.all_gather(src, all.data(), n * size_t(tp.size()), dl_float32(), device->dl_device())
+        .wait(kCollectiveTimeout);
+    std::vector<float> host(all.size());
+    device->to_host(host.data(), all.data(), host.size() * sizeof(float));
+    return host;
   }
   static constexpr std::chrono::milliseconds kCollectiveTimeout{300000};
 };
@@ -158,12 +197,13 @@ void check_transport_memory(const Transport& chosen, const std::string& device_n
                   " memory, which device: " + device_name + " needs; " + fix);
 }
 
-std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const DistEnv& env,
-                                                     const PluginLoader& loader,
-                                                     const CoreServices& services, Device& device) {
-  auto run = std::make_unique<DataParallelRun>();
+std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistEnv& env,
+                                                  const ProcessGroups& groups,
+                                                  const PluginLoader& loader,
+                                                  const CoreServices& services, Device& device) {
+  auto run = std::make_unique<DistributedRun>();
   run->device = &device;
-  run->scalar = Buffer<float>(device, 1, "data-parallel loss scalar");
+  run->scalar = Buffer<float>(device, 1, "collective scalar");
   // Load and check both plugins before connecting to anyone.
   auto tplugin = loader.load("transport", cfg.transport.name);
   const ResolvedParams tparams =
@@ -181,12 +221,15 @@ std::unique_ptr<DataParallelRun> start_data_parallel(const Config& cfg, const Di
   const uint32_t memory =
       device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
   check_transport_memory(*run->transport, cfg.device, memory, loader, services);
-  run->transport->check_supported(
-      memory, TRIAD_DTYPE_BIT_FP32,
-      run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE);
+  uint32_t ops = run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE |
+                 TRIAD_TRANSPORT_OP_SPLIT;
+  if (groups.tp_size() > 1)
+    ops |= TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_REDUCE_SCATTER;
+  run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
                                           "transport/" + cfg.transport.name + "/");
+  run->comms = make_parallel_comms(run->world, groups);
   return run;
 }
 
@@ -196,12 +239,16 @@ namespace {
 
 // Refuses a shape the chosen attention backend cannot run before anything is allocated, and
 // names the installed backends that can.
-void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int micro_batch,
+void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int tp, int micro_batch,
                      DLDevice device, DType act, const PluginLoader& loader,
                      const CoreServices& services) {
-  const triad_attention_shape_v1 shape{
-      micro_batch, m.num_attention_heads, m.seq_length, m.hidden_size / m.num_attention_heads,
-      1,           dl_dtype(act),         device};
+  const triad_attention_shape_v1 shape{micro_batch,
+                                       m.num_attention_heads / tp,
+                                       m.seq_length,
+                                       m.hidden_size / m.num_attention_heads,
+                                       1,
+                                       dl_dtype(act),
+                                       device};
   try {
     chosen.check_supported(shape);
   } catch (const UserError& e) {
@@ -220,6 +267,64 @@ void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int m
 
 }  // namespace
 
+namespace {
+
+// The arena as a GptLayout (the data plugin's and the optimizer's view: tensors in arena order,
+// local shapes).
+GptLayout arena_layout(const ParamSpec& spec) {
+  GptLayout l;
+  for (const TensorSpec& t : spec.tensors)
+    l.params.push_back(
+        {t.name, t.local_shape, t.offset, t.numel, t.weight_decay, t.is_matmul_weight});
+  l.total = spec.total;
+  return l;
+}
+
+// The whole model's host copy of an arena (parameters or gradients) from every
+// tensor-parallel rank's slices, in the Hugging Face layout.
+std::vector<float> whole_model(const GPT& model, DistributedRun* dist, const float* arena) {
+  const ParamSpec& spec = model.spec();
+  std::vector<float> full(model.full_layout().total);
+  const int tp = spec.placement.tp_size;
+  if (tp == 1)  // one rank holds everything
+    return arena == model.params() ? model.params_to_full() : model.grads_to_full();
+  const std::vector<float> all = dist->gather_tp(arena, spec.total);
+  for (int r = 0; r < tp; ++r)
+    full_from_local(spec, r, model.full_layout(), all.data() + size_t(r) * spec.total, full.data());
+  return full;
+}
+
+// Writes the whole model's gradients (Hugging Face names, Triad's (out,in) shapes) to
+// DIR/grads.safetensors.
+void write_grads(const std::string& dir, const GptLayout& layout, const std::vector<float>& g) {
+  fs::create_directories(dir);
+  std::vector<safetensors::TensorRef> ts;
+  for (const auto& p : layout.params) ts.push_back({p.name, p.shape, g.data() + p.offset});
+  safetensors::write_f32((fs::path(dir) / "grads.safetensors").string(), ts);
+}
+
+}  // namespace
+
+TensorTraffic tensor_traffic_formula(const Config& cfg) {
+  TensorTraffic f;
+  const auto& m = cfg.model;
+  const double t = cfg.parallel.tensor_model_parallel_size;
+  if (t <= 1) return f;
+  const double ring = 2 * (t - 1) / t;  // an all-reduce; all-gather + reduce-scatter alike
+  const double tokens = double(cfg.training.micro_batch_size) * m.seq_length;
+  const int accum = cfg.training.gradient_accumulation_steps;
+  // Megatron: per layer, forward and backward, four all-reduces of the (b,s,h) activations
+  // (with sequence parallelism four all-gathers and four reduce-scatters, the same bytes);
+  // plus the embedding's output and the LM head's input.
+  f.activations = accum * (4.0 * m.num_layers + 2) * ring * tokens * m.hidden_size * 4;
+  // Vocab-parallel cross-entropy: max, sum of exponentials and target logit per token.
+  f.logits = accum * 3 * ring * tokens * 4;
+  // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step.
+  if (cfg.parallel.sequence_parallel)
+    f.replicated_grads = ring * (6.0 * m.num_layers + 2) * m.hidden_size * 4;
+  return f;
+}
+
 RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const auto& m = cfg.model;
   const auto& t = cfg.training;
@@ -230,14 +335,15 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     opts.quiet = true;
     opts.write_output = false;
   }
-  if (env.world_size != cfg.parallel.data_parallel_size * cfg.parallel.tensor_model_parallel_size *
-                            cfg.parallel.pipeline_model_parallel_size)
+  const auto& par = cfg.parallel;
+  const int tp = par.tensor_model_parallel_size, dp = par.data_parallel_size;
+  if (env.world_size != dp * tp * par.pipeline_model_parallel_size)
     throw UserError("the job has " + std::to_string(env.world_size) +
-                    " ranks but the config's layout is tp " +
-                    std::to_string(cfg.parallel.tensor_model_parallel_size) + " x pp " +
-                    std::to_string(cfg.parallel.pipeline_model_parallel_size) + " x dp " +
-                    std::to_string(cfg.parallel.data_parallel_size) +
-                    "; load the config with the job's world size");
+                    " ranks but the config's layout is tp " + std::to_string(tp) + " x pp " +
+                    std::to_string(par.pipeline_model_parallel_size) + " x dp " +
+                    std::to_string(dp) + "; load the config with the job's world size");
+  const ProcessGroups groups(env.world_size, tp, par.pipeline_model_parallel_size, dp);
+  const RankCoords me = groups.coords(env.rank);
   // Everything that can fail on bad input happens before the output folder is touched.
   auto device = make_device(cfg.device, env.local_rank, cfg.allow_tf32);
   const double peak_tflops =
@@ -249,29 +355,50 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   CoreServices services(omp_get_max_threads(), device->stream());
   AttentionBackend attention(plugin, aparams, services.c_services());
   const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
-  check_attention(attention, m, t.micro_batch_size, device->dl_device(), act, loader, services);
-  // Data parallelism before the model: a transport that cannot touch this device's memory
-  // stops the run here, before any rank connects or allocates the model.
-  std::unique_ptr<DataParallelRun> dp;
-  if (env.distributed()) dp = start_data_parallel(cfg, env, loader, services, *device);
+  check_attention(attention, m, tp, t.micro_batch_size, device->dl_device(), act, loader, services);
+  // The tensor-parallel plan, and this rank's tensors under it.
+  auto tplugin = loader.load("tensor", cfg.tensor.name);
+  TensorBackend tensor(
+      tplugin, resolve_params(tplugin->descriptor(), cfg.tensor.params, cfg.tensor.yaml_path),
+      services.c_services());
+  const TensorPlan plan = tensor.plan(tp, par.sequence_parallel);
+  Placement place;
+  place.tp_rank = me.tp;
+  place.tp_size = tp;
+  place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+  place.split = plan.split;
+  const ParamSpec spec = build_param_spec(m, place);
+  // The transport before the model: one that cannot touch this device's memory stops the run
+  // here, before any rank connects or allocates the model.
+  std::unique_ptr<DistributedRun> dist;
+  if (env.distributed()) dist = start_distributed(cfg, env, groups, loader, services, *device);
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
-                               cfg.data.seed ? cfg.data.seed : t.seed, env.rank,
-                               cfg.parallel.data_parallel_size);
-  GPT model(m, *device, attention, t.micro_batch_size, act);
+                               cfg.data.seed ? cfg.data.seed : t.seed, me.dp, dp);
+  TensorParallel tpc;
+  tpc.rank = me.tp;
+  tpc.size = tp;
+  tpc.sequence_parallel = par.sequence_parallel;
+  tpc.boundary = plan.boundary;
+  tpc.comm = dist ? dist->comms.tp.get() : nullptr;
+  tpc.timeout = DistributedRun::kCollectiveTimeout;
+  ModelState state(spec, *device, act);
+  GPT model(m, state, tpc, attention, t.micro_batch_size);
   if (!cfg.output.init_from_hf.empty()) {
-    std::vector<float> host(model.num_params());
-    import_hf(cfg.output.init_from_hf, m, model.layout(), host.data());
-    model.params_from_host(host);
+    std::vector<float> full(model.full_layout().total);
+    import_hf(cfg.output.init_from_hf, m, model.full_layout(), full.data());
+    model.params_from_full(full.data());
   } else {
     model.init_weights(t.seed);
   }
-  AdamW adam(*device, model.num_params());
-  if (dp) {
-    dp->data->setup(model.layout(), device->dl_device(), env.rank, env.world_size,
-                    dp->world.c_ref(), DataParallelRun::kCollectiveTimeout.count());
-    // Every rank starts from rank 0's weights, whatever it initialised or loaded.
-    dp->world.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
-        .wait(DataParallelRun::kCollectiveTimeout);
+  const GptLayout arena = arena_layout(spec);
+  if (dist) {
+    Communicator& dpc = *dist->comms.dp;
+    dist->data->setup(arena, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
+                      DistributedRun::kCollectiveTimeout.count());
+    // Every data-parallel replica starts from its group's first rank's weights, whatever it
+    // initialised or loaded.
+    dpc.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
+        .wait(DistributedRun::kCollectiveTimeout);
     model.sync_compute_weights();
   }
 
@@ -285,12 +412,16 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   }
   if (!opts.quiet) {
     spdlog::info(
-        "model: {} layers, hidden {}, {} heads, seq {}, vocab {}, {} positions: {} parameters",
+        "model: {} layers, hidden {}, {} heads, seq {}, vocab {} (padded {}), {} positions: {} "
+        "parameters",
         m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
-        m.position_embedding, model.num_params());
+        spec.padded_vocab_size, m.position_embedding, model.full_layout().total);
+    spdlog::info("layout: {}; tensor: {}{}; {} parameters on each tensor-parallel rank",
+                 groups.describe(), tensor.name(),
+                 par.sequence_parallel && tp > 1 ? " with sequence parallelism" : "",
+                 model.num_params());
     spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
-                 t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps,
-                 cfg.parallel.data_parallel_size);
+                 t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps, dp);
     spdlog::info("attention: {} ({}); data: {}; threads: {}", attention.name(), plugin->path(),
                  data->describe(), omp_get_max_threads());
   }
@@ -301,7 +432,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const int accum = t.gradient_accumulation_steps;
   // With data parallelism each rank also scales by 1/dp, so the data plugin's sum over the
   // group is the mean (zero_optimization: no pass over the gradients after the reduction).
-  const float grad_scale = 1.0f / (float(accum) * float(dp ? env.world_size : 1));
+  const float grad_scale = 1.0f / (float(accum) * float(dp));
   for (int step = 1; step <= t.train_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
@@ -310,27 +441,42 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     for (int micro = 0; micro < accum; ++micro) {
       data->micro_batch(step - 1, micro, inputs.data(), targets.data());
       loss += model.forward(inputs.data(), targets.data(), B);
-      if (dp && micro == accum - 1) {
+      const bool last = micro == accum - 1;
+      if (dist && last) {
         // The last micro-batch's backward finishes gradients layer by layer; hand each range
         // to the data plugin at once so its all-reduce overlaps the rest of the backward.
-        model.backward(grad_scale,
-                       [&](size_t off, size_t n) { dp->data->grads_ready(model.grads(), off, n); });
+        model.backward(
+            grad_scale,
+            [&](size_t off, size_t n) { dist->data->grads_ready(model.grads(), off, n); }, true);
       } else {
-        model.backward(grad_scale);
+        model.backward(grad_scale, nullptr, last);
       }
     }
     loss /= accum;
-    if (dp) {
-      dp->data->finish_grads(model.grads());
-      loss = dp->average(loss);
+    if (dist) {
+      dist->data->finish_grads(model.grads());
+      loss = dist->sum(*dist->comms.dp, loss) / dp;
     }
-    const double norm = std::sqrt(device->sum_squares(model.grads(), model.num_params()));
+    // The global gradient norm: every split tensor's slices, each replicated tensor once.
+    double sq = 0;
+    if (tp == 1) {
+      sq = device->sum_squares(model.grads(), model.num_params());
+    } else {
+      for (const TensorSpec& ts : spec.tensors)
+        if (!ts.replicated_in_tp || me.tp == 0)
+          sq += device->sum_squares(model.grads() + ts.offset, ts.numel);
+      sq = dist->sum(*dist->comms.tp, sq);
+    }
+    const double norm = std::sqrt(sq);
+    if (step == 1 && !opts.grads_dump_dir.empty()) {
+      const std::vector<float> g = whole_model(model, dist.get(), model.grads());
+      if (env.rank == 0) write_grads(opts.grads_dump_dir, model.full_layout(), g);
+    }
     if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
       device->scale_inplace(model.grads(), model.num_params(),
                             float(cfg.optimizer.clip_grad / (norm + 1e-6)));
-    adam.step(*device, model.layout(), model.params(), model.grads(), model.compute_params(), act,
-              cfg.optimizer, lr, step);
-    if (dp) dp->data->after_step(model.params());
+    adamw_step(state, arena, cfg.optimizer, lr, step);
+    if (dist) dist->data->after_step(model.params());
     device->synchronize();  // the step's time includes its device work
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -371,9 +517,29 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string(),
           mib(r.peak_bytes));
   }
-  if (!cfg.output.export_hf.empty() && env.rank == 0) {
-    export_hf(cfg.output.export_hf, m, model.layout(), model.params_to_host().data());
-    if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
+  // The tensor group's traffic per step, as counted against Megatron's formula.
+  const TensorCommVolume& v = model.comm_volume();
+  const double steps = t.train_iters;
+  result.tensor_traffic_counted = {v.activations / steps, v.logits / steps,
+                                   v.replicated_grads / steps};
+  result.tensor_traffic_formula = tensor_traffic_formula(cfg);
+  if (tp > 1 && !opts.quiet) {
+    const TensorTraffic& c = result.tensor_traffic_counted;
+    const TensorTraffic& f = result.tensor_traffic_formula;
+    spdlog::info(
+        "tensor-parallel traffic per step per rank: counted {:.0f} B (activations {:.0f}, "
+        "logits {:.0f}, replicated grads {:.0f}); Megatron's formula {:.0f} B ({:.0f}, {:.0f}, "
+        "{:.0f})",
+        c.total(), c.activations, c.logits, c.replicated_grads, f.total(), f.activations, f.logits,
+        f.replicated_grads);
+  }
+  if (!cfg.output.export_hf.empty()) {
+    // Every tensor-parallel rank takes part in the gather; rank 0 writes.
+    const std::vector<float> full = whole_model(model, dist.get(), model.params());
+    if (env.rank == 0) {
+      export_hf(cfg.output.export_hf, m, model.full_layout(), full.data());
+      if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
+    }
   }
   return result;
 }

@@ -1,8 +1,12 @@
 #include "triad/core/model.hpp"
 
+#include "triad/core/transport.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 namespace triad {
 
@@ -44,77 +48,126 @@ struct LseView {
 
 }  // namespace
 
+namespace {
+
+ParamSpec whole_model_spec(const ModelConfig& cfg) {
+  Placement p;
+  p.make_vocab_size_divisible_by = cfg.make_vocab_size_divisible_by;
+  return build_param_spec(cfg, p);
+}
+
+}  // namespace
+
 GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch, DType act)
     : cfg_(cfg),
+      own_state_(std::make_unique<ModelState>(whole_model_spec(cfg), dev, act, false)),
+      state_(*own_state_),
       dev_(dev),
-      act_(act),
-      attn_(attention),
-      layout_(gpt_layout(cfg)),
-      maxB_(max_batch),
-      T_(cfg.seq_length),
-      C_(cfg.hidden_size),
-      H_(cfg.num_attention_heads),
-      V_(cfg.vocab_size),
-      L_(cfg.num_layers),
-      rope_(cfg.position_embedding == "rope") {
-  const size_t BT = size_t(maxB_) * T_, C = C_;
-  // Where each tensor lives, looked up by name once here and never per call.
-  wte_ = layout_.find("wte.weight").offset;
-  wpe_ = rope_ ? 0 : layout_.find("wpe.weight").offset;
-  lnf_w_ = layout_.find("ln_f.weight").offset;
-  lnf_b_ = layout_.find("ln_f.bias").offset;
-  for (int l = 0; l < L_; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    auto at = [&](const char* n) { return layout_.find(h + n).offset; };
-    const ParamInfo& last = layout_.find(h + "mlp.c_proj.bias");
-    blocks_.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"),
-                       at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-                       at("ln_2.weight"), at("ln_2.bias"), at("mlp.c_fc.weight"),
-                       at("mlp.c_fc.bias"), at("mlp.c_proj.weight"), at("mlp.c_proj.bias"),
-                       at("ln_1.weight"), last.offset + last.numel});
-  }
-  params_ = Buffer<float>(dev_, layout_.total, "parameters");
-  grads_ = Buffer<float>(dev_, layout_.total, "gradients");
-  // Mixed precision: the forward and backward read a copy of the weights in the activation
-  // dtype, refreshed by every optimizer step (fp32: they read the master weights themselves).
-  if (act_ != DType::f32) compute_ = ActBuffer(dev_, layout_.total, act_, "compute weights");
-  acts_.resize(L_);
-  for (auto& a : acts_) {
-    a.res_in = ActBuffer(dev_, BT * C, act_, "activations");
-    a.ln1 = ActBuffer(dev_, BT * C, act_, "activations");
-    a.ln1_mean = Buffer<float>(dev_, BT, "activations");
-    a.ln1_rstd = Buffer<float>(dev_, BT, "activations");
-    a.qkv = ActBuffer(dev_, BT * 3 * C, act_, "activations");
-    a.atty = ActBuffer(dev_, BT * C, act_, "activations");
-    a.lse = Buffer<float>(dev_, BT * H_, "activations");
-    a.res_mid = ActBuffer(dev_, BT * C, act_, "activations");
-    a.ln2 = ActBuffer(dev_, BT * C, act_, "activations");
-    a.ln2_mean = Buffer<float>(dev_, BT, "activations");
-    a.ln2_rstd = Buffer<float>(dev_, BT, "activations");
-    a.fch = ActBuffer(dev_, BT * 4 * C, act_, "activations");
-    a.fch_gelu = ActBuffer(dev_, BT * 4 * C, act_, "activations");
-  }
-  res_out_ = ActBuffer(dev_, BT * C, act_, "activations");
-  lnf_ = ActBuffer(dev_, BT * C, act_, "activations");
-  lnf_mean_ = Buffer<float>(dev_, BT, "activations");
-  lnf_rstd_ = Buffer<float>(dev_, BT, "activations");
-  logits_ = ActBuffer(dev_, BT * V_, act_, "logits");
-  losses_ = Buffer<float>(dev_, BT, "activations");
-  ce_lse_ = Buffer<float>(dev_, BT, "activations");
-  dres_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
-  dln_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
-  dqkv_ = ActBuffer(dev_, BT * 3 * C, act_, "activation gradients");
-  datty_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
-  dfch_ = ActBuffer(dev_, BT * 4 * C, act_, "activation gradients");
-  dfch_gelu_ = ActBuffer(dev_, BT * 4 * C, act_, "activation gradients");
+      attn_(attention) {
+  setup(TensorParallel{}, max_batch, 1);
+}
 
-  triad_attention_shape_v1 shape{maxB_, H_, T_, C_ / H_, 1, dl_dtype(act_), dev_.dl_device()};
+GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
+         AttentionBackend& attention, int max_batch, int activation_sets)
+    : cfg_(cfg), state_(state), dev_(state.device()), attn_(attention) {
+  setup(tp, max_batch, activation_sets);
+}
+
+GPT::~GPT() = default;
+
+void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
+  const ModelConfig& cfg = cfg_;
+  full_ = gpt_layout(cfg);
+  tp_ = tp;
+  act_ = state_.act();
+  maxB_ = max_batch;
+  T_ = cfg.seq_length;
+  C_ = cfg.hidden_size;
+  H_ = cfg.num_attention_heads;
+  L_ = cfg.num_layers;
+  rope_ = cfg.position_embedding == "rope";
+  const int t = tp_.size;
+  sp_ = t > 1 && tp_.sequence_parallel;
+  if (t > 1 && !tp_.comm)
+    throw std::logic_error("GPT: tensor-parallel size > 1 without a communicator");
+  if (activation_sets < 1) throw std::logic_error("GPT: at least one activation set");
+  Hl_ = H_ / t;
+  Cl_ = C_ / t;
+  Fl_ = 4 * C_ / t;
+  const ParamSpec& spec = state_.spec();
+  const int64_t Vl = spec.padded_vocab_size / t;
+  vocab_.start = int64_t(tp_.rank) * Vl;
+  vocab_.rows = static_cast<int>(Vl);
+  vocab_.valid = static_cast<int>(std::clamp<int64_t>(spec.vocab_size - vocab_.start, 0, Vl));
+  gather_in_ = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
+  wte_ = spec.find("wte.weight").offset;
+  wpe_ = rope_ ? 0 : spec.find("wpe.weight").offset;
+  lnf_w_ = spec.find("ln_f.weight").offset;
+  lnf_b_ = spec.find("ln_f.bias").offset;
+  for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
+  const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
+  if (t > 1) {
+    row_partial_ = ActBuffer(dev_, BT * C, act_, "activations");
+    drow_full_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+    dln_full_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+    grad_pack_ = Buffer<float>(dev_, 6 * C, "gradient scratch");
+  }
+  dres_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  dln_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  dcol_ = t > 1 ? dln_full_.data() : dln_.data();
+  dqkv_ = ActBuffer(dev_, BT * 3 * Cl_, act_, "activation gradients");
+  datty_ = ActBuffer(dev_, BT * Cl_, act_, "activation gradients");
+  dfch_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+  dfch_gelu_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+
+  triad_attention_shape_v1 shape{maxB_, Hl_, T_, C_ / H_, 1, dl_dtype(act_), dev_.dl_device()};
   attn_.check_supported(shape);
   attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
   const size_t ws = std::max(ws_fwd_, ws_bwd_);
   if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
-  targets_ = Buffer<int32_t>(dev_, BT, "token ids");
-  inputs_ = Buffer<int32_t>(dev_, BT, "token ids");
+}
+
+GPT::ActSet GPT::make_act_set() {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  const size_t BTs = sp_ ? BT / tp_.size : BT;  // tokens of the token-split regions
+  ActSet s;
+  s.layers.resize(state_.spec().layers.size());
+  for (auto& a : s.layers) {
+    a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+    a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
+    a.ln1_mean = Buffer<float>(dev_, BTs, "activations");
+    a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
+    if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
+    a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
+    a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
+    a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+    a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
+    a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
+    a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
+    a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
+    if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
+    a.fch = ActBuffer(dev_, BT * Fl_, act_, "activations");
+    a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  }
+  s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
+  s.lnf = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (gather_in_) s.lnf_full = ActBuffer(dev_, BT * C, act_, "activations");
+  s.lnf_mean = Buffer<float>(dev_, BTs, "activations");
+  s.lnf_rstd = Buffer<float>(dev_, BTs, "activations");
+  s.logits = ActBuffer(dev_, BT * size_t(vocab_.rows), act_, "logits");
+  s.losses = Buffer<float>(dev_, BT, "activations");
+  s.ce_lse = Buffer<float>(dev_, BT, "activations");
+  if (at(TRIAD_TENSOR_BOUNDARY_LOGITS).forward != TRIAD_TENSOR_IDENTITY) {
+    s.ce_max = Buffer<float>(dev_, BT, "activations");
+    s.ce_sums = Buffer<float>(dev_, 2 * BT, "activations");
+  }
+  s.targets = Buffer<int32_t>(dev_, BT, "token ids");
+  s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+  return s;
+}
+
+const void* GPT::logits() const {
+  return sets_[0].logits.data();
 }
 
 namespace {
@@ -136,11 +189,14 @@ uint64_t tensor_seed(uint64_t seed, const std::string& name) {
 }  // namespace
 
 void GPT::init_weights(uint64_t seed) {
-  std::vector<float> host(layout_.total);
+  // The whole model is drawn in the full (unpadded) layout, tensor by tensor from its own
+  // stream, and this rank keeps its slices.
+  std::vector<float> full(full_.total);
   const float std = static_cast<float>(cfg_.init_std);
   const float proj_std = std / std::sqrt(2.0f * L_);
-  for (const auto& p : layout_.params) {
-    float* w = host.data() + p.offset;
+  for (const TensorSpec& t : spec().tensors) {
+    const ParamInfo& p = full_.find(t.name);
+    float* w = full.data() + p.offset;
     const bool is_bias = p.name.ends_with(".bias");
     const bool is_ln = p.name.find("ln_") != std::string::npos;
     if (is_ln && !is_bias) {
@@ -154,30 +210,38 @@ void GPT::init_weights(uint64_t seed) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
     }
   }
-  params_from_host(host);
+  params_from_full(full.data());
 }
 
-std::vector<float> GPT::params_to_host() const {
-  std::vector<float> host(layout_.total);
-  dev_.to_host(host.data(), params_.data(), host.size() * sizeof(float));
-  return host;
+void GPT::params_from_full(const float* full) {
+  std::vector<float> local(num_params());
+  local_from_full(spec(), full_, full, local.data());
+  params_from_host(local);
 }
 
-void GPT::params_from_host(const std::vector<float>& host) {
-  dev_.to_device(params_.data(), host.data(), layout_.total * sizeof(float));
-  sync_compute_weights();
+namespace {
+
+std::vector<float> arena_to_full(const ParamSpec& spec, const GptLayout& full_layout,
+                                 const std::vector<float>& local) {
+  if (spec.placement.tp_size != 1)
+    throw std::logic_error("the whole model is on no single rank under tensor parallelism");
+  std::vector<float> full(full_layout.total);
+  full_from_local(spec, 0, full_layout, local.data(), full.data());
+  return full;
 }
 
-void GPT::sync_compute_weights() {
-  if (act_ != DType::f32) dev_.convert(compute_.data(), act_, params_.data(), layout_.total);
+}  // namespace
+
+std::vector<float> GPT::params_to_full() const {
+  return arena_to_full(spec(), full_, state_.params_to_host());
 }
 
-void GPT::zero_grad() {
-  dev_.fill_zero(grads_.data(), layout_.total * sizeof(float));
+std::vector<float> GPT::grads_to_full() const {
+  return arena_to_full(spec(), full_, state_.grads_to_host());
 }
 
-// The attention plugin's views of one layer: q, k, v inside qkv (B,T,3C), the output inside
-// atty (B,T,C), lse (B,H,T). Forward and backward see the same ones.
+// The attention plugin's views of one layer: q, k, v inside qkv (B,T,3Cl), the output inside
+// atty (B,T,Cl), lse (B,Hl,T), over this rank's Hl heads. Forward and backward see the same ones.
 struct GPT::AttnViews {
   HeadView q, k, v, out;
   LseView lse;
@@ -191,7 +255,7 @@ struct GPT::AttnViews {
 
 void GPT::attention_forward(LayerActs& a, int B) {
   const int D = C_ / H_;
-  AttnViews w(a, B, T_, H_, C_, dev_.dl_device(), act_);
+  AttnViews w(a, B, T_, Hl_, Cl_, dev_.dl_device(), act_);
   triad_attention_fwd_args_v1 args{&w.q.t,
                                    &w.k.t,
                                    &w.v.t,
@@ -205,13 +269,13 @@ void GPT::attention_forward(LayerActs& a, int B) {
 }
 
 void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
-  const int D = C_ / H_;
+  const int D = C_ / H_, Cl = Cl_, Hl = Hl_;
   const DLDevice d = dev_.dl_device();
-  AttnViews w(a, B, T_, H_, C_, d, act_);
-  HeadView dout(datty, B, T_, H_, D, C_, 0, d, act_);
-  HeadView dq(dqkv, B, T_, H_, D, 3 * C_, 0, d, act_);
-  HeadView dk(dqkv, B, T_, H_, D, 3 * C_, C_, d, act_);
-  HeadView dv(dqkv, B, T_, H_, D, 3 * C_, 2 * C_, d, act_);
+  AttnViews w(a, B, T_, Hl, Cl, d, act_);
+  HeadView dout(datty, B, T_, Hl, D, Cl, 0, d, act_);
+  HeadView dq(dqkv, B, T_, Hl, D, 3 * Cl, 0, d, act_);
+  HeadView dk(dqkv, B, T_, Hl, D, 3 * Cl, Cl, d, act_);
+  HeadView dv(dqkv, B, T_, Hl, D, 3 * Cl, 2 * Cl, d, act_);
   triad_attention_bwd_args_v1 args{&w.q.t,
                                    &w.k.t,
                                    &w.v.t,
@@ -228,106 +292,262 @@ void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B)
   attn_.backward(args);
 }
 
-float GPT::forward(const int32_t* inputs, const int32_t* targets, int B) {
-  const int T = T_, C = C_, N = B * T;
-  const int D = C / H_;
-  lastB_ = B;
-  dev_.to_device(inputs_.data(), inputs, sizeof(int32_t) * N);
-  dev_.to_device(targets_.data(), targets, sizeof(int32_t) * N);
-  const void* wpe = rope_ ? nullptr : w(wpe_);
-  // x (B,T,C) = wte[tokens] + wpe[positions]
-  dev_.embedding_forward(acts_[0].res_in.data(), inputs_.data(), w(wte_), wpe, B, T, C, act_);
-  for (int l = 0; l < L_; ++l) {
-    LayerActs& a = acts_[l];
-    const BlockOffsets& o = blocks_[l];
-    void* out = (l + 1 < L_) ? acts_[l + 1].res_in.data() : res_out_.data();
-    dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
-                           w(o.ln1_w), w(o.ln1_b), N, C, static_cast<float>(cfg_.layernorm_epsilon),
-                           act_);
-    // qkv (N,3C) = ln1 @ Wqkv^T + b
-    dev_.matmul_forward(a.qkv.data(), a.ln1.data(), w(o.attn_w), w(o.attn_b), N, C, 3 * C, act_);
-    if (rope_) {
-      // rotate q and k in place: (B,T,H,D) views with row stride 3C
-      dev_.rope_forward(a.qkv.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
-                        act_);
-      dev_.rope_forward(a.qkv.at(C), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
-                        act_);
-    }
-    attention_forward(a, B);
-    // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-    dev_.matmul_forward(out, a.atty.data(), w(o.attn_proj_w), w(o.attn_proj_b), N, C, C, act_);
-    dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(N) * C, act_);
-    dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
-                           w(o.ln2_w), w(o.ln2_b), N, C, static_cast<float>(cfg_.layernorm_epsilon),
-                           act_);
-    dev_.matmul_forward(a.fch.data(), a.ln2.data(), w(o.fc_w), w(o.fc_b), N, C, 4 * C, act_);
-    dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C, act_);
-    // out = res_mid + fch_gelu @ Wfcproj^T + b
-    dev_.matmul_forward(out, a.fch_gelu.data(), w(o.fc_proj_w), w(o.fc_proj_b), N, 4 * C, C, act_);
-    dev_.residual_forward(out, a.res_mid.data(), out, size_t(N) * C, act_);
+const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t, double* counter) {
+  if (c == TRIAD_TENSOR_IDENTITY) return in;
+  const size_t total = size_t(N) * width;  // the whole, unsplit buffer
+  const double bytes = double(total) * dtype_bytes(t), k = tp_.size;
+  const DLDataType dt = dl_dtype(t);
+  const DLDevice d = dev_.dl_device();
+  Communicator& comm = *tp_.comm;
+  ++volume_.collectives;
+  switch (c) {
+    case TRIAD_TENSOR_ALL_REDUCE:
+      comm.all_reduce(in, in, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
+      *counter += 2 * (k - 1) / k * bytes;
+      return in;
+    case TRIAD_TENSOR_ALL_GATHER:  // in: this rank's block of total / tp
+      comm.all_gather(in, out, total, dt, d).wait(tp_.timeout);
+      *counter += (k - 1) / k * bytes;
+      return out;
+    case TRIAD_TENSOR_REDUCE_SCATTER:  // out: this rank's block of total / tp
+      comm.reduce_scatter(in, out, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
+      *counter += (k - 1) / k * bytes;
+      return out;
   }
-  dev_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_out_.data(),
-                         w(lnf_w_), w(lnf_b_), N, C, static_cast<float>(cfg_.layernorm_epsilon),
-                         act_);
-  // logits (N,V) = lnf @ wte^T  (tied head, no bias)
-  dev_.matmul_forward(logits_.data(), lnf_.data(), w(wte_), nullptr, N, C, V_, act_);
-  dev_.crossentropy_forward(losses_.data(), ce_lse_.data(), logits_.data(), targets_.data(), N, V_,
-                            act_);
-  return static_cast<float>(dev_.sum(losses_.data(), N) / N);
+  throw std::logic_error("unknown tensor-parallel collective " + std::to_string(c));
 }
 
-void GPT::backward(float loss_scale, const GradsReady& grads_ready) {
-  const int B = lastB_, T = T_, C = C_, N = B * T;
-  const int D = C / H_;
-  const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
-  // dlogits (in place over logits) = scale/N * (softmax - onehot)
-  dev_.crossentropy_backward(logits_.data(), logits_.data(), ce_lse_.data(), targets_.data(),
-                             loss_scale / N, N, V_, act_);
-  dev_.fill_zero(dln_.data(), NC * ab);
-  dev_.matmul_backward(dln_.data(), g(wte_), nullptr, logits_.data(), lnf_.data(), w(wte_), N, C,
-                       V_, act_);
-  dev_.fill_zero(dres_.data(), NC * ab);
-  dev_.layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), res_out_.data(),
-                          w(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C, act_);
-  if (grads_ready) grads_ready(lnf_w_, layout_.total - lnf_w_);
-  // dres_ now holds d loss / d (residual stream) at the output of the last layer; each layer
-  // turns it into the gradient at its input (the residual adds pass it through unchanged).
-  for (int l = L_ - 1; l >= 0; --l) {
-    LayerActs& a = acts_[l];
-    const BlockOffsets& o = blocks_[l];
-    // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
-    dev_.fill_zero(dfch_gelu_.data(), 4 * NC * ab);
-    dev_.matmul_backward(dfch_gelu_.data(), g(o.fc_proj_w), g(o.fc_proj_b), dres_.data(),
-                         a.fch_gelu.data(), w(o.fc_proj_w), N, 4 * C, C, act_);
-    dev_.fill_zero(dfch_.data(), 4 * NC * ab);
-    dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC, act_);
-    dev_.fill_zero(dln_.data(), NC * ab);
-    dev_.matmul_backward(dln_.data(), g(o.fc_w), g(o.fc_b), dfch_.data(), a.ln2.data(), w(o.fc_w),
-                         N, C, 4 * C, act_);
-    dev_.layernorm_backward(dres_.data(), g(o.ln2_w), g(o.ln2_b), dln_.data(), a.res_mid.data(),
-                            w(o.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), N, C, act_);
-    // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
-    dev_.fill_zero(datty_.data(), NC * ab);
-    dev_.matmul_backward(datty_.data(), g(o.attn_proj_w), g(o.attn_proj_b), dres_.data(),
-                         a.atty.data(), w(o.attn_proj_w), N, C, C, act_);
-    attention_backward(a, dqkv_.data(), datty_.data(), B);
-    if (rope_) {
-      dev_.rope_backward(dqkv_.data(), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
-                         act_);
-      dev_.rope_backward(dqkv_.at(C), B, T, H_, D, int64_t(T) * 3 * C, 3 * C, D, cfg_.rope_base,
-                         act_);
-    }
-    dev_.fill_zero(dln_.data(), NC * ab);
-    dev_.matmul_backward(dln_.data(), g(o.attn_w), g(o.attn_b), dqkv_.data(), a.ln1.data(),
-                         w(o.attn_w), N, C, 3 * C, act_);
-    dev_.layernorm_backward(dres_.data(), g(o.ln1_w), g(o.ln1_b), dln_.data(), a.res_in.data(),
-                            w(o.ln1_w), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, act_);
-    if (grads_ready) grads_ready(o.begin, o.end - o.begin);
+const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N) {
+  return exchange(at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward, x.data(), full.data(), N, C_,
+                  act_, &volume_.activations);
+}
+
+void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N,
+                               int K) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  if (c.forward == TRIAD_TENSOR_IDENTITY) {  // one rank: the bias rides in the GEMM
+    dev_.matmul_forward(y, x, W, bias, N, K, C_, act_);
+    return;
   }
-  float* dwpe = rope_ ? nullptr : g(wpe_);
-  dev_.embedding_backward(g(wte_), dwpe, dres_.data(), inputs_.data(), B, T, C, V_, act_);
+  // Each rank's product over its slice of the inputs is a partial sum: reduce, then add the
+  // (replicated) bias once.
+  const int Ns = sp_ ? N / tp_.size : N;
+  dev_.matmul_forward(row_partial_.data(), x, W, nullptr, N, K, C_, act_);
+  const void* r = exchange(c.forward, row_partial_.data(), y, N, C_, act_, &volume_.activations);
+  if (r != y) dev_.copy(y, r, size_t(Ns) * C_ * dtype_bytes(act_));
+  dev_.bias_forward(y, bias, Ns, C_, act_);
+}
+
+void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
+                                float* dbias, int N, int K) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  dev_.fill_zero(dx, size_t(N) * K * dtype_bytes(act_));
+  if (c.forward == TRIAD_TENSOR_IDENTITY) {
+    dev_.matmul_backward(dx, dW, dbias, dy, x, W, N, K, C_, act_);
+    return;
+  }
+  const int Ns = sp_ ? N / tp_.size : N;
+  dev_.bias_backward(dbias, dy, Ns, C_, act_);
+  const void* dfull = exchange(c.backward, const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
+                               &volume_.activations);
+  dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_);
+}
+
+const void* GPT::column_input_grad(int N) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT);
+  return exchange(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
+}
+
+void GPT::reduce_replicated(const std::vector<float*>& grads) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_REPLICATED_GRADS);
+  if (c.backward == TRIAD_TENSOR_IDENTITY) return;
+  if (c.backward != TRIAD_TENSOR_ALL_REDUCE)
+    throw std::logic_error("replicated gradients are summed with an all-reduce");
+  const size_t C = C_, bytes = C * sizeof(float);
+  for (size_t i = 0; i < grads.size(); ++i) dev_.copy(grad_pack_.data() + i * C, grads[i], bytes);
+  exchange(TRIAD_TENSOR_ALL_REDUCE, grad_pack_.data(), nullptr, 1, int(grads.size() * C),
+           DType::f32, &volume_.replicated_grads);
+  for (size_t i = 0; i < grads.size(); ++i) dev_.copy(grads[i], grad_pack_.data() + i * C, bytes);
+}
+
+void GPT::embedding_forward(ActSet& s) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  // x (Ns,C) = wte[tokens] + wpe[positions]: each rank looks up its own vocabulary rows (zero
+  // for the others) and rank 0 alone adds the positions, so the reduction sums to the whole.
+  const void* wpe = rope_ || tp_.rank != 0 ? nullptr : state_.weight(wpe_);
+  const void* wte = state_.weight(wte_);
+  const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
+  void* x0 = s.layers.empty() ? s.res_out.data() : s.layers[0].res_in.data();
+  if (emb.forward == TRIAD_TENSOR_IDENTITY || emb.forward == TRIAD_TENSOR_ALL_REDUCE) {
+    dev_.embedding_forward(x0, s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
+    exchange(emb.forward, x0, nullptr, N, C, act_, &volume_.activations);
+  } else {
+    dev_.embedding_forward(row_partial_.data(), s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
+    exchange(emb.forward, row_partial_.data(), x0, N, C, act_, &volume_.activations);
+  }
+}
+
+void GPT::block_forward(size_t i, ActSet& s, void* out) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  const int Ns = sp_ ? N / tp_.size : N;
+  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const float eps = static_cast<float>(cfg_.layernorm_epsilon);
+  LayerActs& a = s.layers[i];
+  const BlockParams p = state_.block_params(i);
+  dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
+                         p.ln1_w, p.ln1_b, Ns, C, eps, act_);
+  // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
+  const void* ln1 = column_input(a.ln1, a.ln1_full, N);
+  dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
+  if (rope_) {
+    // rotate q and k in place: (B,T,Hl,D) views with row stride 3Cl
+    dev_.rope_forward(a.qkv.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                      act_);
+    dev_.rope_forward(a.qkv.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                      act_);
+  }
+  attention_forward(a, B);
+  // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
+  row_parallel_forward(out, a.atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
+  dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(Ns) * C, act_);
+  dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
+                         p.ln2_w, p.ln2_b, Ns, C, eps, act_);
+  const void* ln2 = column_input(a.ln2, a.ln2_full, N);
+  dev_.matmul_forward(a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
+  dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * Fl, act_);
+  // out = res_mid + fch_gelu @ Wfcproj^T + b
+  row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl);
+  dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
+}
+
+float GPT::head_forward(ActSet& s) {
+  const int N = s.B * T_, C = C_, t = tp_.size;
+  const int Ns = sp_ ? N / t : N;
+  dev_.layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), s.res_out.data(),
+                         state_.weight(lnf_w_), state_.weight(lnf_b_), Ns, C,
+                         static_cast<float>(cfg_.layernorm_epsilon), act_);
+  // logits (N,Vl) = lnf @ wte^T  (tied head, no bias; this rank's vocabulary columns)
+  const void* lnf = column_input(s.lnf, s.lnf_full, N);
+  dev_.matmul_forward(s.logits.data(), lnf, state_.weight(wte_), nullptr, N, C, vocab_.rows, act_);
+  const auto& lg = at(TRIAD_TENSOR_BOUNDARY_LOGITS);
+  if (lg.forward == TRIAD_TENSOR_IDENTITY) {
+    dev_.crossentropy_forward(s.losses.data(), s.ce_lse.data(), s.logits.data(), s.targets.data(),
+                              N, vocab_, act_);
+  } else {
+    // Vocab-parallel: the row max, then the sums of exponentials and the target logits, each
+    // reduced over the group; no rank ever holds a whole row of logits.
+    float* sums = s.ce_sums.data();
+    dev_.crossentropy_row_max(s.ce_max.data(), s.logits.data(), N, vocab_, act_);
+    tp_.comm
+        ->all_reduce(s.ce_max.data(), s.ce_max.data(), N, dl_float32(), TRIAD_REDUCE_MAX,
+                     dev_.dl_device())
+        .wait(tp_.timeout);
+    ++volume_.collectives;
+    volume_.logits += 2.0 * (t - 1) / t * N * sizeof(float);
+    dev_.crossentropy_row_sums(sums, sums + N, s.logits.data(), s.ce_max.data(), s.targets.data(),
+                               N, vocab_, act_);
+    exchange(lg.forward, sums, nullptr, 1, 2 * N, DType::f32, &volume_.logits);
+    dev_.crossentropy_finish(s.losses.data(), s.ce_lse.data(), s.ce_max.data(), sums, sums + N, N);
+  }
+  return static_cast<float>(dev_.sum(s.losses.data(), N) / N);
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  const int N = B * T_;
+  s.B = B;
+  dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
+  dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
+  embedding_forward(s);
+  const size_t nl = s.layers.size();
+  for (size_t i = 0; i < nl; ++i)
+    block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data());
+  return head_forward(s);
+}
+
+void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
+  const int N = s.B * T_, C = C_;
+  const int Ns = sp_ ? N / tp_.size : N;
+  const size_t ab = dtype_bytes(act_);
+  // dlogits (in place over logits) = scale/N * (softmax - onehot), this rank's columns
+  dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
+                             loss_scale / N, N, vocab_, act_);
+  const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
+  dev_.fill_zero(dcol_, size_t(N) * C * ab);
+  dev_.matmul_backward(dcol_, state_.grad(wte_), nullptr, s.logits.data(), lnf, state_.weight(wte_),
+                       N, C, vocab_.rows, act_);
+  const void* dlnf = column_input_grad(N);
+  dev_.fill_zero(dres_.data(), size_t(Ns) * C * ab);
+  dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
+                          s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
+                          s.lnf_rstd.data(), Ns, C, act_);
+  if (reduce_now) reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
+}
+
+// dres_ holds d loss / d (residual stream) at the block's output; turns it into the gradient at
+// its input (the residual adds pass it through unchanged).
+void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  const int Ns = sp_ ? N / tp_.size : N;
+  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
+  LayerActs& a = s.layers[i];
+  const BlockParams p = state_.block_params(i);
+  const BlockGrads g = state_.block_grads(i);
+  const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
+  const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
+  // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
+  row_parallel_backward(dfch_gelu_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
+                        g.fc_proj_w, g.fc_proj_b, N, Fl);
+  dev_.fill_zero(dfch_.data(), size_t(N) * Fl * ab);
+  dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_);
+  dev_.fill_zero(dcol_, NC * ab);
+  dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_);
+  const void* dln2 = column_input_grad(N);
+  dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
+                          a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_);
+  // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
+  row_parallel_backward(datty_.data(), dres_.data(), a.atty.data(), p.attn_proj_w, g.attn_proj_w,
+                        g.attn_proj_b, N, Cl);
+  attention_backward(a, dqkv_.data(), datty_.data(), B);
+  if (rope_) {
+    dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                       act_);
+    dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                       act_);
+  }
+  dev_.fill_zero(dcol_, NC * ab);
+  dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_);
+  const void* dln1 = column_input_grad(N);
+  dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, a.res_in.data(), p.ln1_w,
+                          a.ln1_mean.data(), a.ln1_rstd.data(), Ns, C, act_);
+  if (reduce_now)
+    reduce_replicated({g.ln1_w, g.ln1_b, g.attn_proj_b, g.ln2_w, g.ln2_b, g.fc_proj_b});
+}
+
+// The embedding's gradient: every token's row (gathered over the group under sequence
+// parallelism), into this rank's vocabulary rows and the whole position table.
+void GPT::embedding_backward(ActSet& s) {
+  const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
+  const void* dx = exchange(emb.backward, dres_.data(), drow_full_.data(), s.B * T_, C_, act_,
+                            &volume_.activations);
+  float* dwpe = rope_ ? nullptr : state_.grad(wpe_);
+  dev_.embedding_backward(state_.grad(wte_), dwpe, dx, s.inputs.data(), s.B, T_, C_, vocab_, act_);
+}
+
+void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_micro, int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  const ParamSpec& spec = state_.spec();
+  const bool reduce_now = last_micro && sp_;
+  head_backward(s, loss_scale, reduce_now);
+  if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+  for (size_t i = s.layers.size(); i-- > 0;) {
+    block_backward(i, s, reduce_now);
+    if (grads_ready) grads_ready(spec.layers[i].range.begin, spec.layers[i].range.size());
+  }
+  embedding_backward(s);
   // wte (and wpe) are final only now: the tied LM head wrote into wte first.
-  if (grads_ready) grads_ready(0, L_ > 0 ? blocks_[0].begin : lnf_w_);
+  if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
 }
 
 }  // namespace triad

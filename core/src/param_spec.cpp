@@ -44,6 +44,17 @@ void validate(const ModelConfig& m, const Placement& p) {
   if (p.make_vocab_size_divisible_by < 1)
     throw UserError("make_vocab_size_divisible_by = " + str(p.make_vocab_size_divisible_by) +
                     " must be at least 1; set it to 1 (no padding) or more (default 128)");
+  const auto megatron = megatron_splits();
+  for (int r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r) {
+    const int32_t k = p.split[r];
+    const bool ok = k == megatron[r] || (tp == 1 && k == TRIAD_TENSOR_SPLIT_REPLICATED);
+    if (!ok)
+      throw UserError("the tensor plan splits " +
+                      std::string(role_name(static_cast<TensorRole>(r))) + " as kind " + str(k) +
+                      ", which the GPT model cannot run (it runs Megatron's splits: qkv and fc "
+                      "column, the projections row, the word embedding vocab, the rest "
+                      "replicated); set tensor: megatron");
+  }
   const int n = p.num_layers < 0 ? m.num_layers - p.first_layer : p.num_layers;
   if (p.first_layer < 0 || p.first_layer > m.num_layers || n < 0 ||
       p.first_layer + n > m.num_layers)
@@ -142,6 +153,17 @@ const LayerRange& ParamSpec::layer(int global_layer) const {
   throw std::out_of_range("layer " + str(global_layer) + " is not held by this rank");
 }
 
+std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> megatron_splits() {
+  std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> s{};
+  s.fill(TRIAD_TENSOR_SPLIT_REPLICATED);
+  s[TRIAD_TENSOR_ROLE_WORD_EMBEDDING] = TRIAD_TENSOR_SPLIT_VOCAB;
+  s[TRIAD_TENSOR_ROLE_QKV_WEIGHT] = s[TRIAD_TENSOR_ROLE_QKV_BIAS] = TRIAD_TENSOR_SPLIT_COLUMN;
+  s[TRIAD_TENSOR_ROLE_FC_WEIGHT] = s[TRIAD_TENSOR_ROLE_FC_BIAS] = TRIAD_TENSOR_SPLIT_COLUMN;
+  s[TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT] = s[TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT] =
+      TRIAD_TENSOR_SPLIT_ROW;
+  return s;
+}
+
 int64_t padded_vocab_size(int64_t vocab_size, int divisible_by, int tp_size) {
   const int64_t multiple = int64_t{divisible_by} * tp_size;
   return (vocab_size + multiple - 1) / multiple * multiple;
@@ -161,6 +183,7 @@ ParamSpec build_param_spec(const ModelConfig& m, const Placement& placement) {
   enum class Kind { replicated, column, column_qkv, row, vocab };
   auto add = [&](std::string name, TensorRole role, int layer, std::vector<int64_t> shape,
                  Kind kind, bool decay, bool matmul) {
+    if (p.split[static_cast<int>(role)] == TRIAD_TENSOR_SPLIT_REPLICATED) kind = Kind::replicated;
     TensorSpec t;
     t.name = std::move(name);
     t.role = role;
@@ -246,6 +269,36 @@ void place_in_global(const TensorSpec& t, int tp_rank, const float* local, float
   for_each_run(t, tp_rank, [&](size_t g, size_t l, size_t n) {
     std::memcpy(global + g, local + l, n * sizeof(float));
   });
+}
+
+// The global tensor's elements that exist in the full (unpadded) layout come first in row-major
+// order: only the word embedding is padded, and only along its rows.
+void local_from_full(const ParamSpec& spec, const GptLayout& full_layout, const float* full,
+                     float* local) {
+  const int r = spec.placement.tp_rank;
+  std::vector<float> global;
+  for (const TensorSpec& t : spec.tensors) {
+    const ParamInfo& f = full_layout.find(t.name);
+    global.assign(t.global_numel(), 0.0f);
+    std::memcpy(global.data(), full + f.offset, f.numel * sizeof(float));
+    slice_of_global(t, r, global.data(), local + t.offset);
+  }
+}
+
+void full_from_local(const ParamSpec& spec, int tp_rank, const GptLayout& full_layout,
+                     const float* local, float* full) {
+  std::vector<float> global;
+  for (const TensorSpec& t : spec.tensors) {
+    const ParamInfo& f = full_layout.find(t.name);
+    global.assign(t.global_numel(), 0.0f);
+    std::vector<float> mine(t.global_numel(), 0.0f);
+    place_in_global(t, tp_rank, local + t.offset, global.data());
+    // Only the elements this rank holds: mark them by placing a slice of ones.
+    std::vector<float> ones(t.numel, 1.0f);
+    place_in_global(t, tp_rank, ones.data(), mine.data());
+    for (size_t i = 0; i < f.numel; ++i)
+      if (mine[i] != 0.0f) full[f.offset + i] = global[i];
+  }
 }
 
 }  // namespace triad

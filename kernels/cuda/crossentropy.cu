@@ -47,7 +47,7 @@ __device__ inline MaxSum warp_max_sum(MaxSum v) {
 template <class T>
 __global__ void __launch_bounds__(kCeThreads)
     crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
-                                int V, detail::VecSplit s) {
+                                int V, int valid, detail::VecSplit s) {
   constexpr int W = detail::kVecOf<T>;
   __shared__ float shared_m[32], shared_s[32];
   const int row = blockIdx.x;
@@ -57,14 +57,14 @@ __global__ void __launch_bounds__(kCeThreads)
   if (s.vec) {
     const size_t tail0 = s.head + W * s.nvec;
     if (size_t(tid) < s.head) acc.add(detail::to_float(z[tid]));
-    if (size_t(tid) < V - tail0) acc.add(detail::to_float(z[tail0 + tid]));
+    if (size_t(tid) < valid - tail0) acc.add(detail::to_float(z[tail0 + tid]));
     for (size_t j = tid; j < s.nvec; j += blockDim.x) {
       float x[W];
       detail::load_vec(z + s.head + W * j, x);
       for (int k = 0; k < W; ++k) acc.add(x[k]);
     }
   } else {
-    for (int v = tid; v < V; v += blockDim.x) acc.add(detail::to_float(z[v]));
+    for (int v = tid; v < valid; v += blockDim.x) acc.add(detail::to_float(z[v]));
   }
   acc = warp_max_sum(acc);
   const int lane = tid & 31, warp = tid >> 5;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kCeThreads)
       const float l = all.m + logf(all.s);
       const int t = targets[row];
       lse[row] = l;
-      losses[row] = t >= 0 && t < V ? l - detail::to_float(z[t]) : NAN;
+      losses[row] = t >= 0 && t < valid ? l - detail::to_float(z[t]) : NAN;
     }
   }
 }
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kCeThreads)
 // No __restrict__: dlogits may alias logits. Every element is read, then written, by one thread.
 template <class T>
 __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
-                                             const int32_t* targets, float dloss, int V,
+                                             const int32_t* targets, float dloss, int V, int valid,
                                              detail::VecSplit s) {
   constexpr int W = detail::kVecOf<T>;
   const int row = blockIdx.x;
@@ -106,7 +106,7 @@ __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const 
   if (s.vec) {
     const size_t tail0 = s.head + W * s.nvec;
     if (size_t(tid) < s.head) one(tid);
-    if (size_t(tid) < V - tail0) one(int(tail0) + tid);
+    if (size_t(tid) < valid - tail0) one(int(tail0) + tid);
     for (size_t j = tid; j < s.nvec; j += blockDim.x) {
       const int v = int(s.head + W * j);
       float x[W];
@@ -115,52 +115,59 @@ __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const 
       detail::store_vec(dz + v, x);
     }
   } else {
-    for (int v = tid; v < V; v += blockDim.x) one(v);
+    for (int v = tid; v < valid; v += blockDim.x) one(v);
   }
+  // Padding columns (Megatron's padded vocabulary) get no probability and no gradient.
+  for (int v = valid + tid; v < V; v += blockDim.x) dz[v] = detail::from_float<T>(0.0f);
 }
 
 template <class T>
 void forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N, int V,
-             cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
+             int valid, cudaStream_t stream) {
+  if (valid < 0 || valid > V) valid = V;
+  if (N <= 0 || valid <= 0) return;
   // Rows start 16-byte apart when V is a multiple of the vector width, so the split of row 0
   // holds for every row.
   const detail::VecSplit s =
-      V % detail::kVecOf<T> == 0 ? detail::vec_split(size_t(V), logits) : detail::VecSplit{};
-  crossentropy_forward_kernel<T><<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V, s);
+      V % detail::kVecOf<T> == 0 ? detail::vec_split(size_t(valid), logits) : detail::VecSplit{};
+  crossentropy_forward_kernel<T>
+      <<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V, valid, s);
   detail::check_launch("crossentropy_forward");
 }
 
 template <class T>
 void backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
-              int N, int V, cudaStream_t stream) {
+              int N, int V, int valid, cudaStream_t stream) {
+  if (valid < 0 || valid > V) valid = V;
   if (N <= 0 || V <= 0) return;
   const detail::VecSplit s = V % detail::kVecOf<T> == 0
-                                 ? detail::vec_split(size_t(V), dlogits, logits)
+                                 ? detail::vec_split(size_t(valid), dlogits, logits)
                                  : detail::VecSplit{};
   crossentropy_backward_kernel<T>
-      <<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, V, s);
+      <<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, V, valid, s);
   detail::check_launch("crossentropy_backward");
 }
 
 }  // namespace
 
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream) {
-  forward(losses, lse, logits, targets, N, V, stream);
+                          int N, int V, cudaStream_t stream, int valid) {
+  forward(losses, lse, logits, targets, N, V, valid, stream);
 }
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream) {
-  forward(losses, lse, logits, targets, N, V, stream);
+                          int N, int V, cudaStream_t stream, int valid) {
+  forward(losses, lse, logits, targets, N, V, valid, stream);
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream) {
-  backward(dlogits, logits, lse, targets, dloss, N, V, stream);
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
+                           int valid) {
+  backward(dlogits, logits, lse, targets, dloss, N, V, valid, stream);
 }
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream) {
-  backward(dlogits, logits, lse, targets, dloss, N, V, stream);
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
+                           int valid) {
+  backward(dlogits, logits, lse, targets, dloss, N, V, valid, stream);
 }
 
 }  // namespace triad::kernels::cuda

@@ -214,10 +214,11 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
       {"precision: bf16\n", {"precision 'bf16' ($F:8:12) needs device: cuda"}},
       {"precision: fp16\n", {"precision 'fp16' is not supported ($F:8:12)", "loss scaling"}},
       {"parallel:\n  tensor_model_parallel_size: 2\n",
-       {"parallel.tensor_model_parallel_size 2 is not supported yet ($F:9:",
-        "come with the distributed runtime"}},
+       {"world size 1 is not divisible by tensor_model_parallel_size 2 × "
+        "pipeline_model_parallel_size 1 ($F:9:",
+        "launch a multiple of 2 ranks"}},
       {"parallel:\n  pipeline_model_parallel_size: 2\n",
-       {"parallel.pipeline_model_parallel_size 2", "come with the distributed runtime"}},
+       {"parallel.pipeline_model_parallel_size 2", "not built yet"}},
       {"zero_optimization:\n  stage: 1\n",
        {"zero_optimization.stage 1 is not supported yet", "use 0"}},
   };
@@ -589,11 +590,23 @@ TEST_F(ConfigTest, DataParallelWorldSizes) {
                 "world size 4"},
                {"parallel.data_parallel_size=3"}, 4);
 
-  // Tensor and pipeline parallelism are still refused, whatever the world size.
+  // Megatron's divisibility rules for tensor (and sequence) parallelism.
   expect_error(
-      "parallel:\n  tensor_model_parallel_size: 2\n",
-      {"parallel.tensor_model_parallel_size 2 is not supported yet ($F:2:", "use 1 for now"}, {},
-      2);
+      "model:\n  hidden_size: 96\n  num_attention_heads: 3\nparallel:\n"
+      "  tensor_model_parallel_size: 2\n",
+      {"model.num_attention_heads 3 is not divisible by "
+       "parallel.tensor_model_parallel_size 2 ($F:5:",
+       "divides the heads"},
+      {}, 2);
+  expect_error(
+      "model:\n  seq_length: 63\nparallel:\n  tensor_model_parallel_size: 2\n"
+      "  sequence_parallel: true\n",
+      {"model.seq_length 63 is not divisible by parallel.tensor_model_parallel_size 2 "
+       "with parallel.sequence_parallel ($F:5:",
+       "multiple of 2 or turn sequence_parallel off"},
+      {}, 2);
+  expect_error("parallel:\n  tensor_model_parallel_size: 2\n",
+               {"world size 3 is not divisible by tensor_model_parallel_size 2"}, {}, 3);
   expect_error("parallel:\n  pipeline_model_parallel_size: 2\n",
                {"parallel.pipeline_model_parallel_size 2 is not supported yet"}, {}, 4);
 }

@@ -69,5 +69,31 @@ TEST(Embedding, BackwardAccumulatesWideRowsAndNoPositions) {
   expect_close(fte, ref_te, 1e-5, 1e-5, "float dwte");
 }
 
+// Vocab-parallel: each shard looks up only its rows (zeros for the others) and takes only their
+// gradient; the shards' outputs sum to the whole lookup and their dwte rows are the whole one's.
+TEST(EmbeddingShards, SumToTheWholeLookup) {
+  const int B = 2, T = 5, C = 8, V = 12, Vl = 4;  // 3 shards
+  const Vec wte = randn(size_t(V) * C, 11), wpe = randn(size_t(T) * C, 12);
+  const auto tok = rand_tokens(size_t(B) * T, V, 13);
+  Vec whole(size_t(B) * T * C), sum(whole.size(), 0.0);
+  embedding_forward(whole.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  const Vec dout = randn(whole.size(), 14);
+  Vec dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  for (int r = 0; r < V / Vl; ++r) {
+    Vec out(whole.size()), d(size_t(Vl) * C, 0.0);
+    // Positions are added by shard 0 only (the engine's rule), so the sum counts them once.
+    embedding_forward(out.data(), tok.data(), wte.data() + size_t(r) * Vl * C,
+                      r == 0 ? wpe.data() : static_cast<const double*>(nullptr), B, T, C,
+                      int64_t(r) * Vl, Vl);
+    for (size_t i = 0; i < out.size(); ++i) sum[i] += out[i];
+    embedding_backward(d.data(), static_cast<double*>(nullptr), dout.data(), tok.data(), B, T, C,
+                       int64_t(r) * Vl, Vl);
+    for (size_t i = 0; i < d.size(); ++i)
+      ASSERT_DOUBLE_EQ(d[i], dwte[size_t(r) * Vl * C + i]) << "shard " << r;
+  }
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(sum[i], whole[i], 1e-12) << i;
+}
+
 }  // namespace
 }  // namespace triad::kernels::cpu::test

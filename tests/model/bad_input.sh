@@ -51,6 +51,17 @@ expect_error missing_text "no-such-text.txt" "$BASE" --set data.path="$WORK/no-s
 expect_error head_dim_unsupported "head dim 512" "$BASE" --set model.hidden_size=1024 \
   --set model.num_attention_heads=2
 expect_error tensor_parallel "tensor_model_parallel_size" "$BASE" --set parallel.tensor_model_parallel_size=2
+# Tensor parallelism's rules, checked by the launcher before any rank starts.
+expect_error tp_heads "num_attention_heads 3 is not divisible" "$BASE" --nproc-per-node 2 \
+  --set parallel.tensor_model_parallel_size=2 --set model.hidden_size=96 --set model.num_attention_heads=3
+expect_error tp_sequence "seq_length 63 is not divisible" "$BASE" --nproc-per-node 2 \
+  --set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true --set model.seq_length=63
+expect_error tp_world "world size 3 is not divisible by tensor_model_parallel_size 2" "$BASE" \
+  --nproc-per-node 3 --set parallel.tensor_model_parallel_size=2
+expect_error tp_plugin_lacks "tensor plugin 'none' cannot plan tp 2" "$BASE" --nproc-per-node 2 \
+  --set parallel.tensor_model_parallel_size=2 --set tensor=none
+expect_error tp_unknown_plugin "megatrom" "$BASE" --nproc-per-node 2 \
+  --set parallel.tensor_model_parallel_size=2 --set tensor=megatrom
 expect_error world_mismatch "data_parallel_size" "$BASE" --nproc-per-node 2 --set parallel.data_parallel_size=4
 
 echo "$passes passed, $fails failed"

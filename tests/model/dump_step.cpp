@@ -58,9 +58,11 @@ int main(int argc, char** argv) {
     auto data = make_data_loader(cfg.data, cfg.model, t.micro_batch_size, t.global_batch_size,
                                  t.seed, 0, 1);
     GPT model(cfg.model, *dev, attn, t.micro_batch_size);
-    if (!cfg.output.init_from_hf.empty())
-      import_hf(cfg.output.init_from_hf, cfg.model, model.layout(), model.params());
-    else
+    if (!cfg.output.init_from_hf.empty()) {
+      std::vector<float> full(model.full_layout().total);
+      import_hf(cfg.output.init_from_hf, cfg.model, model.full_layout(), full.data());
+      model.params_from_full(full.data());
+    } else
       model.init_weights(t.seed);
     test::perturb_weights(model, t.seed + 1);
     const int B = t.micro_batch_size, T = cfg.model.seq_length;
@@ -69,8 +71,9 @@ int main(int argc, char** argv) {
     model.zero_grad();
     const float loss = model.forward(in.data(), tg.data(), B);
     model.backward(1.0f);
-    write_arena((out / "weights.safetensors").string(), model.layout(), model.params());
-    write_arena((out / "grads.safetensors").string(), model.layout(), model.grads());
+    const std::vector<float> weights = model.params_to_full(), grads = model.grads_to_full();
+    write_arena((out / "weights.safetensors").string(), model.full_layout(), weights.data());
+    write_arena((out / "grads.safetensors").string(), model.full_layout(), grads.data());
     std::vector<float> fin(in.begin(), in.end()), ftg(tg.begin(), tg.end());
     safetensors::write_f32((out / "batch.safetensors").string(),
                            {{"inputs", {B, T}, fin.data()}, {"targets", {B, T}, ftg.data()}});
@@ -86,7 +89,7 @@ int main(int argc, char** argv) {
                      {"layernorm_epsilon", m.layernorm_epsilon}};
     std::ofstream(out / "result.json") << j.dump(2) << "\n";
     if (m.position_embedding == "learned")
-      export_hf((out / "hf").string(), m, model.layout(), model.params());
+      export_hf((out / "hf").string(), m, model.full_layout(), weights.data());
     std::printf("loss %.8f written to %s\n", loss, out.c_str());
     return 0;
   } catch (const UserError& e) {

@@ -28,9 +28,9 @@ inline void perturb(const GptLayout& layout, float* host, uint64_t seed) {
 
 // Perturbs the model's weights where they are (through the host).
 inline void perturb_weights(GPT& model, uint64_t seed) {
-  std::vector<float> host = model.params_to_host();
-  perturb(model.layout(), host.data(), seed);
-  model.params_from_host(host);
+  std::vector<float> host = model.params_to_full();
+  perturb(model.full_layout(), host.data(), seed);
+  model.params_from_full(host.data());
 }
 
 // GPT-2-shaped weights of the test's own making (independent of GPT::init_weights, so a change

@@ -184,9 +184,11 @@ TEST(HuggingFace, ExportThenImportIsExact) {
   a.init_weights(11);
   const fs::path dir = fs::temp_directory_path() / "triad-test-hf";
   fs::remove_all(dir);
-  export_hf(dir.string(), c.model, a.layout(), a.params());
+  export_hf(dir.string(), c.model, a.full_layout(), a.params_to_full().data());
   EXPECT_TRUE(fs::exists(dir / "config.json"));
-  import_hf(dir.string(), c.model, b.layout(), b.params());
+  std::vector<float> full(b.full_layout().total);
+  import_hf(dir.string(), c.model, b.full_layout(), full.data());
+  b.params_from_full(full.data());
   for (size_t i = 0; i < a.num_params(); ++i) ASSERT_EQ(a.params()[i], b.params()[i]) << i;
   // A config that disagrees with the folder is refused, naming the key.
   Config other = small_config({"model.num_layers=3"});
@@ -245,8 +247,8 @@ TEST(Model, InitialisationIsIndependentOfTheLayout) {
   a.init_weights(42);
   b.init_weights(42);
   for (const char* name : {"wte.weight", "h.0.attn.c_attn.weight", "h.1.mlp.c_proj.weight"}) {
-    const auto& pa = a.layout().find(name);
-    ASSERT_EQ(pa.numel, b.layout().find(name).numel);
+    const auto& pa = a.spec().find(name);
+    ASSERT_EQ(pa.numel, b.spec().find(name).numel);
     for (size_t i = 0; i < pa.numel; ++i)
       ASSERT_EQ(a.param(name)[i], b.param(name)[i]) << name << " [" << i << "]";
   }

@@ -99,16 +99,47 @@ void check_available(Config& c, const Checker& k) {
     fail("precision 'bf16' (" + k.at("precision") + ") needs device: cuda; the " + c.device +
          " device computes in fp32 only, so use precision: fp32 there");
   const ParallelConfig& p = c.parallel;
-  for (auto [name, v] : {std::pair{"tensor_model_parallel_size", p.tensor_model_parallel_size},
-                         std::pair{"pipeline_model_parallel_size", p.pipeline_model_parallel_size}})
-    if (v != 1)
-      fail("parallel." + std::string(name) + " " + str(v) + " is not supported yet (" +
-           k.at("parallel." + std::string(name)) +
-           "); tensor and pipeline parallelism come with the distributed runtime, use 1 for now");
+  if (p.pipeline_model_parallel_size != 1)
+    fail("parallel.pipeline_model_parallel_size " + str(p.pipeline_model_parallel_size) +
+         " is not supported yet (" + k.at("parallel.pipeline_model_parallel_size") +
+         "); pipeline parallelism is not built yet, use 1 for now");
+  if (p.tensor_model_parallel_size > 1 && c.device != "cpu")
+    fail("parallel.tensor_model_parallel_size " + str(p.tensor_model_parallel_size) + " (" +
+         k.at("parallel.tensor_model_parallel_size") + ") is not built for device: " + c.device +
+         " yet; use tensor_model_parallel_size: 1 there, or device: cpu");
   if (c.zero_optimization.stage != 0)
     fail("zero_optimization.stage " + str(c.zero_optimization.stage) + " is not supported yet (" +
          k.at("zero_optimization.stage") +
          "); ZeRO stages 1-3 come with the distributed runtime, use 0 for now");
+}
+
+// Megatron's divisibility rules for tensor parallelism (and sequence parallelism).
+void check_tensor_parallel(Config& c, const Checker& k) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  const int tp = p.tensor_model_parallel_size;
+  const std::string where = k.at("parallel.tensor_model_parallel_size");
+  auto need = [&](const std::string& what, int64_t v, const std::string& fix) {
+    if (v % tp != 0)
+      fail(what + " " + std::to_string(v) + " is not divisible by " +
+           "parallel.tensor_model_parallel_size " + str(tp) + " (" + where + "); " + fix);
+  };
+  need("model.num_attention_heads", m.num_attention_heads,
+       "each rank runs whole heads, so choose a tensor-parallel size that divides the heads");
+  need("model.hidden_size", m.hidden_size,
+       "the attention projection splits its input features, so choose a tensor-parallel size "
+       "that divides hidden_size");
+  need("the MLP width 4 x model.hidden_size", 4 * int64_t{m.hidden_size},
+       "the MLP splits its inner width, so choose a tensor-parallel size that divides it");
+  if (p.sequence_parallel && tp > 1 && m.seq_length % tp != 0)
+    fail("model.seq_length " + str(m.seq_length) + " is not divisible by " +
+         "parallel.tensor_model_parallel_size " + str(tp) + " with parallel.sequence_parallel (" +
+         k.at("parallel.sequence_parallel") +
+         "); each rank holds seq_length / tp tokens of a sequence, so choose a seq_length that "
+         "is a multiple of " +
+         str(tp) + " or turn sequence_parallel off");
+  // The plan: Megatron's when the model is split, none otherwise.
+  if (c.tensor.name.empty()) c.tensor.name = tp > 1 ? "megatron" : "none";
 }
 
 void check_layout(Config& c, const Checker& k, int world_size) {
@@ -142,6 +173,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_available(c, k);
   // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
   if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;
+  check_tensor_parallel(c, k);
   check_layout(c, k, world_size);
   resolve_batch_sizes(c.training, c.parallel, world_size, loc.file());
 }

@@ -61,6 +61,7 @@ std::vector<Section> build_schema() {
            F("rope_base", TRIAD_SLOT(model.rope_base)).gt(0),
            F("init_std", TRIAD_SLOT(model.init_std)).gt(0),
            F("layernorm_epsilon", TRIAD_SLOT(model.layernorm_epsilon)).gt(0),
+           F("make_vocab_size_divisible_by", TRIAD_SLOT(model.make_vocab_size_divisible_by)).min(1),
        }},
       {"data",
        {
@@ -113,6 +114,7 @@ std::vector<Section> build_schema() {
                .min(1),
            // 0 = derived from the world size
            F("data_parallel_size", TRIAD_SLOT(parallel.data_parallel_size)).min(0),
+           F("sequence_parallel", TRIAD_SLOT(parallel.sequence_parallel)),
        }},
       {"zero_optimization",
        {
@@ -146,6 +148,7 @@ std::vector<PluginSection> build_plugin_choices() {
       {"attention", [](Config& c) { return &c.attention; }, "flash2",
        "{name: flash2, block_q: 64}"},
       {"transport", [](Config& c) { return &c.transport; }, "nccl", "{name: ucx, tls: tcp}"},
+      {"tensor", [](Config& c) { return &c.tensor; }, "megatron", "{name: megatron}"},
   };
 }
 

@@ -23,6 +23,9 @@ struct ModelConfig {
   double rope_base = 10000.0;
   double init_std = 0.02;
   double layernorm_epsilon = 1e-5;
+  // The vocabulary is padded to a multiple of this × tensor_model_parallel_size (Megatron's
+  // --make-vocab-size-divisible-by); the padding never receives probability.
+  int make_vocab_size_divisible_by = 128;
 };
 
 struct DataConfig {
@@ -63,6 +66,9 @@ struct ParallelConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int data_parallel_size = 1;  // derived: world / (tp * pp) when 0
+  // Megatron's sequence parallelism: layernorm/residual regions split along the tokens over
+  // the tensor group (no effect at tp 1).
+  bool sequence_parallel = false;
 };
 
 // DeepSpeed's zero_optimization section.
@@ -98,6 +104,8 @@ struct Config {
   ZeroConfig zero_optimization;
   PluginChoice attention{"naive", {}, "attention"};
   PluginChoice transport{"ucx", {}, "transport"};
+  // The tensor-parallel plan; empty = "megatron" when tp > 1, else "none".
+  PluginChoice tensor{"", {}, "tensor"};
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda
   std::string precision = "fp32";  // fp32

@@ -35,6 +35,15 @@ inline const void* advance(const void* p, size_t n, DType t) {
   return static_cast<const char*>(p) + n * dtype_bytes(t);
 }
 
+// The vocabulary rows one rank holds (tensor parallelism splits the padded vocabulary): rows
+// [start, start + rows), of which the first `valid` are real tokens and the rest padding.
+// Without tensor parallelism: start 0, rows the padded vocabulary, valid the real one.
+struct VocabShard {
+  int64_t start = 0;
+  int rows = 0;
+  int valid = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -58,10 +67,12 @@ class Device {
   // gradients and the compute copy of the weights (void* pointers); parameter gradients
   // (float* dweight, dbias, dwte, dwpe), layernorm statistics, losses and lse are always fp32.
   // A device refuses (UserError) an activation dtype it has no kernels for.
+  // wte holds the vocabulary rows of `vocab` (all of them without tensor parallelism); a token
+  // outside them looks up zeros and adds nothing to dwte.
   virtual void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                 int B, int T, int C, DType act) = 0;
+                                 int B, int T, int C, const VocabShard& vocab, DType act) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                                  int B, int T, int C, int V, DType act) = 0;
+                                  int B, int T, int C, const VocabShard& vocab, DType act) = 0;
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C, float eps,
                                  DType act) = 0;
@@ -77,11 +88,28 @@ class Device {
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
                              DType act) = 0;
   virtual void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) = 0;
+  // logits (N, vocab.rows). crossentropy_forward: the whole vocabulary is here (vocab.start
+  // 0; columns past vocab.valid are padding, never given probability). The vocab-parallel
+  // forward is row_max, (all-reduce max), row_sums, (all-reduce sum), finish; see
+  // kernels::cpu::crossentropy_row_max. backward takes the whole row's lse either way and
+  // writes 0 into the padding.
   virtual void crossentropy_forward(float* losses, float* lse, const void* logits,
-                                    const int32_t* targets, int N, int V, DType act) = 0;
+                                    const int32_t* targets, int N, const VocabShard& vocab,
+                                    DType act) = 0;
   virtual void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
-                                     const int32_t* targets, float dloss, int N, int V,
-                                     DType act) = 0;
+                                     const int32_t* targets, float dloss, int N,
+                                     const VocabShard& vocab, DType act) = 0;
+  virtual void crossentropy_row_max(float* rowmax, const void* logits, int N,
+                                    const VocabShard& vocab, DType act) = 0;
+  virtual void crossentropy_row_sums(float* sumexp, float* target_logit, const void* logits,
+                                     const float* rowmax, const int32_t* targets, int N,
+                                     const VocabShard& vocab, DType act) = 0;
+  virtual void crossentropy_finish(float* losses, float* lse, const float* rowmax,
+                                   const float* sumexp, const float* target_logit, int N) = 0;
+  // out (N,C) += bias (C); dbias (C) += column sums of dout (N,C) (a row-parallel matmul's bias,
+  // added after the tensor-parallel reduction).
+  virtual void bias_forward(void* out, const void* bias, int N, int C, DType act) = 0;
+  virtual void bias_backward(float* dbias, const void* dout, int N, int C, DType act) = 0;
   virtual void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                             double base, DType act) = 0;
   virtual void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st,

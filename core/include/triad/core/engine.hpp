@@ -13,9 +13,19 @@
 
 namespace triad {
 
-// What a run will cost, computed without allocating (for --dry-run).
+// Bytes one rank moves per step in its tensor-parallel group (ring accounting, see
+// TensorCommVolume in model.hpp).
+struct TensorTraffic {
+  double activations = 0, logits = 0, replicated_grads = 0;
+  double total() const { return activations + logits + replicated_grads; }
+};
+
+// What a run will cost per rank of its layout, computed without allocating (for --dry-run).
 struct RunPlan {
-  size_t num_params = 0;
+  size_t num_params = 0;       // the whole model, unpadded
+  size_t params_per_rank = 0;  // a tensor-parallel rank's slice, vocabulary padded
+  int64_t padded_vocab_size = 0;
+  TensorTraffic tensor_traffic;  // per step per rank (Megatron's formula)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
   size_t total_bytes() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes;
@@ -23,6 +33,10 @@ struct RunPlan {
   double flops_per_step = 0;  // Megatron's formula, see model_flops_per_step
 };
 RunPlan plan_run(const Config& cfg);
+// Loads every plugin the config names and checks its parameters and, for the tensor plugin,
+// the plan of the layout: the launcher's check before it starts ranks, so a bad choice is one
+// message rather than one per rank. Throws UserError.
+void preflight(const Config& cfg);
 
 // Megatron-LM's model FLOPs per iteration (Narayanan et al. 2021, no activation recompute):
 //   72 · B · s · l · h² · (1 + s/(6h) + V/(12·l·h))
@@ -42,15 +56,26 @@ struct StepRecord {
   size_t peak_bytes = 0;
 };
 
+// Megatron's count for the layout: per micro-batch 4 all-reduces of the (b,s,h) activations
+// per layer (4 all-gathers + 4 reduce-scatters with sequence parallelism) plus two at the ends,
+// three per-token statistics of the vocab-parallel cross-entropy, and with sequence parallelism
+// one all-reduce of the layernorm and row-parallel bias gradients per step.
+TensorTraffic tensor_traffic_formula(const Config& cfg);
+
 struct RunResult {
   std::vector<StepRecord> steps;
   std::string output_dir;
+  TensorTraffic tensor_traffic_counted;  // by the model, averaged over the steps
+  TensorTraffic tensor_traffic_formula;
 };
 
 struct TrainOptions {
   bool quiet = false;        // no per-step log lines (tests, benches)
   bool write_output = true;  // create output.dir with config.yaml and metrics.jsonl
   DistEnv dist;              // this rank's place in the job (world of one by default)
+  // When set: after step 1's gradients are final (reduced, before clipping), rank 0 writes
+  // the whole model's gradients to DIR/grads.safetensors (tests of the parallel layouts).
+  std::string grads_dump_dir;
 };
 
 // Runs the whole training. Everything that can be wrong with the inputs is checked before

@@ -2,127 +2,197 @@
 // embedding), forward and explicit backward over flat arenas. Attention goes through the
 // attention plugin. Backward accumulates into the gradient arena, so micro-batches
 // accumulate for free.
+//
+// Tensor parallelism (Megatron-LM): the model holds this rank's slice of every tensor as the
+// ParamSpec says (heads and the MLP's inner width split, the padded vocabulary split for the
+// embedding and the tied LM head) and runs, at each region boundary, the collective the tensor
+// plugin's plan names, on the tensor-parallel communicator. Under sequence parallelism the
+// layernorm/residual regions hold this rank's contiguous 1/tp of the B·T tokens.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "triad/core/attention.hpp"
 #include "triad/core/config.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/gpt_layout.hpp"
+#include "triad/core/model_state.hpp"
+#include "triad/core/param_spec.hpp"
+#include "triad/sdk/tensor_v1.h"
 
 namespace triad {
 
-// n elements of an activation dtype on a device.
-class ActBuffer {
- public:
-  ActBuffer() = default;
-  ActBuffer(Device& dev, size_t n, DType t, const char* what)
-      : buf_(dev, n * dtype_bytes(t), what), t_(t) {}
-  void* data() const { return buf_.data(); }
-  void* at(size_t i) const { return advance(buf_.data(), i, t_); }  // element i
+class Communicator;
 
- private:
-  Buffer<unsigned char> buf_;
-  DType t_ = DType::f32;
+// This rank's place in its tensor-parallel group and the plan it follows. The default is one
+// rank: nothing split, every boundary the identity.
+struct TensorParallel {
+  int rank = 0, size = 1;
+  bool sequence_parallel = false;
+  // Collectives at each triad_tensor_boundary (forward, backward), from the tensor plugin.
+  std::array<triad_tensor_collectives_v1, TRIAD_TENSOR_BOUNDARY_COUNT> boundary{};
+  Communicator* comm = nullptr;  // the tensor group; null when size is 1
+  std::chrono::milliseconds timeout{300000};
+};
+
+// Bytes one rank moved in the tensor group's collectives, counted as a ring moves them: an
+// all-reduce of n bytes sends 2(t-1)/t n, an all-gather or reduce-scatter of n bytes (the
+// whole, unsplit buffer) (t-1)/t n.
+struct TensorCommVolume {
+  double activations = 0;  // the layers' and ends' activation boundaries
+  double logits = 0;       // the vocab-parallel cross-entropy's row statistics
+  double replicated_grads = 0;
+  size_t collectives = 0;
 };
 
 class GPT {
  public:
-  // max_batch: the largest micro-batch forward() will be called with (activations sized for it).
-  // act: dtype of activations and of the weights the layers read (bf16: mixed precision, with
-  // fp32 master weights, gradients and optimizer state).
+  // state: this rank's tensors (build_param_spec with tp's rank and size) and their arenas.
+  // max_batch: the largest micro-batch forward() will be called with. activation_sets: how many
+  // micro-batches may be in flight between their forward and backward (the schedule's buffer
+  // count; 1 for plain gradient accumulation).
+  GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
+      AttentionBackend& attention, int max_batch, int activation_sets = 1);
+  // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
+  ~GPT();
 
-  const GptLayout& layout() const { return layout_; }
-  size_t num_params() const { return layout_.total; }
-  float* params() const { return params_.data(); }
-  float* grads() const { return grads_.data(); }
-  float* param(const std::string& name) const { return params_.data() + layout_.find(name).offset; }
-  // The weights the layers read, in the activation dtype: the master weights themselves in
-  // fp32, else a copy that the optimizer refreshes (null in fp32).
-  void* compute_params() const { return act_ == DType::f32 ? nullptr : compute_.data(); }
-  // Re-derives the compute copy from the master weights (after they were loaded or received).
-  void sync_compute_weights();
-  float* grad(const std::string& name) const { return grads_.data() + layout_.find(name).offset; }
+  ModelState& state() const { return state_; }
+  const ParamSpec& spec() const { return state_.spec(); }
+  // The Hugging Face layout of the whole, unpadded model (gpt_layout()).
+  const GptLayout& full_layout() const { return full_; }
+  size_t num_params() const { return state_.size(); }  // in this rank's arena
+  float* params() const { return state_.params(); }
+  float* grads() const { return state_.grads(); }
+  float* param(const std::string& name) const { return params() + spec().find(name).offset; }
+  float* grad(const std::string& name) const { return grads() + spec().find(name).offset; }
+  void* compute_params() const { return state_.compute(); }
+  void sync_compute_weights() { state_.sync_compute(); }
+  void zero_grad() { state_.zero_grad(); }
+  std::vector<float> params_to_host() const { return state_.params_to_host(); }
+  void params_from_host(const std::vector<float>& host) { state_.params_from_host(host); }
 
   // GPT-2 initialisation: N(0, init_std), residual projections scaled by 1/sqrt(2 L),
-  // biases 0, layernorm weights 1. Each tensor draws from its own stream seeded by (seed, its
-  // name), so its values do not depend on the layout (which tensors a rank holds).
+  // biases 0, layernorm weights 1, vocabulary padding 0. Each tensor draws its whole global
+  // tensor from its own stream seeded by (seed, its name) and keeps this rank's slice, so the
+  // weights do not depend on the layout.
   void init_weights(uint64_t seed);
-  // The whole parameter arena between the device and the host (HF import/export, tests).
-  std::vector<float> params_to_host() const;
-  void params_from_host(const std::vector<float>& host);
-  void zero_grad();
+  // The whole model in full_layout() order (HF import/export, tests): from_full keeps this
+  // rank's slices; to_full needs a rank that holds everything (tp 1).
+  void params_from_full(const float* full);
+  std::vector<float> params_to_full() const;
+  std::vector<float> grads_to_full() const;
 
   // inputs/targets (B,T) with B <= max_batch, T = seq_length. Returns the mean loss over the
-  // B*T tokens and keeps the activations for backward().
-  float forward(const int32_t* inputs, const int32_t* targets, int B);
+  // B*T tokens and keeps the activations in activation set `set` for backward().
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int set = 0);
   // Called during backward each time a range [offset, offset+count) of the gradient arena is
-  // final: ln_f, then each layer from the last to the first, then the embeddings. The
+  // final: the head, then each block from the last to the first, then the embedding. The
   // ranges cover the arena exactly once (data parallelism starts reducing them at once).
   using GradsReady = std::function<void(size_t offset, size_t count)>;
-  // grads += d(loss_scale * mean loss)/d params, for the last forward().
-  void backward(float loss_scale, const GradsReady& grads_ready = nullptr);
+  // grads += d(loss_scale * mean loss)/d params, for the forward kept in `set`. last_micro:
+  // this is the step's last micro-batch, so the gradients of replicated weights that sequence
+  // parallelism leaves partial are summed over the tensor group now (once per step).
+  void backward(float loss_scale, const GradsReady& grads_ready = nullptr, bool last_micro = true,
+                int set = 0);
 
-  // Logits of the last forward, (B,T,V) in the activation dtype on the device (valid until
-  // backward()).
-  const void* logits() const { return logits_.data(); }
+  // Logits of set 0's last forward, (B,T,Vlocal) in the activation dtype on the device (valid
+  // until backward()); Vlocal = vocab().rows, padded.
+  const void* logits() const;
+  const VocabShard& vocab() const { return vocab_; }
+  const TensorCommVolume& comm_volume() const { return volume_; }
 
  private:
+  // One block's activations, kept from its forward for its backward.
   struct LayerActs {
-    ActBuffer res_in;  // (B,T,C) input of the layer (residual stream)
-    ActBuffer ln1;
+    ActBuffer res_in;  // (Ns,C) input of the block (residual stream); Ns = N/tp under SP
+    ActBuffer ln1;     // (Ns,C)
     Buffer<float> ln1_mean, ln1_rstd;
-    ActBuffer qkv;      // (B,T,3C), q and k rotated in place when rope
-    ActBuffer atty;     // (B,T,C) attention output, heads interleaved
-    Buffer<float> lse;  // (B,H,T)
-    ActBuffer res_mid;  // (B,T,C) after the attention residual
+    ActBuffer ln1_full;  // (N,C) gathered ln1 under sequence parallelism, else empty
+    ActBuffer qkv;       // (N,3Cl), q and k rotated in place when rope; Cl = C/tp
+    ActBuffer atty;      // (N,Cl) attention output, heads interleaved
+    Buffer<float> lse;   // (B,Hl,T)
+    ActBuffer res_mid;   // (Ns,C) after the attention residual
     ActBuffer ln2;
     Buffer<float> ln2_mean, ln2_rstd;
-    ActBuffer fch, fch_gelu;  // (B,T,4C)
+    ActBuffer ln2_full;
+    ActBuffer fch, fch_gelu;  // (N,Fl), Fl = 4C/tp
   };
+  // Everything one micro-batch keeps between its forward and its backward. The stage's input
+  // is layers[0].res_in (the embedding's output), its output res_out (the last block's).
+  struct ActSet {
+    std::vector<LayerActs> layers;
+    ActBuffer res_out, lnf, lnf_full, logits;
+    Buffer<float> lnf_mean, lnf_rstd, losses, ce_lse;
+    Buffer<float> ce_max, ce_sums;  // vocab-parallel cross-entropy: (N) max, (2N) sums
+    Buffer<int32_t> inputs, targets;
+    int B = 0;
+  };
+  void setup(const TensorParallel& tp, int max_batch, int activation_sets);
+  ActSet make_act_set();
+
+  // The stage: embedding | block x n | head, each a forward/backward pair over an ActSet.
+  void embedding_forward(ActSet& s);
+  void block_forward(size_t i, ActSet& s, void* out);
+  float head_forward(ActSet& s);
+  void head_backward(ActSet& s, float loss_scale, bool reduce_replicated_grads);
+  void block_backward(size_t i, ActSet& s, bool reduce_replicated_grads);
+  void embedding_backward(ActSet& s);
+
   struct AttnViews;
   void attention_forward(LayerActs& a, int B);
   void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
-  // Arena offsets of one block's tensors (llm.c's struct of weight pointers, as offsets so that
-  // they serve the master weights, the compute copy and the gradients alike); [begin, end) is
-  // the block's whole range.
-  struct BlockOffsets {
-    size_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b,
-        fc_proj_w, fc_proj_b, begin, end;
-  };
-  // The weight at an arena offset as the layers read it (compute copy in mixed precision), and
-  // its gradient.
-  const void* w(size_t off) const {
-    return act_ == DType::f32 ? static_cast<const void*>(params_.data() + off)
-                              : advance(compute_.data(), off, act_);
-  }
-  float* g(size_t off) const { return grads_.data() + off; }
+
+  const triad_tensor_collectives_v1& at(triad_tensor_boundary b) const { return tp_.boundary[b]; }
+  // Runs collective `c` over the tensor group on a buffer of `N` rows of `width` elements (the
+  // whole, unsplit size) from `in`, and returns where the result is: `in` itself for the
+  // identity and the in-place all-reduce, else `out`.
+  const void* exchange(int c, void* in, void* out, int N, int width, DType t, double* counter);
+  // The input of a column-parallel matmul: x itself, or x gathered over the group into full.
+  const void* column_input(const ActBuffer& x, const ActBuffer& full, int N);
+  // y (Ns,C) = x (N,K) @ W^T over this rank's slice of the K inputs, reduced as ROW_OUTPUT
+  // says, + the bias (fused into the GEMM on one rank).
+  void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K);
+  // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C).
+  void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
+                             float* dbias, int N, int K);
+  // The gradient of a column-parallel matmul's input from its partial sum in dcol_, reduced as
+  // COLUMN_INPUT says; returns the (Ns,C) result.
+  const void* column_input_grad(int N);
+  // Sums the partial gradients of replicated (C)-sized tensors over the group (SP).
+  void reduce_replicated(const std::vector<float*>& grads);
 
   ModelConfig cfg_;
+  std::unique_ptr<ModelState> own_state_;  // the single-rank constructor's
+  ModelState& state_;
+  GptLayout full_;
+  TensorParallel tp_;
   Device& dev_;
   DType act_;
   AttentionBackend& attn_;
-  GptLayout layout_;
-  int maxB_, T_, C_, H_, V_, L_;
-  bool rope_;
-  Buffer<float> params_, grads_;  // fp32 master weights and gradients
-  ActBuffer compute_;             // mixed precision: the weights in the activation dtype
-  std::vector<BlockOffsets> blocks_;
+  int maxB_, T_, C_, H_, L_;
+  int Hl_, Cl_, Fl_;  // heads, attention width and MLP width on this rank
+  VocabShard vocab_;
+  bool rope_, sp_, gather_in_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
-  std::vector<LayerActs> acts_;
-  ActBuffer res_out_, lnf_, logits_;
-  Buffer<float> lnf_mean_, lnf_rstd_, losses_, ce_lse_;
-  // Backward scratch, reused by every layer.
-  ActBuffer dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  std::vector<ActSet> sets_;  // the activation pool
+  // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,
+  // and the (N,C) gradient gathered at a row-parallel output or the embedding.
+  ActBuffer row_partial_, drow_full_;
+  // Backward scratch, reused by every block and set. dcol_: the gradient of a column-parallel
+  // matmul's input, (N,C) partial sums on a tensor-parallel rank (dln_ itself on one rank).
+  ActBuffer dres_, dln_, dln_full_, dqkv_, datty_, dfch_, dfch_gelu_;
+  void* dcol_ = nullptr;
+  Buffer<float> grad_pack_;  // the replicated gradients packed for one all-reduce
   Buffer<uint8_t> attn_workspace_;
   size_t ws_fwd_ = 0, ws_bwd_ = 0;
-  Buffer<int32_t> targets_, inputs_;  // of the last forward, on the device
-  int lastB_ = 0;
+  TensorCommVolume volume_;
 };
 
 }  // namespace triad

@@ -20,15 +20,19 @@
 // copies' gradients are reduced over the tie group.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "triad/core/config.hpp"
+#include "triad/core/gpt_layout.hpp"
+#include "triad/sdk/tensor_v1.h"
 
 namespace triad {
 
+// In the order of triad_tensor_role (tensor_v1.h).
 enum class TensorRole {
   word_embedding,
   position_embedding,
@@ -73,6 +77,9 @@ struct TensorSpec {
   size_t global_numel() const;
 };
 
+// Megatron-LM's split of each role (triad_tensor_split_kind, indexed by triad_tensor_role).
+std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> megatron_splits();
+
 // What one rank holds.
 struct Placement {
   int tp_rank = 0;
@@ -82,6 +89,9 @@ struct Placement {
   bool has_embedding = true;  // wte (+ wpe for learned positions)
   bool has_head = true;       // final layernorm + the tied LM head
   int make_vocab_size_divisible_by = 128;
+  // How each role is split over the tensor group (the tensor plugin's plan). The GPT model
+  // runs Megatron's splits, or everything replicated at tp 1.
+  std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> split = megatron_splits();
 };
 
 struct ArenaRange {
@@ -114,7 +124,7 @@ int64_t padded_vocab_size(int64_t vocab_size, int divisible_by, int tp_size);
 
 // Throws UserError (one line: key, value, fix) when the model cannot be placed: tp_size < 1,
 // tp_rank outside [0, tp_size), heads or 4·hidden (or hidden) not divisible by tp_size, layers
-// out of range, make_vocab_size_divisible_by < 1.
+// out of range, make_vocab_size_divisible_by < 1, a split the GPT model cannot run.
 ParamSpec build_param_spec(const ModelConfig& m, const Placement& p);
 
 // Host copies between a full global tensor (global_numel floats, global_shape) and rank
@@ -122,5 +132,14 @@ ParamSpec build_param_spec(const ModelConfig& m, const Placement& p);
 // slice's elements, so placing every rank's slice reassembles the global tensor.
 void slice_of_global(const TensorSpec& t, int tp_rank, const float* global, float* local);
 void place_in_global(const TensorSpec& t, int tp_rank, const float* local, float* global);
+
+// Between the whole model in the Hugging Face layout (gpt_layout(): unpadded vocabulary, every
+// layer) and one rank's arena. local_from_full writes every tensor of the arena (the
+// vocabulary padding as zeros); full_from_local writes the parts of `full` this rank holds
+// (padding dropped), so calling it with every tensor-parallel rank's arena fills it.
+void local_from_full(const ParamSpec& spec, const GptLayout& full_layout, const float* full,
+                     float* local);
+void full_from_local(const ParamSpec& spec, int tp_rank, const GptLayout& full_layout,
+                     const float* local, float* full);
 
 }  // namespace triad

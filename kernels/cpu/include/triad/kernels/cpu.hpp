@@ -12,20 +12,23 @@ namespace triad::kernels::cpu {
 
 // Token + position embedding. out (B,T,C); tokens (B,T); wte (V,C); wpe (maxT,C) or null
 // (no learned positions, e.g. rotary).
+// Vocab-parallel (tensor parallelism): wte holds only the vocabulary rows
+// [vocab_start, vocab_start + vocab_rows); a token outside them looks up a zero row (another
+// rank holds it) and adds nothing to dwte. vocab_rows < 0: wte holds every row.
 template <class F>
 void embedding_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
-                       int C);
+                       int C, int64_t vocab_start = 0, int vocab_rows = -1);
 template <class F>
-void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T,
-                        int C);
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T, int C,
+                        int64_t vocab_start = 0, int vocab_rows = -1);
 
 // LayerNorm over the last dim. inp/out (N,C); weight/bias (C); mean/rstd (N) saved for backward.
 template <class F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
                        int N, int C, F eps = F(1e-5));
 template <class F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
-                        const F* weight, const F* mean, const F* rstd, int N, int C);
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                        const F* mean, const F* rstd, int N, int C);
 
 // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC); bias may be null.
 template <class F>
@@ -50,13 +53,39 @@ void residual_backward(F* da, F* db, const F* dout, size_t n);
 
 // Softmax + cross-entropy over the vocabulary, fused. logits (N,V); targets (N).
 // Writes losses (N) and lse (N) (log-sum-exp of each row, needed by backward).
+// Only the first `valid` columns of each row are vocabulary (valid < 0: all V); the rest are
+// padding (Megatron's padded vocabulary) that never receives probability mass.
 template <class F>
-void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* targets, int N, int V);
-// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)). dlogits may alias
-// logits (in place), which saves a second (N,V) buffer.
+void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* targets, int N, int V,
+                          int valid = -1);
+// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)), 0 in the padding
+// columns. dlogits may alias logits (in place), which saves a second (N,V) buffer.
+// Vocab-parallel: the row holds the vocabulary columns [vocab_start, vocab_start + V) of a
+// larger row, lse is the whole row's, and a target outside them contributes no onehot.
 template <class F>
 void crossentropy_backward(F* dlogits, const F* logits, const F* lse, const int32_t* targets,
-                           F dloss, int N, int V);
+                           F dloss, int N, int V, int valid = -1, int64_t vocab_start = 0);
+// Vocab-parallel cross-entropy in three steps around two reductions over the tensor group:
+//   crossentropy_row_max     rowmax (N) = max over this rank's valid columns (-inf if none)
+//   (all-reduce max)
+//   crossentropy_row_sums    sumexp (N) = sum exp(z - rowmax); target (N) = z[target] when
+//                            the target is one of this rank's columns, else 0
+//   (all-reduce sum of both)
+//   crossentropy_finish      lse = rowmax + log(sumexp); losses = lse - target
+template <class F>
+void crossentropy_row_max(F* rowmax, const F* logits, int N, int V, int valid);
+template <class F>
+void crossentropy_row_sums(F* sumexp, F* target_logit, const F* logits, const F* rowmax,
+                           const int32_t* targets, int N, int V, int valid, int64_t vocab_start);
+template <class F>
+void crossentropy_finish(F* losses, F* lse, const F* rowmax, const F* sumexp, const F* target_logit,
+                         int N);
+
+// out (N,C) += bias (C) broadcast over the rows; dbias (C) += sum_n dout (N,C).
+template <class F>
+void bias_forward(F* out, const F* bias, int N, int C);
+template <class F>
+void bias_backward(F* dbias, const F* dout, int N, int C);
 
 // Rotary position embedding (GPT-NeoX / LLaMA "rotate half" form), in place on a strided
 // (B,T,H,D) view: x[b,t,h,:] is at x + b*sb + t*st + h*sh, D contiguous, D even.

@@ -71,12 +71,15 @@ void residual_forward(float* out, const float* a, const float* b, size_t n, cuda
 void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream);
 
 // Fused softmax + cross-entropy over the vocabulary. logits (N,V); targets (N) on the device.
-// Writes losses (N) and lse (N).
+// Writes losses (N) and lse (N). Only the first `valid` columns are vocabulary (valid < 0: all
+// V); the rest are padding (Megatron's padded vocabulary), never given probability.
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream);
-// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)); may alias logits.
+                          int N, int V, cudaStream_t stream, int valid = -1);
+// dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)), 0 in the padding;
+// may alias logits.
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream);
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
+                           int valid = -1);
 
 // Rotary embedding in place on a strided (B,T,H,D) view, as kernels::cpu::rope_forward.
 void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
@@ -127,9 +130,9 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_
                         int T, int C, int V, cudaStream_t stream);
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
                        const bf16* bias, int N, int C, float eps, cudaStream_t stream);
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream);
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                        cudaStream_t stream);
 // bf16 tensor cores, fp32 accumulation; dweight/dbias accumulate into fp32.
 void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
                     int N, int C, int OC);
@@ -139,10 +142,10 @@ void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream);
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream);
+                          int N, int V, cudaStream_t stream, int valid = -1);
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V,
-                           cudaStream_t stream);
+                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
+                           int valid = -1);
 void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                   double base, cudaStream_t stream);
 void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
@@ -166,8 +169,7 @@ void attention_naive_forward(Blas& blas, HeadViewBf16 out, float* lse, HeadViewB
 void attention_naive_backward(Blas& blas, HeadViewBf16 dq, HeadViewBf16 dk, HeadViewBf16 dv,
                               HeadViewBf16 q, HeadViewBf16 k, HeadViewBf16 v, HeadViewBf16 out,
                               const float* lse, HeadViewBf16 dout, int B, int H, int T, int D,
-                              bool causal, float scale, void* workspace,
-                              size_t workspace_bytes);
+                              bool causal, float scale, void* workspace, size_t workspace_bytes);
 // Bytes for either dtype (the bf16 path may need extra fp32 staging; this covers it).
 size_t attention_naive_workspace_bytes_bf16(int B, int H, int T, int D);
 
