@@ -63,6 +63,16 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   std::cout << "parameters:          " << p.num_params << " (vocabulary " << cfg.model.vocab_size
             << " padded to " << p.padded_vocab_size << ")\n";
   std::cout << "parameters per rank: " << p.params_per_rank << "\n";
+  if (par.pipeline_model_parallel_size > 1) {
+    int first = 0;
+    for (size_t st = 0; st < p.stage_layers.size(); ++st) {
+      std::cout << "  stage " << st << ": layers " << first << "-" << first + p.stage_layers[st] - 1
+                << (st == 0 ? " + embedding" : "")
+                << (st + 1 == p.stage_layers.size() ? " + head" : "") << ", " << p.stage_params[st]
+                << " parameters per rank\n";
+      first += p.stage_layers[st];
+    }
+  }
   std::cout << "memory per rank:     " << mib(p.total_bytes()) << " (parameters "
             << mib(p.param_bytes) << ", gradients " << mib(p.grad_bytes) << ", Adam moments "
             << mib(p.optimizer_bytes) << ", activations " << mib(p.activation_bytes) << ")\n";

@@ -10,6 +10,7 @@
 
 #include "triad/core/attention.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/pipeline_backend.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/tensor_backend.hpp"
@@ -23,8 +24,8 @@ std::string file_kind(const std::string& path) {
   return stem.substr(0, stem.find('-'));
 }
 
-// Attention and tensor plugins also show what they can run; that needs an instance (default
-// params).
+// Attention, tensor and pipeline plugins also show what they can run; that needs an instance
+// (default params).
 template <class Backend>
 std::string describe(const std::shared_ptr<const triad::LoadedPlugin>& p,
                      const triad::CoreServices& services) {
@@ -40,6 +41,7 @@ std::string capabilities(const std::shared_ptr<const triad::LoadedPlugin>& p,
                          const triad::CoreServices& services) {
   if (p->kind() == "attention") return describe<triad::AttentionBackend>(p, services);
   if (p->kind() == "tensor") return describe<triad::TensorBackend>(p, services);
+  if (p->kind() == "pipeline") return describe<triad::PipelineBackend>(p, services);
   return "";
 }
 
@@ -83,7 +85,8 @@ void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
 int main(int argc, char** argv) {
   CLI::App app{"Lists the Triad plugins found on the plugin search path, with their parameters."};
   std::string kind;
-  app.add_option("--kind", kind, "only plugins of this kind (attention, transport, data, tensor)");
+  app.add_option("--kind", kind,
+                 "only plugins of this kind (attention, transport, data, tensor, pipeline)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,10 +1,9 @@
 // triad-plugin-test KIND PLUGIN.so [--quick] [--expect-pass N] [--expect-skip M]: runs the
-// conformance suite of KIND (attention, transport, tensor) against one plugin file, in-tree or
-// third-party. Exit 0 if no case
-// failed and at least one passed, 1 if a case failed, nothing ran or the counts differ from
-// --expect-pass / --expect-skip, 2 if the file cannot be used (missing, not a Triad plugin,
-// wrong kind, bad parameter), 77 if every case was skipped (ctest's usual "skipped" code: a
-// suite that checked nothing is never a pass).
+// conformance suite of KIND (attention, transport, tensor, pipeline) against one plugin file,
+// in-tree or third-party. Exit 0 if no case failed and at least one passed, 1 if a case failed,
+// nothing ran or the counts differ from --expect-pass / --expect-skip, 2 if the file cannot be
+// used (missing, not a Triad plugin, wrong kind, bad parameter), 77 if every case was skipped
+// (ctest's usual "skipped" code: a suite that checked nothing is never a pass).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -102,14 +101,32 @@ triad::conformance::Summary run_tensor(const std::string& path,
   return timed([&] { return conformance::run_tensor_suite(path, options); });
 }
 
+// Pipeline plugins: p 1..8, m 1..32, v 1..4 as the capabilities allow, all in this process;
+// --quick: p 1..4, m 1..12.
+triad::conformance::Summary run_pipeline(const std::string& path, bool quick,
+                                         const std::vector<std::string>& items) {
+  using namespace triad;
+  conformance::PipelineSuiteOptions options;
+  options.params = parse_params(items);
+  if (quick) {
+    options.max_stages = 4;
+    options.max_micro_batches = 12;
+  }
+  options.on_case = print_case;
+  std::cout << "triad-plugin-test: pipeline plugin " << path << (quick ? ", quick sweep" : "")
+            << std::endl;
+  return timed([&] { return conformance::run_pipeline_suite(path, options); });
+}
+
 triad::conformance::Summary run(const std::string& kind, const std::string& path, bool quick,
                                 int threads, const std::vector<std::string>& param_items) {
   using namespace triad;
   if (kind == "transport") return run_transport(path, quick, param_items);
   if (kind == "tensor") return run_tensor(path, param_items);
+  if (kind == "pipeline") return run_pipeline(path, quick, param_items);
   if (kind != "attention")
     throw UserError("no conformance suite for plugin kind '" + kind +
-                    "' (available: attention, transport, tensor)");
+                    "' (available: attention, transport, tensor, pipeline)");
   PluginLoader loader;
   auto plugin = loader.load_file(path, kind);
   const auto& d = plugin->descriptor();
@@ -133,7 +150,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int threads = 0, expect_pass = -1, expect_skip = -1;
   std::vector<std::string> params;
-  app.add_option("kind", kind, "plugin kind (attention, transport, tensor)")->required();
+  app.add_option("kind", kind, "plugin kind (attention, transport, tensor, pipeline)")->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");

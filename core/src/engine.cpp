@@ -20,6 +20,7 @@
 #include "triad/core/model.hpp"
 #include "triad/core/model_state.hpp"
 #include "triad/core/param_spec.hpp"
+#include "triad/core/pipeline_backend.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/process_groups.hpp"
 #include "triad/core/rendezvous.hpp"
@@ -57,10 +58,24 @@ RunPlan plan_run(const Config& cfg) {
   const auto& m = cfg.model;
   const int tp = cfg.parallel.tensor_model_parallel_size;
   const bool sp = cfg.parallel.sequence_parallel && tp > 1;
+  const int pp = cfg.parallel.pipeline_model_parallel_size;
+  p.stage_layers = pipeline_partition(cfg);
   Placement place;
   place.tp_size = tp;
   place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
-  const ParamSpec spec = build_param_spec(m, place);  // rank 0's; every rank holds as much
+  for (int st = 0; st < pp; ++st) {
+    place.num_layers = p.stage_layers[st];
+    place.has_embedding = st == 0;
+    place.has_head = st == pp - 1;
+    p.stage_params.push_back(build_param_spec(m, place).total);
+    place.first_layer += place.num_layers;
+  }
+  // The rest is rank 0's (stage 0): the memory of the first stage.
+  place.first_layer = 0;
+  place.num_layers = p.stage_layers[0];
+  place.has_embedding = true;
+  place.has_head = pp == 1;
+  const ParamSpec spec = build_param_spec(m, place);
   p.num_params = gpt_layout(m).total;
   p.params_per_rank = spec.total;
   p.padded_vocab_size = spec.padded_vocab_size;
@@ -80,10 +95,31 @@ RunPlan plan_run(const Config& cfg) {
   const size_t head = BTs * (2 * C + 2) + (sp ? BT * C : 0) + BT * (Vl + 2) + (tp > 1 ? 3 * BT : 0);
   // Backward scratch (dres, dln, dqkv, datty, dfch, dfch_gelu) and the boundaries' buffers.
   const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0);
-  p.activation_bytes = 4 * (per_layer * m.num_layers + head + scratch);
+  // GPipe keeps every micro-batch's activations until its backward, 1F1B at most the stages'.
+  const size_t in_flight =
+      pp == 1 ? 1
+              : size_t(cfg.pipeline.name == "gpipe"
+                           ? cfg.training.gradient_accumulation_steps
+                           : std::min(pp, cfg.training.gradient_accumulation_steps));
+  p.activation_bytes =
+      4 * ((per_layer * size_t(p.stage_layers[0]) + (pp == 1 ? head : 0)) * in_flight + scratch);
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
-  p.tensor_traffic = tensor_traffic_formula(cfg);
+  p.tensor_traffic = tensor_traffic_formula(cfg, 0);
   return p;
+}
+
+std::vector<int> pipeline_partition(const Config& cfg) {
+  const int pp = cfg.parallel.pipeline_model_parallel_size, L = cfg.model.num_layers;
+  std::vector<int> layers;
+  const std::string& given = cfg.parallel.pipeline_partition;
+  if (given.empty()) return std::vector<int>(pp, L / pp);  // checked: pp divides L
+  size_t start = 0;
+  while (start <= given.size()) {
+    const size_t comma = std::min(given.find(',', start), given.size());
+    layers.push_back(std::stoi(given.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return layers;
 }
 
 void preflight(const Config& cfg) {
@@ -95,9 +131,20 @@ void preflight(const Config& cfg) {
   TensorBackend tensor(t, resolve_params(t->descriptor(), cfg.tensor.params, cfg.tensor.yaml_path),
                        services.c_services());
   tensor.plan(cfg.parallel.tensor_model_parallel_size, cfg.parallel.sequence_parallel);
+  auto p = loader.load("pipeline", cfg.pipeline.name);
+  PipelineBackend pipeline(
+      p, resolve_params(p->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
+      services.c_services());
+  // Every stage's stream, run together: a schedule that would deadlock is refused here.
+  pipeline.schedules(cfg.parallel.pipeline_model_parallel_size,
+                     cfg.training.gradient_accumulation_steps, 1);
 }
 
 namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::string mib(size_t b) {
   char buf[32];
@@ -132,6 +179,9 @@ struct DistributedRun {
   std::unique_ptr<Transport> transport;
   Communicator world;
   ParallelComms comms;
+  // The first and last pipeline stage of this rank's (tp, dp) position, which both hold the
+  // tied word embedding; empty elsewhere and without pipeline parallelism.
+  Communicator embedding;
   std::unique_ptr<DataParallelBackend> data;
   Device* device = nullptr;
   Buffer<float> scalar;  // on the run's device: the transport moves that device's memory
@@ -225,11 +275,18 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
                  TRIAD_TRANSPORT_OP_SPLIT;
   if (groups.tp_size() > 1)
     ops |= TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_REDUCE_SCATTER;
+  if (groups.pp_size() > 1) ops |= TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_TAGS;
   run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
                                           "transport/" + cfg.transport.name + "/");
   run->comms = make_parallel_comms(run->world, groups);
+  if (groups.pp_size() > 1) {
+    const RankCoords c = groups.coords(env.rank);
+    const bool ends = c.pp == 0 || c.pp == groups.pp_size() - 1;
+    run->embedding =
+        run->world.split(ends ? c.tp + groups.tp_size() * c.dp : TRIAD_COMM_SPLIT_NONE, c.pp);
+  }
   return run;
 }
 
@@ -284,13 +341,34 @@ GptLayout arena_layout(const ParamSpec& spec) {
 // tensor-parallel rank's slices, in the Hugging Face layout.
 std::vector<float> whole_model(const GPT& model, DistributedRun* dist, const float* arena) {
   const ParamSpec& spec = model.spec();
-  std::vector<float> full(model.full_layout().total);
+  std::vector<float> full(model.full_layout().total, 0.0f);
   const int tp = spec.placement.tp_size;
-  if (tp == 1)  // one rank holds everything
-    return arena == model.params() ? model.params_to_full() : model.grads_to_full();
-  const std::vector<float> all = dist->gather_tp(arena, spec.total);
-  for (int r = 0; r < tp; ++r)
-    full_from_local(spec, r, model.full_layout(), all.data() + size_t(r) * spec.total, full.data());
+  if (tp == 1) {
+    std::vector<float> local(spec.total);
+    model.state().device().to_host(local.data(), arena, local.size() * sizeof(float));
+    full_from_local(spec, 0, model.full_layout(), local.data(), full.data());
+  } else {
+    const std::vector<float> all = dist->gather_tp(arena, spec.total);
+    for (int r = 0; r < tp; ++r)
+      full_from_local(spec, r, model.full_layout(), all.data() + size_t(r) * spec.total,
+                      full.data());
+  }
+  if (dist && dist->comms.pp && dist->comms.pp->size() > 1) {
+    // Each stage filled its own tensors and left zeros elsewhere; the last stage's copy of the
+    // tied wte is dropped so that the sum over the stages holds every tensor once.
+    if (!spec.placement.has_embedding && spec.placement.has_head) {
+      const ParamInfo& w = model.full_layout().find("wte.weight");
+      std::fill(full.begin() + w.offset, full.begin() + w.offset + w.numel, 0.0f);
+    }
+    Device& dev = model.state().device();
+    Buffer<float> buf(dev, full.size(), "pipeline gather");
+    dev.to_device(buf.data(), full.data(), full.size() * sizeof(float));
+    dist->comms.pp
+        ->all_reduce(buf.data(), buf.data(), full.size(), dl_float32(), TRIAD_REDUCE_SUM,
+                     dev.dl_device())
+        .wait(DistributedRun::kCollectiveTimeout);
+    dev.to_host(full.data(), buf.data(), full.size() * sizeof(float));
+  }
   return full;
 }
 
@@ -305,23 +383,26 @@ void write_grads(const std::string& dir, const GptLayout& layout, const std::vec
 
 }  // namespace
 
-TensorTraffic tensor_traffic_formula(const Config& cfg) {
+TensorTraffic tensor_traffic_formula(const Config& cfg, int stage) {
   TensorTraffic f;
   const auto& m = cfg.model;
   const double t = cfg.parallel.tensor_model_parallel_size;
   if (t <= 1) return f;
+  const int pp = cfg.parallel.pipeline_model_parallel_size;
+  const double layers = pipeline_partition(cfg)[stage];
+  const bool first = stage == 0, last = stage == pp - 1;
   const double ring = 2 * (t - 1) / t;  // an all-reduce; all-gather + reduce-scatter alike
   const double tokens = double(cfg.training.micro_batch_size) * m.seq_length;
   const int accum = cfg.training.gradient_accumulation_steps;
   // Megatron: per layer, forward and backward, four all-reduces of the (b,s,h) activations
   // (with sequence parallelism four all-gathers and four reduce-scatters, the same bytes);
-  // plus the embedding's output and the LM head's input.
-  f.activations = accum * (4.0 * m.num_layers + 2) * ring * tokens * m.hidden_size * 4;
-  // Vocab-parallel cross-entropy: max, sum of exponentials and target logit per token.
-  f.logits = accum * 3 * ring * tokens * 4;
+  // plus the embedding's output (first stage) and the LM head's input (last stage).
+  f.activations = accum * (4.0 * layers + first + last) * ring * tokens * m.hidden_size * 4;
+  // Vocab-parallel cross-entropy (last stage): max, sum of exponentials and target logit.
+  if (last) f.logits = accum * 3 * ring * tokens * 4;
   // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step.
   if (cfg.parallel.sequence_parallel)
-    f.replicated_grads = ring * (6.0 * m.num_layers + 2) * m.hidden_size * 4;
+    f.replicated_grads = ring * (6.0 * layers + 2 * last) * m.hidden_size * 4;
   return f;
 }
 
@@ -367,7 +448,20 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   place.tp_size = tp;
   place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
   place.split = plan.split;
+  const int pp = par.pipeline_model_parallel_size;
+  const std::vector<int> layers = pipeline_partition(cfg);
+  for (int st = 0; st < me.pp; ++st) place.first_layer += layers[st];
+  place.num_layers = layers[me.pp];
+  place.has_embedding = me.pp == 0;
+  place.has_head = me.pp == pp - 1;
   const ParamSpec spec = build_param_spec(m, place);
+  // This stage's instructions for one step (the one-stage schedule is plain gradient
+  // accumulation).
+  auto pplugin = loader.load("pipeline", cfg.pipeline.name);
+  PipelineBackend pipeline(
+      pplugin, resolve_params(pplugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
+      services.c_services());
+  const PipeSchedule schedule = pipeline.schedule(me.pp, pp, t.gradient_accumulation_steps, 1);
   // The transport before the model: one that cannot touch this device's memory stops the run
   // here, before any rank connects or allocates the model.
   std::unique_ptr<DistributedRun> dist;
@@ -382,7 +476,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   tpc.timeout = DistributedRun::kCollectiveTimeout;
   ModelState state(spec, *device, act);
-  GPT model(m, state, tpc, attention, t.micro_batch_size);
+  GPT model(m, state, tpc, attention, t.micro_batch_size, schedule.buffers);
   if (!cfg.output.init_from_hf.empty()) {
     std::vector<float> full(model.full_layout().total);
     import_hf(cfg.output.init_from_hf, m, model.full_layout(), full.data());
@@ -422,64 +516,177 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                  model.num_params());
     spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
                  t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps, dp);
+    if (pp > 1) {
+      std::string parts;
+      for (int st = 0; st < pp; ++st) parts += (st ? ", " : "") + std::to_string(layers[st]);
+      spdlog::info(
+          "pipeline: {} over {} stages (layers {}), {} micro-batches per step, {} "
+          "activation buffers on stage 0; ideal efficiency m/(m+p-1) = {:.1f}%",
+          pipeline.name(), pp, parts, t.gradient_accumulation_steps, schedule.buffers,
+          100.0 * t.gradient_accumulation_steps / (t.gradient_accumulation_steps + pp - 1));
+      if (t.gradient_accumulation_steps < pp)
+        spdlog::warn(
+            "pipeline: {} micro-batches for {} stages leaves stages idle most of the "
+            "step (at best {:.1f}% efficiency); raise "
+            "gradient_t.gradient_accumulation_stepsulation_steps to "
+            "at least {}",
+            t.gradient_accumulation_steps, pp,
+            100.0 * t.gradient_accumulation_steps / (t.gradient_accumulation_steps + pp - 1), pp);
+    }
     spdlog::info("attention: {} ({}); data: {}; threads: {}", attention.name(), plugin->path(),
                  data->describe(), omp_get_max_threads());
   }
 
   const int B = t.micro_batch_size, T = m.seq_length;
-  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   const double flops = model_flops_per_step(m, t.global_batch_size);
   const int accum = t.gradient_accumulation_steps;
   // With data parallelism each rank also scales by 1/dp, so the data plugin's sum over the
   // group is the mean (zero_optimization: no pass over the gradients after the reduction).
   const float grad_scale = 1.0f / (float(accum) * float(dp));
+  // Tokens of each activation buffer's micro-batch (host), and the pipeline's sends in flight
+  // from each buffer (complete before the buffer is reused, and by the end of the step).
+  std::vector<std::vector<int32_t>> inputs(schedule.buffers, std::vector<int32_t>(size_t(B) * T)),
+      targets = inputs;
+  std::vector<std::vector<TransportRequest>> sends(schedule.buffers);
+  // The last BACKWARD of the step: its backward hands finished gradient ranges to the data
+  // plugin (overlapping its reduction) and sums sequence parallelism's partial gradients.
+  size_t last_backward = 0;
+  for (size_t i = 0; i < schedule.instrs.size(); ++i)
+    if (schedule.instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward = i;
+  // With pipeline stages the tied word embedding's gradient is summed over the first and last
+  // stage before the data plugin may reduce it: the range holding it waits for
+  // REDUCE_TIED_GRADS.
+  const bool tied_split = pp > 1;
+  const ArenaRange tied_range = me.pp == 0 ? spec.embedding : spec.head;
+  const size_t wte_off =
+      model.has_embedding() || model.has_head() ? spec.find("wte.weight").offset : 0;
+  const size_t wte_n =
+      model.has_embedding() || model.has_head() ? spec.find("wte.weight").numel : 0;
+  Communicator* ppc = dist ? dist->comms.pp.get() : nullptr;
+  const auto timeout = DistributedRun::kCollectiveTimeout;
+  auto peer_wait = [&](TransportRequest r, const char* what, int peer) {
+    try {
+      r.wait(timeout);
+    } catch (const TransportError& e) {
+      throw UserError(std::string("pipeline stage ") + std::to_string(me.pp) + ": " + what +
+                      " pipeline stage " + std::to_string(peer) + " failed: " + e.what());
+    }
+  };
   for (int step = 1; step <= t.train_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
     model.zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < accum; ++micro) {
-      data->micro_batch(step - 1, micro, inputs.data(), targets.data());
-      loss += model.forward(inputs.data(), targets.data(), B);
-      const bool last = micro == accum - 1;
-      if (dist && last) {
-        // The last micro-batch's backward finishes gradients layer by layer; hand each range
-        // to the data plugin at once so its all-reduce overlaps the rest of the backward.
-        model.backward(
-            grad_scale,
-            [&](size_t off, size_t n) { dist->data->grads_ready(model.grads(), off, n); }, true);
-      } else {
-        model.backward(grad_scale, nullptr, last);
+    double loss = 0, norm = 0;
+    double busy_ms = 0;  // this stage's forward and backward compute
+    // The executor: one dispatch per instruction of this stage's schedule.
+    for (size_t i = 0; i < schedule.instrs.size(); ++i) {
+      const triad_pipe_instr_v1& in = schedule.instrs[i];
+      const int mb = in.micro_batch, buf = in.buffer;
+      const size_t io = model.stage_bytes(B) / dtype_bytes(act);  // elements of a stage boundary
+      const uint32_t tag = uint32_t(mb) * 2;
+      switch (in.op) {
+        case TRIAD_PIPE_LOAD_MICRO_BATCH:
+          data->micro_batch(step - 1, mb, inputs[buf].data(), targets[buf].data());
+          break;
+        case TRIAD_PIPE_FORWARD: {
+          for (auto& r : sends[buf]) peer_wait(std::move(r), "a send to", me.pp + 1);
+          sends[buf].clear();
+          const auto b0 = std::chrono::steady_clock::now();
+          loss += model.forward(inputs[buf].data(), targets[buf].data(), B, buf);
+          if (pp > 1) device->synchronize();
+          busy_ms += ms_since(b0);
+          break;
+        }
+        case TRIAD_PIPE_SEND_ACTIVATION:
+          sends[buf].push_back(ppc->send(model.stage_io(buf).output, io, dl_dtype(act), me.pp + 1,
+                                         tag, device->dl_device()));
+          break;
+        case TRIAD_PIPE_RECV_ACTIVATION:
+          peer_wait(ppc->recv(model.stage_io(buf).input, io, dl_dtype(act), me.pp - 1, tag,
+                              device->dl_device()),
+                    "receiving an activation from", me.pp - 1);
+          break;
+        case TRIAD_PIPE_RECV_GRAD:
+          peer_wait(ppc->recv(model.stage_io(buf).output_grad, io, dl_dtype(act), me.pp + 1,
+                              tag + 1, device->dl_device()),
+                    "receiving a gradient from", me.pp + 1);
+          break;
+        case TRIAD_PIPE_BACKWARD: {
+          const bool last = i == last_backward;
+          GPT::GradsReady ready;
+          if (dist && last)
+            ready = [&](size_t off, size_t n) {
+              if (tied_split && off == tied_range.begin && n == tied_range.size()) return;
+              dist->data->grads_ready(model.grads(), off, n);
+            };
+          const auto b0 = std::chrono::steady_clock::now();
+          model.backward(grad_scale, ready, last, buf);
+          if (pp > 1) device->synchronize();
+          busy_ms += ms_since(b0);
+          break;
+        }
+        case TRIAD_PIPE_SEND_GRAD:
+          sends[buf].push_back(ppc->send(model.stage_io(buf).input_grad, io, dl_dtype(act),
+                                         me.pp - 1, tag + 1, device->dl_device()));
+          break;
+        case TRIAD_PIPE_REDUCE_TIED_GRADS:
+          if (tied_split && dist->embedding) {
+            dist->embedding
+                .all_reduce(model.grads() + wte_off, model.grads() + wte_off, wte_n, dl_float32(),
+                            TRIAD_REDUCE_SUM, device->dl_device())
+                .wait(timeout);
+            dist->data->grads_ready(model.grads(), tied_range.begin, tied_range.size());
+          } else if (tied_split && dist) {
+            dist->data->grads_ready(model.grads(), tied_range.begin, tied_range.size());
+          }
+          break;
+        case TRIAD_PIPE_REDUCE_GRADS:
+          for (auto& q : sends)
+            for (auto& r : q) peer_wait(std::move(r), "a send to", me.pp);
+          for (auto& q : sends) q.clear();
+          if (dist) dist->data->finish_grads(model.grads());
+          break;
+        case TRIAD_PIPE_OPTIMIZER_STEP: {
+          // The global gradient norm: every split tensor's slices, each replicated tensor once
+          // per tensor group, the tied word embedding once (on the first stage).
+          double sq = 0;
+          if (tp == 1 && pp == 1) {
+            sq = device->sum_squares(model.grads(), model.num_params());
+          } else {
+            for (const TensorSpec& ts : spec.tensors) {
+              if (ts.replicated_in_tp && me.tp != 0) continue;
+              if (ts.tie_group == "wte" && pp > 1 && me.pp != 0) continue;
+              sq += device->sum_squares(model.grads() + ts.offset, ts.numel);
+            }
+            if (tp > 1) sq = dist->sum(*dist->comms.tp, sq);
+            if (pp > 1) sq = dist->sum(*dist->comms.pp, sq);
+          }
+          norm = std::sqrt(sq);
+          if (step == 1 && !opts.grads_dump_dir.empty()) {
+            const std::vector<float> g = whole_model(model, dist.get(), model.grads());
+            if (env.rank == 0) write_grads(opts.grads_dump_dir, model.full_layout(), g);
+          }
+          if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
+            device->scale_inplace(model.grads(), model.num_params(),
+                                  float(cfg.optimizer.clip_grad / (norm + 1e-6)));
+          adamw_step(state, arena, cfg.optimizer, lr, step);
+          if (dist) dist->data->after_step(model.params());
+          break;
+        }
+        default:
+          throw UserError("pipeline plugin '" + pipeline.name() + "' sent instruction " +
+                          std::to_string(in.op) + ", which this executor does not know");
       }
     }
     loss /= accum;
-    if (dist) {
-      dist->data->finish_grads(model.grads());
-      loss = dist->sum(*dist->comms.dp, loss) / dp;
-    }
-    // The global gradient norm: every split tensor's slices, each replicated tensor once.
-    double sq = 0;
-    if (tp == 1) {
-      sq = device->sum_squares(model.grads(), model.num_params());
-    } else {
-      for (const TensorSpec& ts : spec.tensors)
-        if (!ts.replicated_in_tp || me.tp == 0)
-          sq += device->sum_squares(model.grads() + ts.offset, ts.numel);
-      sq = dist->sum(*dist->comms.tp, sq);
-    }
-    const double norm = std::sqrt(sq);
-    if (step == 1 && !opts.grads_dump_dir.empty()) {
-      const std::vector<float> g = whole_model(model, dist.get(), model.grads());
-      if (env.rank == 0) write_grads(opts.grads_dump_dir, model.full_layout(), g);
-    }
-    if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
-      device->scale_inplace(model.grads(), model.num_params(),
-                            float(cfg.optimizer.clip_grad / (norm + 1e-6)));
-    adamw_step(state, arena, cfg.optimizer, lr, step);
-    if (dist) dist->data->after_step(model.params());
+    // The last stage computed the loss; every rank reports the data-parallel mean.
+    if (pp > 1) loss = dist->sum(*dist->comms.pp, loss);
+    if (dist) loss = dist->sum(*dist->comms.dp, loss) / dp;
     device->synchronize();  // the step's time includes its device work
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms = ms_since(t0);
+    // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
+    // communication and waiting included).
+    const double efficiency = pp > 1 ? dist->sum(*dist->comms.pp, busy_ms) / (pp * ms) : 0;
 
     StepRecord r;
     r.step = step;
@@ -497,16 +704,18 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       throw UserError("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
                       "; lower optimizer.lr or enable clip_grad");
     if (jsonl.is_open()) {
-      nlohmann::json j{{"step", step},
-                       {"loss", loss},
-                       {"lr", lr},
-                       {"grad_norm", norm},
-                       {"ms_per_step", ms},
-                       {"samples_per_s", r.samples_per_s},
-                       {"tokens_per_s", r.tokens_per_s},
-                       {"tflops_per_device", r.tflops},
-                       {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
-                       {"peak_memory_bytes", r.peak_bytes}};
+      nlohmann::json j{
+          {"step", step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", norm},
+          {"ms_per_step", ms},
+          {"samples_per_s", r.samples_per_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"tflops_per_device", r.tflops},
+          {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
+          {"pipeline_efficiency", pp > 1 ? nlohmann::json(efficiency) : nlohmann::json()},
+          {"peak_memory_bytes", r.peak_bytes}};
       jsonl << j.dump() << "\n" << std::flush;
     }
     if (!opts.quiet && (step % t.log_interval == 0 || step == 1 || step == t.train_iters))
@@ -514,7 +723,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
           "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s{} | peak {}",
           step, t.train_iters, loss, lr, norm, ms, r.samples_per_s, r.tokens_per_s, r.tflops,
-          peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string(),
+          (peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string()) +
+              (pp > 1 ? fmt::format(" | pipeline {:.0f}%", 100 * efficiency) : std::string()),
           mib(r.peak_bytes));
   }
   // The tensor group's traffic per step, as counted against Megatron's formula.
@@ -522,7 +732,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const double steps = t.train_iters;
   result.tensor_traffic_counted = {v.activations / steps, v.logits / steps,
                                    v.replicated_grads / steps};
-  result.tensor_traffic_formula = tensor_traffic_formula(cfg);
+  result.tensor_traffic_formula = tensor_traffic_formula(cfg, me.pp);
   if (tp > 1 && !opts.quiet) {
     const TensorTraffic& c = result.tensor_traffic_counted;
     const TensorTraffic& f = result.tensor_traffic_formula;

@@ -100,10 +100,17 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   vocab_.rows = static_cast<int>(Vl);
   vocab_.valid = static_cast<int>(std::clamp<int64_t>(spec.vocab_size - vocab_.start, 0, Vl));
   gather_in_ = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
-  wte_ = spec.find("wte.weight").offset;
-  wpe_ = rope_ ? 0 : spec.find("wpe.weight").offset;
-  lnf_w_ = spec.find("ln_f.weight").offset;
-  lnf_b_ = spec.find("ln_f.bias").offset;
+  // A pipeline stage holds the embedding (first stage) and/or the head (last stage); the last
+  // stage's head has its own copy of the tied wte.
+  has_embedding_ = spec.placement.has_embedding;
+  has_head_ = spec.placement.has_head;
+  if (has_embedding_ || has_head_) wte_ = spec.find("wte.weight").offset;
+  wpe_ = rope_ || !has_embedding_ ? 0 : spec.find("wpe.weight").offset;
+  if (has_head_) {
+    lnf_w_ = spec.find("ln_f.weight").offset;
+    lnf_b_ = spec.find("ln_f.bias").offset;
+  }
+  pipelined_ = !(has_embedding_ && has_head_);
   for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
   const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
   if (t > 1) {
@@ -150,6 +157,16 @@ GPT::ActSet GPT::make_act_set() {
     a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
   }
   s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (s.layers.empty()) s.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (pipelined_) {
+    s.grad_in = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+    s.grad_out = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  }
+  if (!has_head_) {
+    s.targets = Buffer<int32_t>(dev_, BT, "token ids");
+    s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+    return s;
+  }
   s.lnf = ActBuffer(dev_, BTs * C, act_, "activations");
   if (gather_in_) s.lnf_full = ActBuffer(dev_, BT * C, act_, "activations");
   s.lnf_mean = Buffer<float>(dev_, BTs, "activations");
@@ -377,7 +394,7 @@ void GPT::embedding_forward(ActSet& s) {
   const void* wpe = rope_ || tp_.rank != 0 ? nullptr : state_.weight(wpe_);
   const void* wte = state_.weight(wte_);
   const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
-  void* x0 = s.layers.empty() ? s.res_out.data() : s.layers[0].res_in.data();
+  void* x0 = stage_in(s);
   if (emb.forward == TRIAD_TENSOR_IDENTITY || emb.forward == TRIAD_TENSOR_ALL_REDUCE) {
     dev_.embedding_forward(x0, s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
     exchange(emb.forward, x0, nullptr, N, C, act_, &volume_.activations);
@@ -452,17 +469,36 @@ float GPT::head_forward(ActSet& s) {
   return static_cast<float>(dev_.sum(s.losses.data(), N) / N);
 }
 
+void* GPT::stage_in(ActSet& s) {
+  return s.layers.empty() ? s.res_in.data() : s.layers[0].res_in.data();
+}
+
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set) {
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const int N = B * T_;
   s.B = B;
-  dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
-  dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
-  embedding_forward(s);
+  if (has_embedding_) {
+    dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
+    embedding_forward(s);
+  }
+  // else: the previous stage's output was received into the stage's input.
   const size_t nl = s.layers.size();
   for (size_t i = 0; i < nl; ++i)
     block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data());
+  if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
+  if (!has_head_) return 0.0f;  // the output goes to the next stage
+  dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
   return head_forward(s);
+}
+
+size_t GPT::stage_bytes(int B) const {
+  const size_t N = size_t(B) * T_;
+  return (sp_ ? N / tp_.size : N) * C_ * dtype_bytes(act_);
+}
+
+GPT::StageIO GPT::stage_io(int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  return {stage_in(s), s.res_out.data(), s.grad_in.data(), s.grad_out.data()};
 }
 
 void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
@@ -539,15 +575,25 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const ParamSpec& spec = state_.spec();
   const bool reduce_now = last_micro && sp_;
-  head_backward(s, loss_scale, reduce_now);
-  if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+  if (has_head_) {
+    head_backward(s, loss_scale, reduce_now);
+    if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+  } else {
+    // The next stage sent the gradient of this stage's output.
+    dev_.copy(dres_.data(), s.grad_out.data(), stage_bytes(s.B));
+  }
   for (size_t i = s.layers.size(); i-- > 0;) {
     block_backward(i, s, reduce_now);
     if (grads_ready) grads_ready(spec.layers[i].range.begin, spec.layers[i].range.size());
   }
-  embedding_backward(s);
-  // wte (and wpe) are final only now: the tied LM head wrote into wte first.
-  if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
+  if (has_embedding_) {
+    embedding_backward(s);
+    // wte (and wpe) are final only now: the tied LM head wrote into wte first.
+    if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
+  } else {
+    // For the previous stage: the gradient of this stage's input.
+    dev_.copy(s.grad_in.data(), dres_.data(), stage_bytes(s.B));
+  }
 }
 
 }  // namespace triad

@@ -1,6 +1,7 @@
 #include "triad/core/plugin_instance.hpp"
 
 #include <stdexcept>
+#include <vector>
 
 namespace triad {
 
@@ -46,6 +47,28 @@ std::string PluginInstance::last_error() const {
 
 std::string PluginInstance::failure(int status, const std::string& what) const {
   return what + " failed (" + status_name(status) + "): " + last_error();
+}
+
+std::string other_plugins_fix(const std::string& kind, const std::string& self,
+                              const PluginFits& fits, const std::string& none) {
+  std::vector<std::string> can;
+  try {
+    PluginLoader loader;
+    for (const auto& other : loader.available(kind)) {
+      if (other == self) continue;
+      try {
+        auto plugin = loader.load(kind, other);
+        if (fits(plugin, resolve_params(plugin->descriptor(), {}, kind))) can.push_back(other);
+      } catch (const std::exception&) {
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  std::string fix = none;
+  for (size_t i = 0; i < can.size(); ++i)
+    fix = i == 0 ? "set " + kind + ": " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
+  if (can.size() > 1) fix += ")";
+  return fix;
 }
 
 }  // namespace triad

@@ -17,6 +17,7 @@
 #include "triad/core/error.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v1.h"
+#include "triad/sdk/pipeline_v1.h"
 #include "triad/sdk/tensor_v1.h"
 #include "triad/sdk/transport_v1.h"
 
@@ -80,6 +81,10 @@ Slots data_slots(const void* ops) {
 Slots tensor_slots(const void* ops) {
   const auto* o = static_cast<const triad_tensor_ops_v1*>(ops);
   return {TRIAD_SLOT(capabilities), TRIAD_SLOT(split), TRIAD_SLOT(boundary)};
+}
+Slots pipeline_slots(const void* ops) {
+  const auto* o = static_cast<const triad_pipeline_ops_v1*>(ops);
+  return {TRIAD_SLOT(capabilities), TRIAD_SLOT(num_buffers), TRIAD_SLOT(schedule)};
 }
 #undef TRIAD_SLOT
 
@@ -227,6 +232,7 @@ const std::vector<KindAbi>& kind_abis() {
       {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {}},
       {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {}},
       {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
+      {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {}},
   };
   return table;
 }

@@ -233,25 +233,14 @@ TensorPlan TensorBackend::plan(int tp_size, bool sequence_parallel) const {
   const std::string why = refusal(layout, &p);
   if (why.empty()) return p;
   // Name the installed tensor plugins that can plan this layout (each with its defaults).
-  std::vector<std::string> can;
-  try {
-    PluginLoader loader;
-    for (const auto& other : loader.available("tensor")) {
-      if (other == name()) continue;
-      try {
-        auto plugin = loader.load("tensor", other);
-        TensorBackend be(plugin, resolve_params(plugin->descriptor(), {}, "tensor"), services_);
+  const std::string fix = other_plugins_fix(
+      "tensor", name(),
+      [&](std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params) {
+        TensorBackend be(std::move(plugin), params, services_);
         TensorPlan q;
-        if (be.refusal(layout, &q).empty()) can.push_back(other);
-      } catch (const std::exception&) {
-      }
-    }
-  } catch (const std::exception&) {
-  }
-  std::string fix = "no installed tensor plugin plans it; choose another layout";
-  for (size_t i = 0; i < can.size(); ++i)
-    fix = i == 0 ? "set tensor: " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
-  if (can.size() > 1) fix += ")";
+        return be.refusal(layout, &q).empty();
+      },
+      "no installed tensor plugin plans it; choose another layout");
   throw UserError(instance_.who() + " cannot plan " + tensor_layout_text(layout) + ": " + why +
                   "; " + fix);
 }

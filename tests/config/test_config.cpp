@@ -218,7 +218,8 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
         "pipeline_model_parallel_size 1 ($F:9:",
         "launch a multiple of 2 ranks"}},
       {"parallel:\n  pipeline_model_parallel_size: 2\n",
-       {"parallel.pipeline_model_parallel_size 2", "not built yet"}},
+       {"world size 1 is not divisible by tensor_model_parallel_size 1 × "
+        "pipeline_model_parallel_size 2"}},
       {"zero_optimization:\n  stage: 1\n",
        {"zero_optimization.stage 1 is not supported yet", "use 0"}},
   };
@@ -607,8 +608,26 @@ TEST_F(ConfigTest, DataParallelWorldSizes) {
       {}, 2);
   expect_error("parallel:\n  tensor_model_parallel_size: 2\n",
                {"world size 3 is not divisible by tensor_model_parallel_size 2"}, {}, 3);
-  expect_error("parallel:\n  pipeline_model_parallel_size: 2\n",
-               {"parallel.pipeline_model_parallel_size 2 is not supported yet"}, {}, 4);
+  // Pipeline stages: the layers split uniformly, or as the partition says.
+  expect_error("model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 3\n",
+               {"model.num_layers 4 is not divisible by parallel.pipeline_model_parallel_size 3 "
+                "($F:4:",
+                "parallel.pipeline_partition, e.g. '2,1,1'"},
+               {}, 3);
+  expect_error(
+      "model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 2\n"
+      "  pipeline_partition: '1,2'\n",
+      {"parallel.pipeline_partition '1,2' ($F:5:", "gives 2 stages and 3 layers",
+       "model.num_layers is 4"},
+      {}, 2);
+  expect_error(
+      "model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 2\n"
+      "  pipeline_partition: '4,x'\n",
+      {"parallel.pipeline_partition '4,x' ($F:5:", "has 'x'"}, {}, 2);
+  EXPECT_EQ(error_of("model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 2\n"
+                     "  pipeline_partition: '3,1'\n",
+                     {}, 2),
+            "");
 }
 
 TEST_F(ConfigTest, ParallelLayout) {

@@ -1,4 +1,4 @@
-// Test driver for the tensor-parallel equivalence test (tp_equivalence.sh): trains from a config
+// Test driver for the layout equivalence test (layout_equivalence.sh): trains from a config
 // as one rank of the job the launcher started (--exec), and has rank 0 write step 1's
 // gradients, gathered to whole tensors, to OUT/grads.safetensors.
 // Usage: triad-launch --nproc-per-node N --exec tp-grads CONFIG OUT [--set k=v ...]

@@ -62,6 +62,15 @@ expect_error tp_plugin_lacks "tensor plugin 'none' cannot plan tp 2" "$BASE" --n
   --set parallel.tensor_model_parallel_size=2 --set tensor=none
 expect_error tp_unknown_plugin "megatrom" "$BASE" --nproc-per-node 2 \
   --set parallel.tensor_model_parallel_size=2 --set tensor=megatrom
+# Pipeline parallelism's rules.
+expect_error pp_layers "num_layers 4 is not divisible by parallel.pipeline_model_parallel_size 3" \
+  "$BASE" --nproc-per-node 3 --set parallel.pipeline_model_parallel_size=3
+expect_error pp_partition "pipeline_partition '1,2'" "$BASE" --nproc-per-node 2 \
+  --set parallel.pipeline_model_parallel_size=2 --set parallel.pipeline_partition=1,2
+expect_error pp_world "world size 3 is not divisible by tensor_model_parallel_size 1 × pipeline_model_parallel_size 2" \
+  "$BASE" --nproc-per-node 3 --set parallel.pipeline_model_parallel_size=2
+expect_error pp_unknown_schedule "1f1c" "$BASE" --nproc-per-node 2 \
+  --set parallel.pipeline_model_parallel_size=2 --set pipeline=1f1c
 expect_error world_mismatch "data_parallel_size" "$BASE" --nproc-per-node 2 --set parallel.data_parallel_size=4
 
 echo "$passes passed, $fails failed"

@@ -4,8 +4,10 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -35,6 +37,18 @@ inline bool is_loaded(const std::string& path) {
   return h != nullptr;
 }
 
+// Runs a shell command with stderr joined to stdout; returns its exit code (-1 when it did not
+// exit) and appends what it printed to *out.
+inline int run_command(const std::string& cmd, std::string* out) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+  const int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 inline std::string bad_plugin(const std::string& name) {
   return std::string(TRIAD_BAD_PLUGIN_DIR) + "/libtriad-attention-" + name + ".so";
 }
@@ -43,7 +57,8 @@ inline std::string bad_plugin(const std::string& name) {
 
 // A scratch folder of this test process: concurrent runs (ctest -j) never share files.
 inline std::filesystem::path test_tmp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("triad-plugin-tests-" + std::to_string(getpid()));
+  auto d =
+      std::filesystem::temp_directory_path() / ("triad-plugin-tests-" + std::to_string(getpid()));
   std::filesystem::create_directories(d);
   return d;
 }

@@ -10,6 +10,7 @@
 #include "test_helpers.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/sdk/attention_v1.h"
+#include "triad/sdk/pipeline_v1.h"
 
 namespace triad {
 namespace {
@@ -46,11 +47,12 @@ TEST(PluginLoader, DiscoverListsEachFileOnce) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 9u);  // seven broken plugins, buggy and hostile
+  EXPECT_EQ(files.size(), 10u);  // seven broken plugins, buggy and the two hostile ones
   EXPECT_EQ(loader.available("attention"),
             (std::vector<std::string>{"abi99", "buggy", "kindabi0", "kindabi2", "misnamed",
                                       "nodesc", "nullslot", "wrongkind"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
+  EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
 
@@ -87,9 +89,11 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
     EXPECT_EQ(k.current, 1u) << k.kind;
     EXPECT_TRUE(k.adapters.empty()) << k.kind << ": nothing older than version 1 exists";
   }
-  EXPECT_EQ(kinds, (std::vector<std::string>{"attention", "transport", "data", "tensor"}));
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"attention", "transport", "data", "tensor", "pipeline"}));
   EXPECT_EQ(current_kind_abi("attention"), unsigned(TRIAD_ATTENTION_ABI_VERSION));
-  EXPECT_EQ(current_kind_abi("pipeline"), 0u);
+  EXPECT_EQ(current_kind_abi("pipeline"), unsigned(TRIAD_PIPELINE_ABI_VERSION));
+  EXPECT_EQ(current_kind_abi("nosuchkind"), 0u);
   auto p = PluginLoader().load("attention", "naive");
   EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_ATTENTION_ABI_VERSION));
   EXPECT_EQ(p->kind_abi_version(), 1u);
@@ -217,8 +221,9 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("string  default none"), HasSubstr("BROKEN"),
                           HasSubstr("ABI version 99"), HasSubstr("has attention ABI version 0")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
-  EXPECT_THAT(text, AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 1, tensor 1\n"),
-                          HasSubstr("  abi:          plugin 1, attention 1\n")));
+  EXPECT_THAT(text,
+              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 1, tensor 1, pipeline 1\n"),
+                    HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 
 TEST(InfoTool, ListsTensorPluginsWithCapabilities) {

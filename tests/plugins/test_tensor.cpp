@@ -2,9 +2,7 @@
 // `none` and the planted defects of the test plugin `hostile`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include "test_helpers.hpp"
@@ -141,17 +139,11 @@ TEST(TensorBackend, Names) {
 
 // Runs the tool, returns its exit code and fills *out with what it printed.
 int run_tool(const std::string& args, std::string* out) {
-  const std::string cmd =
+  return test::run_command(
       "UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n " TRIAD_PLUGIN_TEST_EXE
       " tensor " +
-      args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
-  const int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+          args,
+      out);
 }
 
 TEST(TensorSuite, CorrectHostilePluginPasses) {

@@ -1,5 +1,9 @@
 #include "checks.hpp"
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "schema.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
@@ -99,10 +103,10 @@ void check_available(Config& c, const Checker& k) {
     fail("precision 'bf16' (" + k.at("precision") + ") needs device: cuda; the " + c.device +
          " device computes in fp32 only, so use precision: fp32 there");
   const ParallelConfig& p = c.parallel;
-  if (p.pipeline_model_parallel_size != 1)
-    fail("parallel.pipeline_model_parallel_size " + str(p.pipeline_model_parallel_size) +
-         " is not supported yet (" + k.at("parallel.pipeline_model_parallel_size") +
-         "); pipeline parallelism is not built yet, use 1 for now");
+  if (p.pipeline_model_parallel_size > 1 && c.device != "cpu")
+    fail("parallel.pipeline_model_parallel_size " + str(p.pipeline_model_parallel_size) + " (" +
+         k.at("parallel.pipeline_model_parallel_size") + ") is not built for device: " + c.device +
+         " yet; use pipeline_model_parallel_size: 1 there, or device: cpu");
   if (p.tensor_model_parallel_size > 1 && c.device != "cpu")
     fail("parallel.tensor_model_parallel_size " + str(p.tensor_model_parallel_size) + " (" +
          k.at("parallel.tensor_model_parallel_size") + ") is not built for device: " + c.device +
@@ -142,6 +146,62 @@ void check_tensor_parallel(Config& c, const Checker& k) {
   if (c.tensor.name.empty()) c.tensor.name = tp > 1 ? "megatron" : "none";
 }
 
+// "2,1,1": the layers split as evenly as they go, for the fix in a message.
+std::string even_partition(int layers, int stages) {
+  std::string e;
+  for (int s = 0; s < stages; ++s) {
+    if (s) e.push_back(',');
+    e.append(std::to_string(layers / stages + (s < layers % stages ? 1 : 0)));
+  }
+  return e;
+}
+
+// The layers of each pipeline stage: uniform, or the partition given.
+void check_pipeline(Config& c, const Checker& k) {
+  const ParallelConfig& p = c.parallel;
+  const int pp = p.pipeline_model_parallel_size, L = c.model.num_layers;
+  const std::string where = k.at("parallel.pipeline_model_parallel_size");
+  if (p.pipeline_partition.empty()) {
+    if (L % pp != 0)
+      fail("model.num_layers " + str(L) + " is not divisible by " +
+           "parallel.pipeline_model_parallel_size " + str(pp) + " (" + where +
+           "); choose a stage count that divides the layers, or give each stage's layers as "
+           "parallel.pipeline_partition, e.g. '" +
+           even_partition(L, pp) + "'");
+    return;
+  }
+  const std::string pw = k.at("parallel.pipeline_partition");
+  std::vector<int> counts;
+  std::string item;
+  int sum = 0;
+  for (size_t i = 0; i <= p.pipeline_partition.size(); ++i) {
+    const char ch = i < p.pipeline_partition.size() ? p.pipeline_partition[i] : ',';
+    if (ch != ',') {
+      item += ch;
+      continue;
+    }
+    int v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      v = -1;
+    }
+    if (v < 1)
+      fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" + pw + ") has '" + item +
+           "', not a layer count of at least 1; give one count per stage, e.g. '2,2'");
+    counts.push_back(v);
+    sum += v;
+    item.clear();
+  }
+  if (int(counts.size()) != pp || sum != L)
+    fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" + pw + ") gives " +
+         str(int(counts.size())) + " stages and " + str(sum) + " layers, but the layout has " +
+         str(pp) + " stages and model.num_layers is " + str(L) +
+         "; give one count per stage, summing to the layers");
+}
+
 void check_layout(Config& c, const Checker& k, int world_size) {
   ParallelConfig& p = c.parallel;
   int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
@@ -149,8 +209,10 @@ void check_layout(Config& c, const Checker& k, int world_size) {
   if (world_size % model_ranks != 0)
     fail("world size " + str(world_size) + " is not divisible by tensor_model_parallel_size " +
          str(tp) + " × pipeline_model_parallel_size " + str(pp) + " (" +
-         k.at("parallel.tensor_model_parallel_size") + "); launch a multiple of " +
-         str(model_ranks) + " ranks");
+         k.at(pp > 1 && !k.given("parallel.tensor_model_parallel_size")
+                  ? "parallel.pipeline_model_parallel_size"
+                  : "parallel.tensor_model_parallel_size") +
+         "); launch a multiple of " + str(model_ranks) + " ranks");
   int dp = world_size / model_ranks;
   if (p.data_parallel_size != 0 && p.data_parallel_size != dp)
     fail("parallel.data_parallel_size " + str(p.data_parallel_size) +
@@ -174,6 +236,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
   if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;
   check_tensor_parallel(c, k);
+  check_pipeline(c, k);
   check_layout(c, k, world_size);
   resolve_batch_sizes(c.training, c.parallel, world_size, loc.file());
 }

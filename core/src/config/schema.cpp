@@ -115,6 +115,7 @@ std::vector<Section> build_schema() {
            // 0 = derived from the world size
            F("data_parallel_size", TRIAD_SLOT(parallel.data_parallel_size)).min(0),
            F("sequence_parallel", TRIAD_SLOT(parallel.sequence_parallel)),
+           F("pipeline_partition", TRIAD_SLOT(parallel.pipeline_partition)),
        }},
       {"zero_optimization",
        {
@@ -149,6 +150,7 @@ std::vector<PluginSection> build_plugin_choices() {
        "{name: flash2, block_q: 64}"},
       {"transport", [](Config& c) { return &c.transport; }, "nccl", "{name: ucx, tls: tcp}"},
       {"tensor", [](Config& c) { return &c.tensor; }, "megatron", "{name: megatron}"},
+      {"pipeline", [](Config& c) { return &c.pipeline; }, "gpipe", "{name: 1f1b}"},
   };
 }
 

@@ -69,6 +69,8 @@ struct ParallelConfig {
   // Megatron's sequence parallelism: layernorm/residual regions split along the tokens over
   // the tensor group (no effect at tp 1).
   bool sequence_parallel = false;
+  // Layers per pipeline stage, comma-separated ("3,5"); empty = num_layers / pp each.
+  std::string pipeline_partition;
 };
 
 // DeepSpeed's zero_optimization section.
@@ -106,6 +108,8 @@ struct Config {
   PluginChoice transport{"ucx", {}, "transport"};
   // The tensor-parallel plan; empty = "megatron" when tp > 1, else "none".
   PluginChoice tensor{"", {}, "tensor"};
+  // The pipeline schedule (also the one-stage schedule of plain gradient accumulation).
+  PluginChoice pipeline{"1f1b", {}, "pipeline"};
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda
   std::string precision = "fp32";  // fp32

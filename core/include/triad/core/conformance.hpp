@@ -83,6 +83,30 @@ struct TensorSuiteOptions {
 // tensor plugin.
 Summary run_tensor_suite(const std::string& so_path, const TensorSuiteOptions& options);
 
+struct PipelineSuiteOptions {
+  std::map<std::string, std::string> params;  // the pipeline plugin's parameters (key -> value)
+  int max_stages = 8;                         // p = 1 .. max_stages
+  int max_micro_batches = 32;                 // m = 1 .. max_micro_batches for each p
+  int max_virtual_stages = 4;                 // v = 1 .. this, as far as the capabilities allow
+  std::function<void(const CaseResult&)> on_case;
+};
+
+// Runs the pipeline suite on the plugin file, all in this process (a schedule is data). One case
+// per (p, v): for every m, every stage's stream is asked for and run together with
+// simulate_pipeline(): each micro-batch runs forward then backward exactly once per chunk on
+// every stage, in dependency order (a forward after the previous stage sent its input, a
+// backward after the next stage sent its gradient), every send is received in order, no stage
+// waits forever, buffers stay within the declared count and are not reused before their
+// backward, and the step ends with reduce-tied-grads, reduce-grads, optimizer-step once each.
+// Layouts every stage refuses with UNSUPPORTED (and a message) are skipped, a case whose every m
+// is refused is reported skipped; for a plugin named 1f1b or interleaved at most p micro-batches
+// are in flight per stage (interleaved with v > 1: at most (v + 1)p - 1 chunk activations,
+// Megatron's warm-up); the detail reports in flight, buffers and the bubble for the others.
+// Besides: more virtual stages than the capabilities allow refused with UNSUPPORTED, malformed
+// layouts refused with a status, and schedule() honouring its capacity and answering the same
+// twice. Throws UserError when the file is not a usable pipeline plugin.
+Summary run_pipeline_suite(const std::string& so_path, const PipelineSuiteOptions& options);
+
 // One attention problem, every tensor logical (B, H, T, D) contiguous.
 struct AttentionProblem {
   int64_t B = 1, H = 1, T = 1, D = 1;

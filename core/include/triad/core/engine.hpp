@@ -25,7 +25,10 @@ struct RunPlan {
   size_t num_params = 0;       // the whole model, unpadded
   size_t params_per_rank = 0;  // a tensor-parallel rank's slice, vocabulary padded
   int64_t padded_vocab_size = 0;
-  TensorTraffic tensor_traffic;  // per step per rank (Megatron's formula)
+  TensorTraffic tensor_traffic;      // per step per rank (Megatron's formula), stage 0
+  std::vector<int> stage_layers;     // per pipeline stage
+  std::vector<size_t> stage_params;  // per rank of each pipeline stage
+  // params_per_rank, the bytes and the activations below are a rank of stage 0's.
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
   size_t total_bytes() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes;
@@ -37,6 +40,8 @@ RunPlan plan_run(const Config& cfg);
 // the plan of the layout: the launcher's check before it starts ranks, so a bad choice is one
 // message rather than one per rank. Throws UserError.
 void preflight(const Config& cfg);
+// The layers of each pipeline stage (uniform, or parallel.pipeline_partition).
+std::vector<int> pipeline_partition(const Config& cfg);
 
 // Megatron-LM's model FLOPs per iteration (Narayanan et al. 2021, no activation recompute):
 //   72 · B · s · l · h² · (1 + s/(6h) + V/(12·l·h))
@@ -56,11 +61,13 @@ struct StepRecord {
   size_t peak_bytes = 0;
 };
 
-// Megatron's count for the layout: per micro-batch 4 all-reduces of the (b,s,h) activations
-// per layer (4 all-gathers + 4 reduce-scatters with sequence parallelism) plus two at the ends,
-// three per-token statistics of the vocab-parallel cross-entropy, and with sequence parallelism
-// one all-reduce of the layernorm and row-parallel bias gradients per step.
-TensorTraffic tensor_traffic_formula(const Config& cfg);
+// Megatron's count for a rank of pipeline stage `stage`: per micro-batch 4 all-reduces of the
+// (b,s,h) activations per layer of the stage (4 all-gathers + 4 reduce-scatters with sequence
+// parallelism) plus one at each end the stage holds (the embedding's output, the head's
+// input), three per-token statistics of the vocab-parallel cross-entropy (last stage), and with
+// sequence parallelism one all-reduce of the layernorm and row-parallel bias gradients per
+// step.
+TensorTraffic tensor_traffic_formula(const Config& cfg, int stage);
 
 struct RunResult {
   std::vector<StepRecord> steps;

@@ -106,6 +106,20 @@ class GPT {
   // until backward()); Vlocal = vocab().rows, padded.
   const void* logits() const;
   const VocabShard& vocab() const { return vocab_; }
+
+  // A pipeline stage's boundary buffers in activation set `set`, each (Ns,C) in the activation
+  // dtype (this tensor-parallel rank's tokens): the input the previous stage's output is
+  // received into, the output sent to the next stage, the input's gradient sent back and the
+  // output's gradient received. forward() on a stage without the embedding reads `input`;
+  // without the head it leaves the output and returns 0. backward() without the head reads
+  // `output_grad`; without the embedding it leaves `input_grad`.
+  struct StageIO {
+    void *input, *output, *input_grad, *output_grad;
+  };
+  StageIO stage_io(int set);
+  size_t stage_bytes(int B) const;  // of each, for a micro-batch of B
+  bool has_embedding() const { return has_embedding_; }
+  bool has_head() const { return has_head_; }
   const TensorCommVolume& comm_volume() const { return volume_; }
 
  private:
@@ -132,8 +146,12 @@ class GPT {
     Buffer<float> lnf_mean, lnf_rstd, losses, ce_lse;
     Buffer<float> ce_max, ce_sums;  // vocab-parallel cross-entropy: (N) max, (2N) sums
     Buffer<int32_t> inputs, targets;
+    // Pipeline stages: the stage's input when it holds no block; the gradients of its input
+    // (sent back) and of its output (received).
+    ActBuffer res_in, grad_in, grad_out;
     int B = 0;
   };
+  void* stage_in(ActSet& s);
   void setup(const TensorParallel& tp, int max_batch, int activation_sets);
   ActSet make_act_set();
 
@@ -180,6 +198,7 @@ class GPT {
   int Hl_, Cl_, Fl_;  // heads, attention width and MLP width on this rank
   VocabShard vocab_;
   bool rope_, sp_, gather_in_;
+  bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<ActSet> sets_;  // the activation pool
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,

@@ -5,6 +5,7 @@
 // kind's operations.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -60,5 +61,13 @@ class PluginInstance {
   std::string kind_, name_;
   void* handle_ = nullptr;
 };
+
+// How a refusal names the way out: "set <kind>: a", or "set <kind>: a (or b, c)", listing the
+// other installed plugins of `kind` (not `self`) that `fits`, each loaded with its default
+// parameters (one that fails to load, or throws, does not fit); `none` when no plugin fits.
+using PluginFits =
+    std::function<bool(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params)>;
+std::string other_plugins_fix(const std::string& kind, const std::string& self,
+                              const PluginFits& fits, const std::string& none);
 
 }  // namespace triad

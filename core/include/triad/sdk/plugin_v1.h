@@ -11,9 +11,10 @@
  *   kind_abi_version  the version of its kind's ops table, one sequence per kind:
  *                     TRIAD_ATTENTION_ABI_VERSION (attention_v1.h),
  *                     TRIAD_TRANSPORT_ABI_VERSION (transport_v1.h),
- *                     TRIAD_DATA_ABI_VERSION (data_v1.h), TRIAD_TENSOR_ABI_VERSION (tensor_v1.h).
+ *                     TRIAD_DATA_ABI_VERSION (data_v1.h), TRIAD_TENSOR_ABI_VERSION (tensor_v1.h),
+ *                     TRIAD_PIPELINE_ABI_VERSION (pipeline_v1.h).
  * So a new data ABI (data_v2.h, triad_data_ops_v2, TRIAD_DATA_ABI_VERSION 2) leaves attention,
- * transport and tensor plugins untouched. Both numbers sit in the first 8 bytes of the
+ * transport, tensor and pipeline plugins untouched. Both numbers sit in the first 8 bytes of the
  * descriptor (in what would otherwise be padding), where every later descriptor layout keeps
  * them, so a loader can read them before it interprets anything else; the ops tables stay
  * plain tables of function pointers. The loader accepts a plugin whose kind ABI is the current
@@ -106,7 +107,7 @@ typedef struct triad_plugin_v1 {
   uint32_t abi_version;      /* TRIAD_ABI_VERSION_1: the layout of this descriptor */
   uint32_t kind_abi_version; /* the version of the kind's ops table, e.g.
                                 TRIAD_ATTENTION_ABI_VERSION for kind "attention" */
-  const char* kind;          /* "attention", "transport", "data", "tensor" */
+  const char* kind;          /* "attention", "transport", "data", "tensor", "pipeline" */
   const char* name;          /* "naive", "flash2", ...: file is libtriad-<kind>-<name>.so */
   const char* version;       /* the plugin's own version, free text */
   const char* description;

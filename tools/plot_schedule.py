@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Draws a pipeline schedule's timeline, as triad-schedule --png writes it.
+
+    python3 tools/plot_schedule.py TIMELINE.json OUT.png
+
+TIMELINE.json holds the schedule's name, stages, micro_batches, virtual_stages, makespan, bubble,
+formula and one box per pass: stage, start, length (time units: forward 1, backward 2), pass
+("F" or "B"), micro_batch and chunk. The picture has one row per stage (stage 0 on top) and time
+running right; forwards are blue and backwards green, a lighter shade per later chunk, each box
+labelled with its micro-batch. Exit 2 with one line when matplotlib is missing.
+"""
+import json
+import sys
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: plot_schedule.py TIMELINE.json OUT.png", file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch, Rectangle
+    except ImportError:
+        print(
+            "triad-schedule: --png needs matplotlib for python3, which is not installed "
+            "(Debian: apt-get install python3-matplotlib; or python3 -m pip install matplotlib)",
+            file=sys.stderr,
+        )
+        return 2
+    with open(argv[1]) as f:
+        t = json.load(f)
+    p, m, v, span = t["stages"], t["micro_batches"], t["virtual_stages"], t["makespan"]
+    colours = {"F": matplotlib.colormaps["Blues"], "B": matplotlib.colormaps["Greens"]}
+
+    def shade(pass_, chunk):
+        # Darkest for chunk 0, lighter for later chunks.
+        return colours[pass_](0.75 - 0.4 * chunk / max(1, v - 1) if v > 1 else 0.65)
+
+    fig, ax = plt.subplots(figsize=(min(40.0, 2.0 + 0.32 * span), 0.9 + 0.55 * p))
+    for b in t["boxes"]:
+        y = p - 1 - b["stage"]
+        ax.add_patch(
+            Rectangle((b["start"], y + 0.05), b["length"], 0.9,
+                      facecolor=shade(b["pass"], b["chunk"]), edgecolor="black", linewidth=0.5))
+        label = str(b["micro_batch"]) + (chr(ord("a") + b["chunk"]) if v > 1 else "")
+        ax.text(b["start"] + b["length"] / 2, y + 0.5, label, ha="center", va="center",
+                fontsize=8 if span < 120 else 6, color="white" if b["chunk"] == 0 else "black")
+    ax.set_xlim(0, span)
+    ax.set_ylim(0, p)
+    ax.set_yticks([p - 1 - s + 0.5 for s in range(p)])
+    ax.set_yticklabels(["stage %d" % s for s in range(p)])
+    ax.set_xlabel("time (forward = 1 unit, backward = 2)")
+    layout = "%d stages, %d micro-batches" % (p, m) + (", %d virtual stages" % v if v > 1 else "")
+    formula = "(p-1)/(m+p-1)" if v == 1 else "(p-1)/(v*m+p-1)"
+    ax.set_title("%s: %s; bubble %.3f (formula %s = %.3f)"
+                 % (t["schedule"], layout, t["bubble"], formula, t["formula"]))
+    ax.legend(handles=[Patch(facecolor=shade("F", 0), label="forward"),
+                       Patch(facecolor=shade("B", 0), label="backward")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(argv[2], dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,144 @@
+// triad-schedule --stages P --micro-batches M --schedule S [--virtual V] [--png FILE]: loads the
+// pipeline plugin S by name, asks it for every stage's stream of one step, checks them (each
+// stream's rules, then all of them run together) and prints the step's timeline with every
+// forward taking one time unit, every backward two and communication free: one row per stage, one
+// column per time unit (F3 / B3: micro-batch 3's forward / backward, F3b its chunk 1 when
+// interleaved, '.' idle); then the bubble next to its formula, the micro-batches in flight and the
+// buffers per stage. --png draws the same timeline with tools/plot_schedule.py (matplotlib).
+// Exit 0, or 2 when the plugin, the layout or the picture cannot be had (one line saying why).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.hpp"
+#include "triad/core/pipeline_backend.hpp"
+#include "triad/core/plugin_loader.hpp"
+#include "triad/core/services.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// 'text' for a POSIX shell.
+std::string quoted(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// plot_schedule.py: installed beside the tools (<prefix>/share/triad), else in the source tree.
+std::string plot_script() {
+  try {
+    const fs::path installed = boost::dll::program_location().parent_path().parent_path().string() +
+                               "/share/triad/plot_schedule.py";
+    if (fs::is_regular_file(installed)) return installed.string();
+  } catch (const std::exception&) {
+  }
+  return TRIAD_PLOT_SCHEDULE_SCRIPT;
+}
+
+// Writes the timeline as JSON and has python3 draw it into `png`; returns the exit code.
+int draw(const std::string& png, const std::string& schedule, int p, int m, int v,
+         const triad::PipeTimeline& t) {
+  if (std::system("command -v python3 > /dev/null 2>&1") != 0) {
+    std::cerr << "triad-schedule: --png needs python3 with matplotlib, and python3 was not found "
+                 "(Debian: apt-get install python3-matplotlib)"
+              << std::endl;
+    return triad::kExitUserError;
+  }
+  nlohmann::json j = {{"schedule", schedule},
+                      {"stages", p},
+                      {"micro_batches", m},
+                      {"virtual_stages", v},
+                      {"makespan", t.makespan},
+                      {"bubble", t.bubble},
+                      {"formula", double(p - 1) / (v * m + p - 1)},
+                      {"max_in_flight", t.max_in_flight},
+                      {"buffers", t.peak_buffers},
+                      {"boxes", nlohmann::json::array()}};
+  for (const triad::PipeBox& b : t.boxes)
+    j["boxes"].push_back({{"stage", b.stage},
+                          {"start", b.start},
+                          {"length", b.length},
+                          {"pass", std::string(1, b.pass)},
+                          {"micro_batch", b.micro_batch},
+                          {"chunk", b.chunk}});
+  const fs::path json =
+      fs::temp_directory_path() / ("triad-schedule-" + std::to_string(getpid()) + ".json");
+  std::ofstream(json) << j.dump() << "\n";
+  const std::string cmd =
+      "python3 " + quoted(plot_script()) + " " + quoted(json.string()) + " " + quoted(png);
+  const int status = std::system(cmd.c_str());
+  std::error_code ec;
+  fs::remove(json, ec);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (rc == 0) std::cout << "picture: " << png << std::endl;
+  if (rc != 0 && rc != triad::kExitUserError)
+    std::cerr << "triad-schedule: plot_schedule.py failed (exit " << rc << ")" << std::endl;
+  return rc;
+}
+
+int run(const std::string& schedule, int p, int m, int v, const std::string& png) {
+  triad::PluginLoader loader;
+  auto plugin = loader.load("pipeline", schedule);
+  triad::CoreServices services;
+  triad::PipelineBackend be(plugin, triad::resolve_params(plugin->descriptor(), {}, "pipeline"),
+                            services.c_services());
+  const std::vector<triad::PipeSchedule> streams = be.schedules(p, m, v);
+  const triad::PipeTimeline t = triad::pipeline_timeline(streams, m, v);
+
+  std::cout << "triad-schedule: " << be.name() << ", " << p << (p == 1 ? " stage, " : " stages, ")
+            << m << (m == 1 ? " micro-batch, " : " micro-batches, ") << v
+            << (v == 1 ? " virtual stage" : " virtual stages")
+            << " (forward 1 time unit, backward 2, communication free)\n";
+  std::cout << "cells: F3 / B3 forward / backward of micro-batch 3"
+            << (v > 1 ? " (F3b: of its chunk 1)" : "") << ", . idle\n";
+  const int label = int(std::to_string(p - 1).size());
+  for (int s = 0; s < p; ++s) {
+    std::string n = std::to_string(s);
+    std::cout << "stage " << std::string(size_t(label) - n.size(), ' ') << n << " | "
+              << t.rows[size_t(s)] << "\n";
+  }
+  std::cout << "bubble: " << triad::pipe_bubble_text(t, m, v) << "\n";
+  std::cout << "makespan: " << t.makespan << " time units; each stage busy " << 3 * m * v << "\n";
+  std::cout << "in flight: at most " << t.max_in_flight
+            << " micro-batches (per stage: " << triad::pipe_counts_text(t.in_flight) << ")\n";
+  std::cout << "buffers per stage: " << triad::pipe_counts_text(t.peak_buffers) << std::endl;
+  return png.empty() ? 0 : draw(png, be.name(), p, m, v, t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Prints (and draws) the timeline of one training step of a pipeline schedule."};
+  int stages = 0, micro_batches = 0, virtual_stages = 1;
+  std::string schedule, png;
+  app.add_option("--stages", stages, "pipeline stages p")->required()->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", micro_batches, "micro-batches per step m")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", schedule, "pipeline plugin: gpipe, 1f1b, interleaved, ...")
+      ->required();
+  app.add_option("--virtual", virtual_stages, "model chunks per stage v (interleaved schedules)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--png", png, "also draw the timeline into this PNG (python3 + matplotlib)");
+  try {
+    app.parse(argc, argv);
+    return run(schedule, stages, micro_batches, virtual_stages, png);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : triad::kExitUserError;
+  } catch (const triad::UserError& e) {
+    std::cerr << "triad-schedule: " << e.what() << std::endl;
+    return triad::kExitUserError;
+  }
+}
