@@ -687,6 +687,13 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
     // communication and waiting included).
     const double efficiency = pp > 1 ? dist->sum(*dist->comms.pp, busy_ms) / (pp * ms) : 0;
+    // Each stage's peak memory (GPipe's grows with the micro-batches, 1F1B's with the stages).
+    std::vector<double> stage_peak;
+    if (pp > 1) {
+      const size_t mine = device->peak_bytes() + services.peak_bytes();
+      for (int st = 0; st < pp; ++st)
+        stage_peak.push_back(dist->sum(*dist->comms.pp, st == me.pp ? double(mine) : 0.0));
+    }
 
     StepRecord r;
     r.step = step;
@@ -715,6 +722,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           {"tflops_per_device", r.tflops},
           {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
           {"pipeline_efficiency", pp > 1 ? nlohmann::json(efficiency) : nlohmann::json()},
+          {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(stage_peak) : nlohmann::json()},
           {"peak_memory_bytes", r.peak_bytes}};
       jsonl << j.dump() << "\n" << std::flush;
     }
