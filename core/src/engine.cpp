@@ -122,6 +122,11 @@ std::vector<int> pipeline_partition(const Config& cfg) {
   return layers;
 }
 
+namespace {
+std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const PluginLoader& loader,
+                                                      const CoreServices& services);
+}  // namespace
+
 void preflight(const Config& cfg) {
   PluginLoader loader;
   CoreServices services(1, nullptr);
@@ -135,6 +140,7 @@ void preflight(const Config& cfg) {
   PipelineBackend pipeline(
       p, resolve_params(p->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
       services.c_services());
+  make_data_plugin(cfg, loader, services);
   // Every stage's stream, run together: a schedule that would deadlock is refused here.
   pipeline.schedules(cfg.parallel.pipeline_model_parallel_size,
                      cfg.training.gradient_accumulation_steps, 1);
@@ -229,6 +235,32 @@ std::vector<std::string> others_that_can(const PluginLoader& loader, const std::
   return out;
 }
 
+// The data-parallel plugin with the zero_optimization section as its parameters; refuses a ZeRO
+// stage the plugin's capabilities do not list, naming the ones it does.
+std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const PluginLoader& loader,
+                                                      const CoreServices& services) {
+  auto plugin = loader.load("data", "zero");
+  const auto& z = cfg.zero_optimization;
+  const ResolvedParams params =
+      resolve_params(plugin->descriptor(),
+                     {{"stage", std::to_string(z.stage)},
+                      {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
+                      {"overlap_comm", z.overlap_comm ? "true" : "false"}},
+                     "zero_optimization");
+  auto data = std::make_unique<DataParallelBackend>(plugin, params, services.c_services());
+  const uint32_t stages = data->capabilities().stages;
+  if (z.stage < 0 || z.stage > 31 || !(stages & (1u << z.stage))) {
+    std::string have;
+    for (int s = 0; s < 32; ++s)
+      if (stages & (1u << s)) have += (have.empty() ? "" : ", ") + std::to_string(s);
+    throw UserError("zero_optimization.stage " + std::to_string(z.stage) + " (" + cfg.source_path +
+                    ") is not supported yet by data plugin 'zero' (" + plugin->path() +
+                    "), which implements stage " + have + "; use " +
+                    have.substr(0, have.find(',')));
+  }
+  return data;
+}
+
 // Refuses a transport that cannot touch the run's device memory, before anyone connects, and
 // names the installed transports that can.
 void check_transport_memory(const Transport& chosen, const std::string& device_name,
@@ -258,15 +290,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   auto tplugin = loader.load("transport", cfg.transport.name);
   const ResolvedParams tparams =
       resolve_params(tplugin->descriptor(), cfg.transport.params, cfg.transport.yaml_path);
-  auto dplugin = loader.load("data", "zero");
-  const auto& z = cfg.zero_optimization;
-  const ResolvedParams dparams =
-      resolve_params(dplugin->descriptor(),
-                     {{"stage", std::to_string(z.stage)},
-                      {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
-                      {"overlap_comm", z.overlap_comm ? "true" : "false"}},
-                     "zero_optimization");
-  run->data = std::make_unique<DataParallelBackend>(dplugin, dparams, services.c_services());
+  run->data = make_data_plugin(cfg, loader, services);
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
   const uint32_t memory =
       device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
@@ -465,7 +489,10 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   // The transport before the model: one that cannot touch this device's memory stops the run
   // here, before any rank connects or allocates the model.
   std::unique_ptr<DistributedRun> dist;
-  if (env.distributed()) dist = start_distributed(cfg, env, groups, loader, services, *device);
+  if (env.distributed())
+    dist = start_distributed(cfg, env, groups, loader, services, *device);
+  else
+    make_data_plugin(cfg, loader, services);  // a ZeRO stage it lacks is refused alike
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
                                cfg.data.seed ? cfg.data.seed : t.seed, me.dp, dp);
   TensorParallel tpc;

@@ -111,10 +111,6 @@ void check_available(Config& c, const Checker& k) {
     fail("parallel.tensor_model_parallel_size " + str(p.tensor_model_parallel_size) + " (" +
          k.at("parallel.tensor_model_parallel_size") + ") is not built for device: " + c.device +
          " yet; use tensor_model_parallel_size: 1 there, or device: cpu");
-  if (c.zero_optimization.stage != 0)
-    fail("zero_optimization.stage " + str(c.zero_optimization.stage) + " is not supported yet (" +
-         k.at("zero_optimization.stage") +
-         "); ZeRO stages 1-3 come with the distributed runtime, use 0 for now");
 }
 
 // Megatron's divisibility rules for tensor parallelism (and sequence parallelism).

@@ -37,9 +37,6 @@ class Zero final : public triad::sdk::DataPlugin {
         stage_(static_cast<int>(params.get_int("stage"))),
         bucket_elems_(params.get_int("reduce_bucket_size")),
         overlap_(params.get_bool("overlap_comm")) {
-    if (stage_ != 0)
-      throw triad::sdk::unsupported("ZeRO stage " + std::to_string(stage_) +
-                                    " is not implemented yet by data plugin 'zero'; use stage 0");
     if (bucket_elems_ < 1)
       throw triad::sdk::invalid("reduce_bucket_size must be at least 1, got " +
                                 std::to_string(bucket_elems_));
@@ -51,6 +48,10 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void setup(const triad_data_setup_v1& s) override {
+    // The core checks capabilities().stages before it gets here.
+    if (stage_ != 0)
+      throw triad::sdk::unsupported("ZeRO stage " + std::to_string(stage_) +
+                                    " is not implemented yet by data plugin 'zero'; use stage 0");
     if (s.grad_dtype.code != kDLFloat || s.grad_dtype.bits != 32)
       throw triad::sdk::unsupported("data plugin 'zero' reduces float32 gradients only");
     setup_ = s;
