@@ -4,7 +4,8 @@
 #   - the loss at each of 20 steps to 1e-5 relative (and the gradient norm to 1e-4), for tp 2
 #     and 4, with and without sequence parallelism, learned positions + naive attention and
 #     rotary positions + flash2 (small tiles), tp 2 x dp 2; pp 2 and 4 with 1f1b and gpipe, an
-#     uneven partition, rotary + flash2 on pp 2, and tp 2 x pp 2 x dp 2 (8 ranks);
+#     uneven partition, rotary + flash2 and flash1 with both schedules on pp 2, and
+#     tp 2 x pp 2 x dp 2 (8 ranks);
 #   - step 1's gradients, gathered to whole tensors, to 1e-5 of each tensor's largest (tp, pp);
 #   - export_hf after one step of lr 1e-7 (so the file holds the initial weights, gathered from
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
@@ -65,6 +66,12 @@ run tp2pp2dp2sp 8 2 2 true
 run single_rope 1 1 1 false "${flash[@]}"
 run tp2sp_rope 2 2 1 true "${flash[@]}"
 run pp2_rope 2 1 2 false "${flash[@]}"
+run pp2gpipe_rope 2 1 2 false "${flash[@]}" --set pipeline=gpipe
+# Every schedule with every attention plugin: flash1 (learned positions, small tiles) too.
+flash1=(--set attention.name=flash1 --set attention.block_q=16 --set attention.block_k=16)
+run single_flash1 1 1 1 false "${flash1[@]}"
+run pp2_flash1 2 1 2 false "${flash1[@]}"
+run pp2gpipe_flash1 2 1 2 false "${flash1[@]}" --set pipeline=gpipe
 grads g_single 1 1 1 false
 grads g_tp2sp 2 2 1 true
 grads g_tp4 4 4 1 false
@@ -95,7 +102,8 @@ def metrics(name):
 checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
                                  "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp"]),
-                     ("single_rope", ["tp2sp_rope", "pp2_rope"])):
+                     ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope"]),
+                     ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1"])):
     a = metrics(base)
     if [r["step"] for r in a] != list(range(1, 21)):
         fail(f"{base}: steps {[r['step'] for r in a]}")
