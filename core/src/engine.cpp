@@ -143,7 +143,8 @@ void preflight(const Config& cfg) {
   make_data_plugin(cfg, loader, services);
   // Every stage's stream, run together: a schedule that would deadlock is refused here.
   pipeline.schedules(cfg.parallel.pipeline_model_parallel_size,
-                     cfg.training.gradient_accumulation_steps, 1);
+                     cfg.training.gradient_accumulation_steps,
+                     cfg.parallel.virtual_pipeline_model_parallel_size);
 }
 
 namespace {
@@ -478,6 +479,13 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   place.num_layers = layers[me.pp];
   place.has_embedding = me.pp == 0;
   place.has_head = me.pp == pp - 1;
+  // Interleaved: model chunk c of this stage is virtual stage c * pp + stage, each
+  // num_layers / (pp * v) layers.
+  const int v = par.virtual_pipeline_model_parallel_size;
+  const int chunk_layers = m.num_layers / (pp * v);
+  if (v > 1)
+    for (int c = 0; c < v; ++c)
+      place.chunks.push_back({(c * pp + me.pp) * chunk_layers, chunk_layers});
   const ParamSpec spec = build_param_spec(m, place);
   // This stage's instructions for one step (the one-stage schedule is plain gradient
   // accumulation).
@@ -485,7 +493,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   PipelineBackend pipeline(
       pplugin, resolve_params(pplugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
       services.c_services());
-  const PipeSchedule schedule = pipeline.schedule(me.pp, pp, t.gradient_accumulation_steps, 1);
+  const PipeSchedule schedule = pipeline.schedule(me.pp, pp, t.gradient_accumulation_steps, v);
   // The transport before the model: one that cannot touch this device's memory stops the run
   // here, before any rank connects or allocates the model.
   std::unique_ptr<DistributedRun> dist;
@@ -503,7 +511,16 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   tpc.timeout = DistributedRun::kCollectiveTimeout;
   ModelState state(spec, *device, act);
-  GPT model(m, state, tpc, attention, t.micro_batch_size, schedule.buffers);
+  // One GPT per model chunk of this stage (one without interleaving), over the same state.
+  std::vector<std::unique_ptr<GPT>> chunks;
+  for (int c = 0; c < v; ++c) {
+    StageChunk sc;
+    if (v > 1)
+      sc = {c * chunk_layers, chunk_layers, me.pp == 0 && c == 0, me.pp == pp - 1 && c == v - 1};
+    chunks.push_back(
+        std::make_unique<GPT>(m, state, tpc, attention, t.micro_batch_size, schedule.buffers, sc));
+  }
+  GPT& model = *chunks[0];
   if (!cfg.output.init_from_hf.empty()) {
     std::vector<float> full(model.full_layout().total);
     import_hf(cfg.output.init_from_hf, m, model.full_layout(), full.data());
@@ -572,24 +589,63 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const float grad_scale = 1.0f / (float(accum) * float(dp));
   // Tokens of each activation buffer's micro-batch (host), and the pipeline's sends in flight
   // from each buffer (complete before the buffer is reused, and by the end of the step).
-  std::vector<std::vector<int32_t>> inputs(schedule.buffers, std::vector<int32_t>(size_t(B) * T)),
+  // Indexed by chunk * buffers + buffer.
+  const size_t slots = size_t(v) * schedule.buffers;
+  std::vector<std::vector<int32_t>> inputs(slots, std::vector<int32_t>(size_t(B) * T)),
       targets = inputs;
-  std::vector<std::vector<TransportRequest>> sends(schedule.buffers);
-  // The last BACKWARD of the step: its backward hands finished gradient ranges to the data
-  // plugin (overlapping its reduction) and sums sequence parallelism's partial gradients.
-  size_t last_backward = 0;
+  // Sends in flight: each carries a copy of what it sends, so the activation buffer can be
+  // reused at once (a stage never waits on a send before the end of its step: the schedule is
+  // deadlock-free only with buffered sends). Copies of finished sends are reused.
+  struct PendingSend {
+    TransportRequest req;
+    Buffer<uint8_t> data;
+  };
+  Communicator* ppc = dist ? dist->comms.pp.get() : nullptr;
+  std::vector<PendingSend> inflight;
+  std::vector<Buffer<uint8_t>> spare;
+  auto send = [&](const void* src, size_t elems, int to, uint32_t tag) {
+    for (size_t k = 0; k < inflight.size();) {  // recycle the copies of finished sends
+      if (inflight[k].req.test()) {
+        spare.push_back(std::move(inflight[k].data));
+        inflight.erase(inflight.begin() + long(k));
+      } else {
+        ++k;
+      }
+    }
+    const size_t bytes = elems * dtype_bytes(act);
+    Buffer<uint8_t> copy;
+    if (!spare.empty()) {
+      copy = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      copy = Buffer<uint8_t>(*device, bytes, "pipeline send buffers");
+    }
+    device->copy(copy.data(), src, bytes);
+    device->synchronize();  // the copy is complete before the transport reads it
+    inflight.push_back({ppc->send(copy.data(), elems, dl_dtype(act), to, tag, device->dl_device()),
+                        std::move(copy)});
+  };
+  // Each chunk's last BACKWARD of the step sums sequence parallelism's partial gradients of
+  // that chunk's blocks; without interleaving it also hands finished gradient ranges to the
+  // data plugin as it goes (overlapping its reduction). With interleaved chunks the data
+  // plugin gets the whole arena at REDUCE_GRADS.
+  std::vector<size_t> last_backward(v, 0);
   for (size_t i = 0; i < schedule.instrs.size(); ++i)
-    if (schedule.instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward = i;
+    if (schedule.instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward[schedule.instrs[i].chunk] = i;
+  const bool overlap = v == 1;
+  // Where a chunk's activations go and its gradients come from: the next / previous virtual
+  // stage (c * pp + stage ± 1); tags name the receiver's micro-batch and chunk.
+  auto next_stage = [&](int c) { return std::pair{(me.pp + 1) % pp, c + (me.pp == pp - 1)}; };
+  auto prev_stage = [&](int c) { return std::pair{(me.pp + pp - 1) % pp, c - (me.pp == 0)}; };
+  auto tag_of = [&](int mb, int chunk, int kind) { return uint32_t((mb * v + chunk) * 2 + kind); };
   // With pipeline stages the tied word embedding's gradient is summed over the first and last
   // stage before the data plugin may reduce it: the range holding it waits for
   // REDUCE_TIED_GRADS.
   const bool tied_split = pp > 1;
   const ArenaRange tied_range = me.pp == 0 ? spec.embedding : spec.head;
-  const size_t wte_off =
-      model.has_embedding() || model.has_head() ? spec.find("wte.weight").offset : 0;
-  const size_t wte_n =
-      model.has_embedding() || model.has_head() ? spec.find("wte.weight").numel : 0;
-  Communicator* ppc = dist ? dist->comms.pp.get() : nullptr;
+  const bool holds_wte = spec.placement.has_embedding || spec.placement.has_head;
+  const size_t wte_off = holds_wte ? spec.find("wte.weight").offset : 0;
+  const size_t wte_n = holds_wte ? spec.find("wte.weight").numel : 0;
   const auto timeout = DistributedRun::kCollectiveTimeout;
   auto peer_wait = [&](TransportRequest r, const char* what, int peer) {
     try {
@@ -608,69 +664,69 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     // The executor: one dispatch per instruction of this stage's schedule.
     for (size_t i = 0; i < schedule.instrs.size(); ++i) {
       const triad_pipe_instr_v1& in = schedule.instrs[i];
-      const int mb = in.micro_batch, buf = in.buffer;
+      const int mb = in.micro_batch, buf = in.buffer, c = in.chunk;
+      GPT& chunk = *chunks[size_t(c)];
+      const size_t slot = size_t(c) * schedule.buffers + size_t(buf);
       const size_t io = model.stage_bytes(B) / dtype_bytes(act);  // elements of a stage boundary
-      const uint32_t tag = uint32_t(mb) * 2;
       switch (in.op) {
         case TRIAD_PIPE_LOAD_MICRO_BATCH:
-          data->micro_batch(step - 1, mb, inputs[buf].data(), targets[buf].data());
+          data->micro_batch(step - 1, mb, inputs[slot].data(), targets[slot].data());
           break;
         case TRIAD_PIPE_FORWARD: {
-          for (auto& r : sends[buf]) peer_wait(std::move(r), "a send to", me.pp + 1);
-          sends[buf].clear();
           const auto b0 = std::chrono::steady_clock::now();
-          loss += model.forward(inputs[buf].data(), targets[buf].data(), B, buf);
+          loss += chunk.forward(inputs[slot].data(), targets[slot].data(), B, buf);
           if (pp > 1) device->synchronize();
           busy_ms += ms_since(b0);
           break;
         }
-        case TRIAD_PIPE_SEND_ACTIVATION:
-          sends[buf].push_back(ppc->send(model.stage_io(buf).output, io, dl_dtype(act), me.pp + 1,
-                                         tag, device->dl_device()));
+        case TRIAD_PIPE_SEND_ACTIVATION: {
+          const auto [to, to_chunk] = next_stage(c);
+          send(chunk.stage_io(buf).output, io, to, tag_of(mb, to_chunk, 0));
           break;
+        }
         case TRIAD_PIPE_RECV_ACTIVATION:
-          peer_wait(ppc->recv(model.stage_io(buf).input, io, dl_dtype(act), me.pp - 1, tag,
-                              device->dl_device()),
-                    "receiving an activation from", me.pp - 1);
+          peer_wait(ppc->recv(chunk.stage_io(buf).input, io, dl_dtype(act), prev_stage(c).first,
+                              tag_of(mb, c, 0), device->dl_device()),
+                    "receiving an activation from", prev_stage(c).first);
           break;
         case TRIAD_PIPE_RECV_GRAD:
-          peer_wait(ppc->recv(model.stage_io(buf).output_grad, io, dl_dtype(act), me.pp + 1,
-                              tag + 1, device->dl_device()),
-                    "receiving a gradient from", me.pp + 1);
+          peer_wait(ppc->recv(chunk.stage_io(buf).output_grad, io, dl_dtype(act),
+                              next_stage(c).first, tag_of(mb, c, 1), device->dl_device()),
+                    "receiving a gradient from", next_stage(c).first);
           break;
         case TRIAD_PIPE_BACKWARD: {
-          const bool last = i == last_backward;
+          const bool last = i == last_backward[size_t(c)];
           GPT::GradsReady ready;
-          if (dist && last)
+          if (dist && overlap && last)
             ready = [&](size_t off, size_t n) {
               if (tied_split && off == tied_range.begin && n == tied_range.size()) return;
               dist->data->grads_ready(model.grads(), off, n);
             };
           const auto b0 = std::chrono::steady_clock::now();
-          model.backward(grad_scale, ready, last, buf);
+          chunk.backward(grad_scale, ready, last, buf);
           if (pp > 1) device->synchronize();
           busy_ms += ms_since(b0);
           break;
         }
-        case TRIAD_PIPE_SEND_GRAD:
-          sends[buf].push_back(ppc->send(model.stage_io(buf).input_grad, io, dl_dtype(act),
-                                         me.pp - 1, tag + 1, device->dl_device()));
+        case TRIAD_PIPE_SEND_GRAD: {
+          const auto [to, to_chunk] = prev_stage(c);
+          send(chunk.stage_io(buf).input_grad, io, to, tag_of(mb, to_chunk, 1));
           break;
+        }
         case TRIAD_PIPE_REDUCE_TIED_GRADS:
-          if (tied_split && dist->embedding) {
+          if (tied_split && dist->embedding)
             dist->embedding
                 .all_reduce(model.grads() + wte_off, model.grads() + wte_off, wte_n, dl_float32(),
                             TRIAD_REDUCE_SUM, device->dl_device())
                 .wait(timeout);
+          if (tied_split && overlap && dist)
             dist->data->grads_ready(model.grads(), tied_range.begin, tied_range.size());
-          } else if (tied_split && dist) {
-            dist->data->grads_ready(model.grads(), tied_range.begin, tied_range.size());
-          }
           break;
         case TRIAD_PIPE_REDUCE_GRADS:
-          for (auto& q : sends)
-            for (auto& r : q) peer_wait(std::move(r), "a send to", me.pp);
-          for (auto& q : sends) q.clear();
+          for (auto& f : inflight) peer_wait(std::move(f.req), "a send to", me.pp);
+          for (auto& f : inflight) spare.push_back(std::move(f.data));
+          inflight.clear();
+          if (dist && !overlap) dist->data->grads_ready(model.grads(), 0, model.num_params());
           if (dist) dist->data->finish_grads(model.grads());
           break;
         case TRIAD_PIPE_OPTIMIZER_STEP: {
@@ -763,10 +819,14 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           mib(r.peak_bytes));
   }
   // The tensor group's traffic per step, as counted against Megatron's formula.
-  const TensorCommVolume& v = model.comm_volume();
-  const double steps = t.train_iters;
-  result.tensor_traffic_counted = {v.activations / steps, v.logits / steps,
-                                   v.replicated_grads / steps};
+  TensorTraffic counted;
+  for (const auto& ch : chunks) {
+    const TensorCommVolume& vol = ch->comm_volume();
+    counted.activations += vol.activations / t.train_iters;
+    counted.logits += vol.logits / t.train_iters;
+    counted.replicated_grads += vol.replicated_grads / t.train_iters;
+  }
+  result.tensor_traffic_counted = counted;
   result.tensor_traffic_formula = tensor_traffic_formula(cfg, me.pp);
   if (tp > 1 && !opts.quiet) {
     const TensorTraffic& c = result.tensor_traffic_counted;

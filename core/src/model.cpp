@@ -68,8 +68,8 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
 }
 
 GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
-         AttentionBackend& attention, int max_batch, int activation_sets)
-    : cfg_(cfg), state_(state), dev_(state.device()), attn_(attention) {
+         AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk)
+    : cfg_(cfg), state_(state), dev_(state.device()), attn_(attention), chunk_(chunk) {
   setup(tp, max_batch, activation_sets);
 }
 
@@ -102,8 +102,12 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   gather_in_ = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
   // A pipeline stage holds the embedding (first stage) and/or the head (last stage); the last
   // stage's head has its own copy of the tied wte.
-  has_embedding_ = spec.placement.has_embedding;
-  has_head_ = spec.placement.has_head;
+  const int held = static_cast<int>(spec.layers.size());
+  if (chunk_.blocks < 0) chunk_.blocks = held - chunk_.first_block;
+  if (chunk_.first_block < 0 || chunk_.first_block + chunk_.blocks > held)
+    throw std::logic_error("GPT: chunk outside the blocks this rank holds");
+  has_embedding_ = chunk_.embedding < 0 ? spec.placement.has_embedding : chunk_.embedding != 0;
+  has_head_ = chunk_.head < 0 ? spec.placement.has_head : chunk_.head != 0;
   if (has_embedding_ || has_head_) wte_ = spec.find("wte.weight").offset;
   wpe_ = rope_ || !has_embedding_ ? 0 : spec.find("wpe.weight").offset;
   if (has_head_) {
@@ -138,7 +142,7 @@ GPT::ActSet GPT::make_act_set() {
   const size_t BT = size_t(maxB_) * T_, C = C_;
   const size_t BTs = sp_ ? BT / tp_.size : BT;  // tokens of the token-split regions
   ActSet s;
-  s.layers.resize(state_.spec().layers.size());
+  s.layers.resize(static_cast<size_t>(chunk_.blocks));
   for (auto& a : s.layers) {
     a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
     a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
@@ -410,7 +414,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   LayerActs& a = s.layers[i];
-  const BlockParams p = state_.block_params(i);
+  const BlockParams p = state_.block_params(chunk_.first_block + i);
   dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
                          p.ln1_w, p.ln1_b, Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
@@ -528,8 +532,8 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
   LayerActs& a = s.layers[i];
-  const BlockParams p = state_.block_params(i);
-  const BlockGrads g = state_.block_grads(i);
+  const BlockParams p = state_.block_params(chunk_.first_block + i);
+  const BlockGrads g = state_.block_grads(chunk_.first_block + i);
   const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
   const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
@@ -584,7 +588,8 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
   }
   for (size_t i = s.layers.size(); i-- > 0;) {
     block_backward(i, s, reduce_now);
-    if (grads_ready) grads_ready(spec.layers[i].range.begin, spec.layers[i].range.size());
+    const ArenaRange& r = spec.layers[chunk_.first_block + i].range;
+    if (grads_ready) grads_ready(r.begin, r.size());
   }
   if (has_embedding_) {
     embedding_backward(s);

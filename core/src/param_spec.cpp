@@ -56,11 +56,13 @@ void validate(const ModelConfig& m, const Placement& p) {
                       "replicated); set tensor: megatron");
   }
   const int n = p.num_layers < 0 ? m.num_layers - p.first_layer : p.num_layers;
-  if (p.first_layer < 0 || p.first_layer > m.num_layers || n < 0 ||
-      p.first_layer + n > m.num_layers)
-    throw UserError("layers [" + str(p.first_layer) + ", " + str(int64_t{p.first_layer} + n) +
-                    ") are out of range for model.num_layers = " + str(m.num_layers) +
-                    "; place layers within [0, " + str(m.num_layers) + ")");
+  std::vector<std::pair<int, int>> runs = p.chunks;
+  if (runs.empty()) runs.push_back({p.first_layer, n});
+  for (auto [first, count] : runs)
+    if (first < 0 || first > m.num_layers || count < 0 || first + count > m.num_layers)
+      throw UserError("layers [" + str(first) + ", " + str(int64_t{first} + count) +
+                      ") are out of range for model.num_layers = " + str(m.num_layers) +
+                      "; place layers within [0, " + str(m.num_layers) + ")");
 }
 
 // The tensor viewed as [outer, D, inner] around the split dimension.
@@ -228,7 +230,12 @@ ParamSpec build_param_spec(const ModelConfig& m, const Placement& placement) {
   }
   spec.embedding.end = spec.total;
 
-  for (int l = p.first_layer; l < p.first_layer + p.num_layers; ++l) {
+  std::vector<int> held;
+  if (p.chunks.empty())
+    for (int l = p.first_layer; l < p.first_layer + p.num_layers; ++l) held.push_back(l);
+  for (auto [first, count] : p.chunks)
+    for (int l = first; l < first + count; ++l) held.push_back(l);
+  for (int l : held) {
     const std::string h = "h." + std::to_string(l) + ".";
     LayerRange lr;
     lr.layer = l;

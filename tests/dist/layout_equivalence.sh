@@ -63,6 +63,11 @@ run pp2uneven 2 1 2 false --set parallel.pipeline_partition=3,1
 run pp4 4 1 4 false
 run pp4gpipe 4 1 4 false --set pipeline=gpipe
 run tp2pp2dp2sp 8 2 2 true
+# Interleaved (2 model chunks per stage): m = 2, and m = 4 micro-batches of 2 (buffers reused).
+vpp=(--set parallel.virtual_pipeline_model_parallel_size=2)
+run pp2v2 2 1 2 false "${vpp[@]}"
+run pp2v2m4 2 1 2 false "${vpp[@]}" --set training.micro_batch_size=2
+run tp2pp2v2sp 4 2 2 true "${vpp[@]}"
 run single_rope 1 1 1 false "${flash[@]}"
 run tp2sp_rope 2 2 1 true "${flash[@]}"
 run pp2_rope 2 1 2 false "${flash[@]}"
@@ -101,7 +106,8 @@ def metrics(name):
 
 checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
-                                 "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp"]),
+                                 "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
+                                 "tp2pp2v2sp"]),
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1"])):
     a = metrics(base)

@@ -75,6 +75,12 @@ expect_error pp_world "world size 3 is not divisible by tensor_model_parallel_si
   "$BASE" --nproc-per-node 3 --set parallel.pipeline_model_parallel_size=2
 expect_error pp_unknown_schedule "1f1c" "$BASE" --nproc-per-node 2 \
   --set parallel.pipeline_model_parallel_size=2 --set pipeline=1f1c
+expect_error vpp_layers "num_layers 4 is not divisible by pipeline_model_parallel_size 2 x virtual_pipeline_model_parallel_size 4" \
+  "$BASE" --nproc-per-node 2 --set parallel.pipeline_model_parallel_size=2 \
+  --set parallel.virtual_pipeline_model_parallel_size=4
+expect_error vpp_micro_batches "interleaved" "$BASE" --nproc-per-node 2 \
+  --set parallel.pipeline_model_parallel_size=2 --set parallel.virtual_pipeline_model_parallel_size=2 \
+  --set training.micro_batch_size=8 --set training.gradient_accumulation_steps=3 --set training.global_batch_size=0
 expect_error world_mismatch "data_parallel_size" "$BASE" --nproc-per-node 2 --set parallel.data_parallel_size=4
 
 echo "$passes passed, $fails failed"

@@ -157,6 +157,26 @@ void check_pipeline(Config& c, const Checker& k) {
   const ParallelConfig& p = c.parallel;
   const int pp = p.pipeline_model_parallel_size, L = c.model.num_layers;
   const std::string where = k.at("parallel.pipeline_model_parallel_size");
+  const int v = p.virtual_pipeline_model_parallel_size;
+  if (c.pipeline.name.empty()) c.pipeline.name = v > 1 ? "interleaved" : "1f1b";
+  if (v > 1) {
+    const std::string vw = k.at("parallel.virtual_pipeline_model_parallel_size");
+    if (pp < 2)
+      fail("parallel.virtual_pipeline_model_parallel_size " + str(v) + " (" + vw +
+           ") needs pipeline_model_parallel_size of at least 2 (it is " + str(pp) +
+           "); interleaving splits each stage's layers into chunks that take turns with the "
+           "other stages'");
+    if (!p.pipeline_partition.empty())
+      fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" +
+           k.at("parallel.pipeline_partition") +
+           ") cannot be combined with virtual_pipeline_model_parallel_size " + str(v) +
+           "; interleaved stages split the layers evenly, so drop one of them");
+    if (L % (pp * v) != 0)
+      fail("model.num_layers " + str(L) + " is not divisible by pipeline_model_parallel_size " +
+           str(pp) + " x virtual_pipeline_model_parallel_size " + str(v) + " (" + vw +
+           "); each of the " + str(pp * v) + " model chunks needs the same number of layers");
+    return;
+  }
   if (p.pipeline_partition.empty()) {
     if (L % pp != 0)
       fail("model.num_layers " + str(L) + " is not divisible by " +

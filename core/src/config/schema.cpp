@@ -116,6 +116,9 @@ std::vector<Section> build_schema() {
            F("data_parallel_size", TRIAD_SLOT(parallel.data_parallel_size)).min(0),
            F("sequence_parallel", TRIAD_SLOT(parallel.sequence_parallel)),
            F("pipeline_partition", TRIAD_SLOT(parallel.pipeline_partition)),
+           F("virtual_pipeline_model_parallel_size",
+             TRIAD_SLOT(parallel.virtual_pipeline_model_parallel_size))
+               .min(1),
        }},
       {"zero_optimization",
        {

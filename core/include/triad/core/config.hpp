@@ -71,6 +71,8 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   // Layers per pipeline stage, comma-separated ("3,5"); empty = num_layers / pp each.
   std::string pipeline_partition;
+  // Model chunks per stage (Megatron's interleaved schedule); 1 = not interleaved.
+  int virtual_pipeline_model_parallel_size = 1;
 };
 
 // DeepSpeed's zero_optimization section.
@@ -108,8 +110,9 @@ struct Config {
   PluginChoice transport{"ucx", {}, "transport"};
   // The tensor-parallel plan; empty = "megatron" when tp > 1, else "none".
   PluginChoice tensor{"", {}, "tensor"};
-  // The pipeline schedule (also the one-stage schedule of plain gradient accumulation).
-  PluginChoice pipeline{"1f1b", {}, "pipeline"};
+  // The pipeline schedule (also the one-stage schedule of plain gradient accumulation); empty =
+  // "interleaved" with virtual stages, else "1f1b".
+  PluginChoice pipeline{"", {}, "pipeline"};
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda
   std::string precision = "fp32";  // fp32

@@ -50,6 +50,16 @@ struct TensorCommVolume {
   size_t collectives = 0;
 };
 
+// The part of a rank's blocks one GPT runs: all of them, or one model chunk of an interleaved
+// pipeline (blocks [first_block, first_block + blocks) of its ParamSpec's layers), and whether
+// that chunk starts with the embedding / ends with the head (-1: as the placement says).
+struct StageChunk {
+  int first_block = 0;
+  int blocks = -1;
+  int embedding = -1;
+  int head = -1;
+};
+
 class GPT {
  public:
   // state: this rank's tensors (build_param_spec with tp's rank and size) and their arenas.
@@ -57,7 +67,7 @@ class GPT {
   // micro-batches may be in flight between their forward and backward (the schedule's buffer
   // count; 1 for plain gradient accumulation).
   GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
-      AttentionBackend& attention, int max_batch, int activation_sets = 1);
+      AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {});
   // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
@@ -199,6 +209,7 @@ class GPT {
   VocabShard vocab_;
   bool rope_, sp_, gather_in_;
   bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
+  StageChunk chunk_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<ActSet> sets_;  // the activation pool
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,

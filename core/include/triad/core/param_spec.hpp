@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/core/config.hpp"
@@ -85,7 +86,10 @@ struct Placement {
   int tp_rank = 0;
   int tp_size = 1;
   int first_layer = 0;
-  int num_layers = -1;        // blocks this rank holds, from first_layer; -1: all from first_layer
+  int num_layers = -1;  // blocks this rank holds, from first_layer; -1: all from first_layer
+  // Interleaved pipelines: a rank holds several model chunks, each a run of consecutive blocks
+  // (first, count), in this order in the arena. Empty: the one run (first_layer, num_layers).
+  std::vector<std::pair<int, int>> chunks;
   bool has_embedding = true;  // wte (+ wpe for learned positions)
   bool has_head = true;       // final layernorm + the tied LM head
   int make_vocab_size_divisible_by = 128;
