@@ -66,10 +66,20 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   if (par.pipeline_model_parallel_size > 1) {
     int first = 0;
     for (size_t st = 0; st < p.stage_layers.size(); ++st) {
-      std::cout << "  stage " << st << ": layers " << first << "-" << first + p.stage_layers[st] - 1
-                << (st == 0 ? " + embedding" : "")
+      const int v = par.virtual_pipeline_model_parallel_size, pp = par.pipeline_model_parallel_size;
+      std::string runs;  // the stage's layers; with interleaving one run per model chunk
+      if (v == 1) {
+        runs = std::to_string(first) + "-" + std::to_string(first + p.stage_layers[st] - 1);
+      } else {
+        const int cl = cfg.model.num_layers / (pp * v);
+        for (int c = 0; c < v; ++c) {
+          const int f = (c * pp + int(st)) * cl;
+          runs += (c ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + cl - 1);
+        }
+      }
+      std::cout << "  stage " << st << ": layers " << runs << (st == 0 ? " + embedding" : "")
                 << (st + 1 == p.stage_layers.size() ? " + head" : "") << ", " << p.stage_params[st]
-                << " parameters per rank\n";
+                << " parameters per rank, " << mib(p.stage_bytes[st]) << " per rank\n";
       first += p.stage_layers[st];
     }
   }

@@ -101,6 +101,17 @@ RunPlan plan_run(const Config& cfg) {
               : size_t(cfg.pipeline.name == "gpipe"
                            ? cfg.training.gradient_accumulation_steps
                            : std::min(pp, cfg.training.gradient_accumulation_steps));
+  // Per stage: its model state (16 bytes per fp32 parameter) and its activations; stage s of
+  // 1F1B keeps min(pp - s, m) micro-batches.
+  const int accum = cfg.training.gradient_accumulation_steps;
+  for (int st = 0; st < pp; ++st) {
+    const size_t flight = pp == 1                        ? 1
+                          : cfg.pipeline.name == "gpipe" ? size_t(accum)
+                                                         : size_t(std::min(pp - st, accum));
+    const size_t acts =
+        (per_layer * size_t(p.stage_layers[st]) + (st == pp - 1 ? head : 0)) * flight + scratch;
+    p.stage_bytes.push_back(16 * p.stage_params[st] + 4 * acts);
+  }
   p.activation_bytes =
       4 * ((per_layer * size_t(p.stage_layers[0]) + (pp == 1 ? head : 0)) * in_flight + scratch);
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);

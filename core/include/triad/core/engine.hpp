@@ -28,6 +28,7 @@ struct RunPlan {
   TensorTraffic tensor_traffic;      // per step per rank (Megatron's formula), stage 0
   std::vector<int> stage_layers;     // per pipeline stage
   std::vector<size_t> stage_params;  // per rank of each pipeline stage
+  std::vector<size_t> stage_bytes;   // per rank of each stage: model state + activations
   // params_per_rank, the bytes and the activations below are a rank of stage 0's.
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
   size_t total_bytes() const {
