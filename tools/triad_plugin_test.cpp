@@ -1,9 +1,9 @@
 // triad-plugin-test KIND PLUGIN.so [--quick] [--expect-pass N] [--expect-skip M]: runs the
-// conformance suite of KIND (attention, transport, tensor, pipeline) against one plugin file,
-// in-tree or third-party. Exit 0 if no case failed and at least one passed, 1 if a case failed,
-// nothing ran or the counts differ from --expect-pass / --expect-skip, 2 if the file cannot be
-// used (missing, not a Triad plugin, wrong kind, bad parameter), 77 if every case was skipped
-// (ctest's usual "skipped" code: a suite that checked nothing is never a pass).
+// conformance suite of KIND (attention, transport, tensor, pipeline, data) against one plugin
+// file, in-tree or third-party. Exit 0 if no case failed and at least one passed, 1 if a case
+// failed, nothing ran or the counts differ from --expect-pass / --expect-skip, 2 if the file
+// cannot be used (missing, not a Triad plugin, wrong kind, bad parameter), 77 if every case was
+// skipped (ctest's usual "skipped" code: a suite that checked nothing is never a pass).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -88,17 +88,16 @@ triad::conformance::Summary run_transport(const std::string& path, bool quick,
   return timed([&] { return conformance::run_transport_suite(path, options); });
 }
 
-// Tensor plugins: every layout of tp 1, 2, 4 with and without sequence parallelism; tp > 1 in
-// real processes over the ucx transport (forked here). The sweep is small: --quick changes
-// nothing.
-triad::conformance::Summary run_tensor(const std::string& path,
-                                       const std::vector<std::string>& items) {
-  using namespace triad;
-  conformance::TensorSuiteOptions options;
+// A suite whose only options are the plugin's parameters; its sweep is small, so --quick
+// changes nothing.
+template <class Options, class Suite>
+triad::conformance::Summary run_with_params(const char* kind, const std::string& path,
+                                            const std::vector<std::string>& items, Suite suite) {
+  Options options;
   options.params = parse_params(items);
   options.on_case = print_case;
-  std::cout << "triad-plugin-test: tensor plugin " << path << std::endl;
-  return timed([&] { return conformance::run_tensor_suite(path, options); });
+  std::cout << "triad-plugin-test: " << kind << " plugin " << path << std::endl;
+  return timed([&] { return suite(path, options); });
 }
 
 // Pipeline plugins: p 1..8, m 1..32, v 1..4 as the capabilities allow, all in this process;
@@ -122,11 +121,20 @@ triad::conformance::Summary run(const std::string& kind, const std::string& path
                                 int threads, const std::vector<std::string>& param_items) {
   using namespace triad;
   if (kind == "transport") return run_transport(path, quick, param_items);
-  if (kind == "tensor") return run_tensor(path, param_items);
+  // Tensor plugins: every layout of tp 1, 2, 4 with and without sequence parallelism; tp > 1 in
+  // real processes over the ucx transport (forked here).
+  if (kind == "tensor")
+    return run_with_params<conformance::TensorSuiteOptions>("tensor", path, param_items,
+                                                            conformance::run_tensor_suite);
+  // Data plugins: every listed ZeRO stage on dp 1, 2, 4; dp > 1 in real processes over the ucx
+  // transport (forked here).
+  if (kind == "data")
+    return run_with_params<conformance::DataSuiteOptions>("data", path, param_items,
+                                                          conformance::run_data_suite);
   if (kind == "pipeline") return run_pipeline(path, quick, param_items);
   if (kind != "attention")
     throw UserError("no conformance suite for plugin kind '" + kind +
-                    "' (available: attention, transport, tensor, pipeline)");
+                    "' (available: attention, transport, tensor, pipeline, data)");
   PluginLoader loader;
   auto plugin = loader.load_file(path, kind);
   const auto& d = plugin->descriptor();
@@ -150,7 +158,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   int threads = 0, expect_pass = -1, expect_skip = -1;
   std::vector<std::string> params;
-  app.add_option("kind", kind, "plugin kind (attention, transport, tensor, pipeline)")->required();
+  app.add_option("kind", kind, "plugin kind (attention, transport, tensor, pipeline, data)")
+      ->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");

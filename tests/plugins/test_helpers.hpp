@@ -49,6 +49,14 @@ inline int run_command(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// Runs `triad-plugin-test KIND ARGS` like run_command, with UCX kept on this machine (shared
+// memory and loopback) for the suites that fork ranks.
+inline int run_plugin_test(const std::string& kind, const std::string& args, std::string* out) {
+  return run_command("UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n " +
+                         std::string(TRIAD_PLUGIN_TEST_EXE) + " " + kind + " " + args,
+                     out);
+}
+
 inline std::string bad_plugin(const std::string& name) {
   return std::string(TRIAD_BAD_PLUGIN_DIR) + "/libtriad-attention-" + name + ".so";
 }

@@ -47,12 +47,13 @@ TEST(PluginLoader, DiscoverListsEachFileOnce) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 10u);  // seven broken plugins, buggy and the two hostile ones
+  EXPECT_EQ(files.size(), 11u);  // seven broken plugins, buggy and the three hostile ones
   EXPECT_EQ(loader.available("attention"),
             (std::vector<std::string>{"abi99", "buggy", "kindabi0", "kindabi2", "misnamed",
                                       "nodesc", "nullslot", "wrongkind"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile"}));
+  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
 

@@ -139,11 +139,7 @@ TEST(TensorBackend, Names) {
 
 // Runs the tool, returns its exit code and fills *out with what it printed.
 int run_tool(const std::string& args, std::string* out) {
-  return test::run_command(
-      "UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n " TRIAD_PLUGIN_TEST_EXE
-      " tensor " +
-          args,
-      out);
+  return test::run_plugin_test("tensor", args, out);
 }
 
 TEST(TensorSuite, CorrectHostilePluginPasses) {

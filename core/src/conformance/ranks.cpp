@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "triad/core/plugin_loader.hpp"
 #include "triad/core/rendezvous.hpp"
 
 namespace triad::conformance::ranks {
@@ -85,6 +86,16 @@ void collect(std::vector<Child>& kids, Clock::time_point deadline,
       }
     }
   }
+}
+
+RankWorld::RankWorld(const RankContext& c, const std::string& transport,
+                     const std::map<std::string, std::string>& params, const std::string& scope,
+                     std::chrono::milliseconds timeout)
+    : store_("127.0.0.1", c.port, c.token, std::chrono::seconds(30)) {
+  auto plugin = PluginLoader().load("transport", transport);
+  transport_ = std::make_unique<Transport>(
+      plugin, resolve_params(plugin->descriptor(), params, "transport"), services_.c_services());
+  world_ = transport_->init_world(c.rank, c.world_size, store_, scope, timeout);
 }
 
 void run_world(int n, const std::string& label, long long timeout_ms,

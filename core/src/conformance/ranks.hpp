@@ -1,5 +1,5 @@
 // Multi-process plumbing shared by the conformance suites that need real communicators
-// (transport, tensor): fork one process per rank around a rendezvous server in the parent,
+// (transport, tensor, data): fork one process per rank around a rendezvous server in the parent,
 // let each rank report "P|name|detail" lines through its own pipe, merge the ranks' verdicts
 // (a case passes when every rank passed it) and kill ranks that hang.
 #pragma once
@@ -9,10 +9,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "triad/core/conformance.hpp"
+#include "triad/core/rendezvous.hpp"
+#include "triad/core/services.hpp"
+#include "triad/core/transport.hpp"
 
 namespace triad::conformance::ranks {
 
@@ -46,6 +51,22 @@ struct RankContext {
   int rank = 0, world_size = 1, fd = -1;
   uint16_t port = 0;
   std::string token;
+};
+
+// A rank's world communicator over a transport plugin from the plugin search path, joined
+// through the parent's rendezvous server (keys under `scope`, waits up to `timeout`).
+class RankWorld {
+ public:
+  RankWorld(const RankContext& c, const std::string& transport,
+            const std::map<std::string, std::string>& params, const std::string& scope,
+            std::chrono::milliseconds timeout);
+  Communicator& world() { return world_; }
+
+ private:
+  CoreServices services_;
+  RendezvousClient store_;  // outlives the communicator
+  std::unique_ptr<Transport> transport_;
+  Communicator world_;
 };
 
 // Runs body in `n` forked ranks around a rendezvous server on 127.0.0.1 (random port, fresh

@@ -19,7 +19,6 @@
 #include "triad/core/conformance.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/param_spec.hpp"
-#include "triad/core/rendezvous.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/tensor_backend.hpp"
 #include "triad/core/transport.hpp"
@@ -869,21 +868,14 @@ Summary run_tensor_suite(const std::string& so_path, const TensorSuiteOptions& o
       ranks::run_world(
           tp, label, o.world_timeout_ms,
           [&](const ranks::RankContext& c) {
-            PluginLoader loader;
-            auto tplugin = loader.load("transport", o.transport);
-            const ResolvedParams tparams =
-                resolve_params(tplugin->descriptor(), o.transport_params, "transport");
-            CoreServices rank_services;
-            Transport t(tplugin, tparams, rank_services.c_services());
-            RendezvousClient store("127.0.0.1", c.port, c.token, std::chrono::seconds(30));
             const std::chrono::milliseconds timeout(o.op_timeout_ms);
-            Communicator world = t.init_world(c.rank, c.world_size, store, "tensor/", timeout);
-            CommGroup group(world, timeout);
+            ranks::RankWorld rw(c, o.transport, o.transport_params, "tensor/", timeout);
+            CommGroup group(rw.world(), timeout);
             numeric_cases(group, plan, label, o.tolerance,
                           [&](Outcome out, const std::string& n, const std::string& d) {
                             ranks::report(c.fd, out, n, d);
                           });
-            world.barrier().wait(timeout);
+            rw.world().barrier().wait(timeout);
             return 0;
           },
           emit);

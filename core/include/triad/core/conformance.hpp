@@ -107,6 +107,42 @@ struct PipelineSuiteOptions {
 // twice. Throws UserError when the file is not a usable pipeline plugin.
 Summary run_pipeline_suite(const std::string& so_path, const PipelineSuiteOptions& options);
 
+struct DataSuiteOptions {
+  std::map<std::string, std::string> params;  // the data plugin's parameters (key -> value)
+  std::vector<int> dp_sizes = {1, 2, 4};
+  double tolerance = 1e-6;  // max|grad - sum| / max(max|sum|, 1e-3) per arena, fp32 vs double
+  // dp > 1 runs dp real processes over this transport plugin (found on the plugin search path),
+  // with a rendezvous server in this process; dp 1 runs here on the suite's one-rank
+  // communicator.
+  std::string transport = "ucx";
+  std::map<std::string, std::string> transport_params;
+  long long op_timeout_ms = 30000;      // the setup's timeout_ms: the bound on every wait
+  long long world_timeout_ms = 180000;  // one (stage, dp) world's processes
+  std::function<void(const CaseResult&)> on_case;
+};
+
+// Runs the data suite on the plugin file: for every ZeRO stage 0-3 the plugin's capabilities
+// list (the others skipped; `stage` set per stage when the plugin declares it), every dp size,
+// four arenas (one tensor, many small tensors, odd sizes, three elements: fewer than the ranks)
+// and the bucket sweep (the defaults; reduce_bucket_size 7 with overlap_comm on and off, where
+// the plugin declares them and --param does not fix them), a fresh instance on host float32
+// arenas over three steps:
+//   owned ranges  after setup, every rank's owned_range(): the whole arena at stage 0, else
+//                 ranges that tile the arena (disjoint, covering, in rank order);
+//   gradients     each rank's known gradients reported through grads_ready in backward order
+//                 (ranges covering the arena once), then finish_grads: the owned range (stage 0:
+//                 the whole arena) holds the sum over the ranks, against double precision;
+//   parameters    the owned range set to known values and the rest to rank-dependent garbage,
+//                 then after_step: every rank holds the owners' values everywhere;
+//   steps 2-3     the same with other values and coarser grads_ready ranges (the plugin resets
+//                 its state between steps), the owned range unchanged;
+// and per (stage, dp), how the plugin used the borrowed communicator (comm_ref_v1.h): only the
+// lent handles, no communicator created or destroyed, only the operations its capabilities
+// declare, buffers inside the arenas they start in, and every wait within the setup's
+// timeout_ms (a longer one is cut to it). Throws UserError when the file is not a usable data
+// plugin.
+Summary run_data_suite(const std::string& so_path, const DataSuiteOptions& options);
+
 // One attention problem, every tensor logical (B, H, T, D) contiguous.
 struct AttentionProblem {
   int64_t B = 1, H = 1, T = 1, D = 1;

@@ -1,0 +1,162 @@
+// A test-only data plugin: with `bug: none`, ZeRO stage 0 as `zero` does it (bucketed all-reduce
+// in backward order, overlapped or not) and stage 1 on the same buckets, each rank owning the
+// transport's block of the arena and all-gathering the parameters after the step; every other
+// value of `bug` plants one defect, to prove the data conformance suite catches each. Built with
+// -fno-gnu-unique like the other test plugins.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "triad/sdk/data.hpp"
+
+namespace {
+
+const triad_param_spec_v1 kParams[] = {
+    {"stage", TRIAD_PARAM_INT, "0", "ZeRO stage: 0 or 1"},
+    {"reduce_bucket_size", TRIAD_PARAM_INT, "1000", "elements per gradient all-reduce bucket"},
+    {"overlap_comm", TRIAD_PARAM_BOOL, "true",
+     "start each bucket's all-reduce as soon as its gradients are final"},
+    {"bug", TRIAD_PARAM_STRING, "none",
+     "none | overlap | reversed | skip_bucket | divide | reduce_twice | no_reset | no_gather | "
+     "unbounded_wait"},
+};
+
+struct Bucket {
+  uint64_t lo = 0, hi = 0;
+  uint64_t ready = 0;
+  bool started = false;
+  void* request = nullptr;
+};
+
+class HostileData final : public triad::sdk::DataPlugin {
+ public:
+  HostileData(triad::sdk::Services, triad::sdk::Params p)
+      : stage_(p.get_int("stage")),
+        bucket_elems_(p.get_int("reduce_bucket_size")),
+        overlap_(p.get_bool("overlap_comm")),
+        bug_(p.get_string("bug")) {
+    static const char* known[] = {"none",        "overlap",   "reversed",
+                                  "skip_bucket", "divide",    "reduce_twice",
+                                  "no_reset",    "no_gather", "unbounded_wait"};
+    if (bucket_elems_ < 1) throw triad::sdk::invalid("reduce_bucket_size must be at least 1");
+    for (const char* k : known)
+      if (bug_ == k) return;
+    throw triad::sdk::invalid("unknown bug '" + bug_ + "'");
+  }
+  ~HostileData() override {
+    const auto& c = s_.dp_comm;
+    for (auto& b : buckets_)
+      if (b.request && c.ops) c.ops->request_free(c.transport, b.request);
+  }
+
+  triad_data_caps_v1 capabilities() const override {
+    return {(1u << 0) | (1u << 1), TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER};
+  }
+
+  void setup(const triad_data_setup_v1& s) override {
+    if (stage_ != 0 && stage_ != 1)
+      throw triad::sdk::unsupported("stage " + std::to_string(stage_) + " is not implemented");
+    s_ = s;
+    buckets_.clear();
+    Bucket cur;
+    cur.lo = cur.hi = s.num_elements;
+    for (size_t i = s.num_tensors; i-- > 0;) {
+      cur.lo = s.tensor_offsets[i];
+      if (cur.hi - cur.lo >= uint64_t(bucket_elems_)) {
+        buckets_.push_back(cur);
+        cur = Bucket{};
+        cur.hi = cur.lo = s.tensor_offsets[i];
+      }
+    }
+    if (cur.hi > cur.lo) buckets_.push_back(cur);
+  }
+
+  void grads_ready(void* grads, uint64_t offset, uint64_t count) override {
+    for (auto& b : buckets_) {
+      const uint64_t lo = std::max(b.lo, offset), hi = std::min(b.hi, offset + count);
+      if (lo >= hi) continue;
+      b.ready += hi - lo;
+      if (b.ready > b.hi - b.lo) throw triad::sdk::invalid("gradients reported ready twice");
+      if (overlap_ && b.ready == b.hi - b.lo) launch(b, grads);
+    }
+  }
+
+  void finish_grads(void* grads) override {
+    for (auto& b : buckets_) {
+      if (b.ready != b.hi - b.lo) throw triad::sdk::invalid("gradients not all reported ready");
+      if (!b.started) launch(b, grads);
+    }
+    for (auto& b : buckets_) {
+      finish(b);
+      b.started = false;
+      if (bug_ != "no_reset") b.ready = 0;
+    }
+    float* g = static_cast<float*>(grads);
+    if (bug_ == "reduce_twice" && !buckets_.empty()) {  // the last tensors' bucket, once more
+      launch(buckets_[0], grads);
+      finish(buckets_[0]);
+      buckets_[0].started = false;
+    }
+    if (bug_ == "divide")
+      for (uint64_t i = 0; i < s_.num_elements; ++i) g[i] /= float(s_.dp_size);
+  }
+
+  void owned_range(uint64_t* offset, uint64_t* count) const override {
+    if (stage_ == 0) {
+      *offset = 0, *count = s_.num_elements;
+      return;
+    }
+    const int32_t r = bug_ == "reversed" ? s_.dp_size - 1 - s_.dp_rank : s_.dp_rank;
+    triad_transport_block(s_.num_elements, s_.dp_size, r, offset, count);
+    if (bug_ == "overlap" && *offset + *count < s_.num_elements) ++*count;
+  }
+
+  void after_step(void* params) override {
+    if (stage_ == 0 || bug_ == "no_gather") return;
+    const auto& c = s_.dp_comm;
+    uint64_t off = 0, n = 0;
+    triad_transport_block(s_.num_elements, s_.dp_size, s_.dp_rank, &off, &n);
+    float* p = static_cast<float*>(params);
+    void* req = nullptr;
+    check(c.ops->all_gather(c.transport, c.comm, p + off, p, s_.num_elements, s_.grad_dtype,
+                            s_.device, &req),
+          "could not start the parameter all-gather");
+    const int rc = c.ops->wait(c.transport, req, s_.timeout_ms);
+    c.ops->request_free(c.transport, req);
+    check(rc, "the parameter all-gather did not complete");
+  }
+
+ private:
+  static void check(int rc, const std::string& what) {
+    if (rc != TRIAD_OK) throw triad::sdk::Error(rc, what);
+  }
+  void launch(Bucket& b, void* grads) {
+    b.started = true;
+    if (bug_ == "skip_bucket" && &b == &buckets_[0]) return;  // the last tensors: never reduced
+    const auto& c = s_.dp_comm;
+    float* p = static_cast<float*>(grads) + b.lo;
+    check(c.ops->all_reduce(c.transport, c.comm, p, p, b.hi - b.lo, s_.grad_dtype, s_.device,
+                            TRIAD_REDUCE_SUM, &b.request),
+          "could not start a gradient all-reduce");
+  }
+  void finish(Bucket& b) {
+    if (!b.request) return;
+    const auto& c = s_.dp_comm;
+    const int rc =
+        c.ops->wait(c.transport, b.request, bug_ == "unbounded_wait" ? -1 : s_.timeout_ms);
+    c.ops->request_free(c.transport, b.request);
+    b.request = nullptr;
+    check(rc, "a gradient all-reduce did not complete");
+  }
+
+  long long stage_, bucket_elems_;
+  bool overlap_;
+  std::string bug_;
+  triad_data_setup_v1 s_{};
+  std::vector<Bucket> buckets_;
+};
+
+}  // namespace
+
+TRIAD_DATA_PLUGIN(HostileData, "hostile", "0", "test data plugin with planted defects",
+                  TRIAD_PARAMS(kParams))
