@@ -81,7 +81,10 @@ RunPlan plan_run(const Config& cfg) {
   p.padded_vocab_size = spec.padded_vocab_size;
   p.param_bytes = spec.total * 4;
   p.grad_bytes = spec.total * 4;
-  p.optimizer_bytes = spec.total * 8;  // Adam m and v
+  // Adam m and v; ZeRO stage 1 keeps this rank's 1/dp of them.
+  const size_t dpn = size_t(std::max(1, cfg.parallel.data_parallel_size));
+  p.optimizer_bytes =
+      (cfg.zero_optimization.stage >= 1 ? (spec.total + dpn - 1) / dpn : spec.total) * 8;
   const size_t BT = size_t(cfg.training.micro_batch_size) * m.seq_length, C = m.hidden_size;
   const size_t BTs = sp ? BT / tp : BT, Cl = C / tp, H = m.num_attention_heads / tp;
   // Per layer: the token-split res_in, ln1, res_mid, ln2 (4 C) and their statistics, the
@@ -110,7 +113,9 @@ RunPlan plan_run(const Config& cfg) {
                                                          : size_t(std::min(pp - st, accum));
     const size_t acts =
         (per_layer * size_t(p.stage_layers[st]) + (st == pp - 1 ? head : 0)) * flight + scratch;
-    p.stage_bytes.push_back(16 * p.stage_params[st] + 4 * acts);
+    const size_t opt = cfg.zero_optimization.stage >= 1 ? (p.stage_params[st] + dpn - 1) / dpn
+                                                        : p.stage_params[st];
+    p.stage_bytes.push_back(8 * p.stage_params[st] + 8 * opt + 4 * acts);
   }
   p.activation_bytes =
       4 * ((per_layer * size_t(p.stage_layers[0]) + (pp == 1 ? head : 0)) * in_flight + scratch);
@@ -170,18 +175,22 @@ std::string mib(size_t b) {
   return buf;
 }
 
-// AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; in mixed
+// AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; only the
+// range whose moments this rank keeps (its ZeRO shard; everything below stage 1). In mixed
 // precision the compute copy of the weights is refreshed in the same pass.
 void adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o, double lr,
                 int t) {
   Device& dev = st.device();
   void* compute = st.compute();
+  const size_t lo = st.opt_offset(), hi = lo + st.opt_count();
   for (const auto& p : arena.params) {
-    dev.adamw_update(st.params() + p.offset, st.grads() + p.offset, st.adam_m() + p.offset,
-                     st.adam_v() + p.offset, p.numel, float(lr), float(o.adam_beta1),
+    const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+    if (a >= b) continue;
+    dev.adamw_update(st.params() + a, st.grads() + a, st.adam_m() + (a - lo),
+                     st.adam_v() + (a - lo), b - a, float(lr), float(o.adam_beta1),
                      float(o.adam_beta2), float(o.adam_eps),
                      p.weight_decay ? float(o.weight_decay) : 0.0f, t,
-                     compute ? advance(compute, p.offset, st.act()) : nullptr, st.act());
+                     compute ? advance(compute, a, st.act()) : nullptr, st.act());
   }
 }
 
@@ -521,7 +530,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   tpc.timeout = DistributedRun::kCollectiveTimeout;
-  ModelState state(spec, *device, act);
+  // AdamW's moments come once the data plugin says which range this rank steps.
+  ModelState state(spec, *device, act, false);
   // One GPT per model chunk of this stage (one without interleaving), over the same state.
   std::vector<std::unique_ptr<GPT>> chunks;
   for (int c = 0; c < v; ++c) {
@@ -544,12 +554,18 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     Communicator& dpc = *dist->comms.dp;
     dist->data->setup(arena, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
                       DistributedRun::kCollectiveTimeout.count());
+
     // Every data-parallel replica starts from its group's first rank's weights, whatever it
     // initialised or loaded.
     dpc.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
         .wait(DistributedRun::kCollectiveTimeout);
     model.sync_compute_weights();
   }
+
+  // AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only.
+  size_t own_off = 0, own_n = state.size();
+  if (dist) dist->data->owned_range(&own_off, &own_n);
+  state.shard_optimizer(own_off, own_n);
 
   RunResult result;
   result.output_dir = cfg.output.dir;
@@ -764,7 +780,11 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
             device->scale_inplace(model.grads(), model.num_params(),
                                   float(cfg.optimizer.clip_grad / (norm + 1e-6)));
           adamw_step(state, arena, cfg.optimizer, lr, step);
-          if (dist) dist->data->after_step(model.params());
+          if (dist) {
+            dist->data->after_step(model.params());
+            // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
+            if (state.opt_count() != state.size()) state.sync_compute();
+          }
           break;
         }
         default:

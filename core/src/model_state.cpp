@@ -19,10 +19,7 @@ ModelState::ModelState(const ParamSpec& spec, Device& dev, DType act, bool optim
   // Mixed precision: the forward and backward read a copy of the weights in the activation
   // dtype, refreshed by every optimizer step (fp32: they read the master weights themselves).
   if (act_ != DType::f32) compute_ = ActBuffer(dev_, spec_.total, act_, "compute weights");
-  if (optimizer) {
-    m_ = Buffer<float>(dev_, spec_.total, "Adam first moment");
-    v_ = Buffer<float>(dev_, spec_.total, "Adam second moment");
-  }
+  if (optimizer) shard_optimizer(0, spec_.total);
   // Looked up by name once here, never per call.
   for (const LayerRange& l : spec_.layers) {
     const std::string h = "h." + std::to_string(l.layer) + ".";
@@ -43,6 +40,15 @@ BlockParams ModelState::block_params(size_t index) const {
 
 BlockGrads ModelState::block_grads(size_t index) const {
   return block<float*>(index, [this](size_t o) { return grad(o); });
+}
+
+void ModelState::shard_optimizer(size_t offset, size_t count) {
+  m_.reset();
+  v_.reset();
+  m_ = Buffer<float>(dev_, count, "Adam first moment");
+  v_ = Buffer<float>(dev_, count, "Adam second moment");
+  opt_offset_ = offset;
+  opt_count_ = count;
 }
 
 void ModelState::sync_compute() {

@@ -9,7 +9,8 @@
 #   - step 1's gradients, gathered to whole tensors, to 1e-5 of each tensor's largest (tp, pp);
 #   - export_hf after one step of lr 1e-7 (so the file holds the initial weights, gathered from
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
-#   - init_from_hf into tp 2 and into pp 2: the single-process step-1 loss.
+#   - init_from_hf into tp 2 and into pp 2: the single-process step-1 loss;
+#   - ZeRO stage 1 on dp 2 and 4, accumulation 1 and 4, with tp 2 and with pp 2: the losses.
 # tp 4 pads the vocabulary of 256 to 512: two ranks hold padding only.
 # Usage: layout_equivalence.sh TRIAD_LAUNCH TP_GRADS SOURCE_DIR WORK_DIR PYTHON
 set -euo pipefail
@@ -63,6 +64,14 @@ run pp2uneven 2 1 2 false --set parallel.pipeline_partition=3,1
 run pp4 4 1 4 false
 run pp4gpipe 4 1 4 false --set pipeline=gpipe
 run tp2pp2dp2sp 8 2 2 true
+# ZeRO stage 1 (optimizer state partitioned over dp): dp 2 and 4, accumulation 1 and 4, with tp 2
+# and with pp 2.
+z1=(--set zero_optimization.stage=1)
+run z1dp2 2 1 1 false "${z1[@]}"
+run z1dp4 4 1 1 false "${z1[@]}" --set training.micro_batch_size=2
+run z1dp2acc4 2 1 1 false "${z1[@]}" --set training.micro_batch_size=1
+run z1tp2dp2 4 2 1 true "${z1[@]}"
+run z1pp2dp2 4 1 2 false "${z1[@]}" --set training.micro_batch_size=2
 # Interleaved (2 model chunks per stage): m = 2, and m = 4 micro-batches of 2 (buffers reused).
 vpp=(--set parallel.virtual_pipeline_model_parallel_size=2)
 run pp2v2 2 1 2 false "${vpp[@]}"
@@ -115,7 +124,8 @@ def metrics(name):
 checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
                                  "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
-                                 "tp2pp2v2sp"]),
+                                 "tp2pp2v2sp", "z1dp2", "z1dp4", "z1dp2acc4", "z1tp2dp2",
+                                 "z1pp2dp2"]),
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
                      ("single_l8", ["pp4v2_l8"])):

@@ -1,7 +1,12 @@
-// The "zero" data-parallel plugin. Stage 0 (DDP): every rank holds everything; gradients are
-// cut into buckets of about reduce_bucket_size elements in backward order (last layer
-// first), and each bucket's in-place all-reduce starts as soon as its last gradient is final,
-// so communication overlaps the rest of the backward pass. finish_grads waits for them all.
+// The "zero" data-parallel plugin.
+// Stage 0 (DDP): every rank holds everything; gradients are cut into buckets of about
+// reduce_bucket_size elements in backward order (last layer first), and each bucket's in-place
+// all-reduce starts as soon as its last gradient is final, so communication overlaps the rest
+// of the backward pass. finish_grads waits for them all.
+// Stage 1 (ZeRO-1): the same gradient all-reduce, but each rank owns one block of the flat
+// arena (the transport's block split) and the core keeps AdamW's moments for that block only
+// and steps only it; after_step all-gathers the updated blocks so every rank holds the whole
+// parameters again.
 //
 // Averaging: the core scales every rank's loss gradient by 1/dp_size (folded into the loss
 // scale of backward), so the sum over the group is the mean and nothing is left to divide.
@@ -17,7 +22,8 @@ namespace {
 
 const triad_param_spec_v1 kParams[] = {
     {"stage", TRIAD_PARAM_INT, "0",
-     "ZeRO stage: 0 = replicate parameters and optimizer state, all-reduce gradients"},
+     "ZeRO stage: 0 = replicate parameters and optimizer state, all-reduce gradients; 1 = "
+     "partition the optimizer state, all-gather the parameters after the step"},
     {"reduce_bucket_size", TRIAD_PARAM_INT, "6553600",
      "elements per gradient all-reduce bucket (DeepSpeed's reduce_bucket_size)"},
     {"overlap_comm", TRIAD_PARAM_BOOL, "true",
@@ -44,14 +50,16 @@ class Zero final : public triad::sdk::DataPlugin {
   ~Zero() override { abandon(); }
 
   triad_data_caps_v1 capabilities() const override {
-    return {1u << 0, TRIAD_TRANSPORT_OP_ALL_REDUCE};
+    return {(1u << 0) | (1u << 1),
+            TRIAD_TRANSPORT_OP_ALL_REDUCE |
+                (stage_ >= 1 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_GATHER) : 0u)};
   }
 
   void setup(const triad_data_setup_v1& s) override {
     // The core checks capabilities().stages before it gets here.
-    if (stage_ != 0)
+    if (stage_ != 0 && stage_ != 1)
       throw triad::sdk::unsupported("ZeRO stage " + std::to_string(stage_) +
-                                    " is not implemented yet by data plugin 'zero'; use stage 0");
+                                    " is not implemented yet by data plugin 'zero'; use 0 or 1");
     if (s.grad_dtype.code != kDLFloat || s.grad_dtype.bits != 32)
       throw triad::sdk::unsupported("data plugin 'zero' reduces float32 gradients only");
     setup_ = s;
@@ -70,7 +78,8 @@ class Zero final : public triad::sdk::DataPlugin {
       }
     }
     if (cur.hi > cur.lo) buckets_.push_back(cur);
-    services_.debug("zero stage 0: " + std::to_string(buckets_.size()) + " gradient buckets over " +
+    services_.debug("zero stage " + std::to_string(stage_) + ": " +
+                    std::to_string(buckets_.size()) + " gradient buckets over " +
                     std::to_string(s.num_elements) + " elements, dp " + std::to_string(s.dp_size));
   }
 
@@ -109,11 +118,29 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void owned_range(uint64_t* offset, uint64_t* count) const override {
-    *offset = 0;
-    *count = setup_.num_elements;
+    if (stage_ == 0) {
+      *offset = 0;
+      *count = setup_.num_elements;
+      return;
+    }
+    triad_transport_block(setup_.num_elements, setup_.dp_size, setup_.dp_rank, offset, count);
   }
 
-  void after_step(void*) override {}
+  void after_step(void* params) override {
+    if (stage_ == 0) return;
+    // Every rank's block, stepped by its owner, to every rank (in place).
+    uint64_t off = 0, n = 0;
+    owned_range(&off, &n);
+    const auto& c = setup_.dp_comm;
+    float* p = static_cast<float*>(params);
+    void* req = nullptr;
+    int rc = c.ops->all_gather(c.transport, c.comm, p + off, p, setup_.num_elements,
+                               setup_.grad_dtype, setup_.device, &req);
+    if (rc == TRIAD_OK) rc = c.ops->wait(c.transport, req, setup_.timeout_ms);
+    if (req) c.ops->request_free(c.transport, req);
+    if (rc != TRIAD_OK)
+      throw triad::sdk::Error(rc, "parameter all-gather after the step did not complete");
+  }
 
  private:
   void launch(Bucket& b, void* grads) {
@@ -151,5 +178,6 @@ class Zero final : public triad::sdk::DataPlugin {
 }  // namespace
 
 TRIAD_DATA_PLUGIN(Zero, "zero", "1.0",
-                  "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce)",
+                  "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce; "
+                  "stage 1: optimizer state partitioned, parameters all-gathered)",
                   TRIAD_PARAMS(kParams))

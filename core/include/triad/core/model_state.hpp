@@ -49,8 +49,14 @@ class ModelState {
   float* grads() const { return grads_.data(); }
   // The activation-dtype copy of the weights in mixed precision; null in fp32.
   void* compute() const { return act_ == DType::f32 ? nullptr : compute_.data(); }
-  float* adam_m() const { return m_.data(); }  // null without optimizer state
+  // AdamW's moments for the arena range [opt_offset(), opt_offset() + opt_count()) (the whole
+  // arena unless sharded); null without optimizer state.
+  float* adam_m() const { return m_.data(); }
   float* adam_v() const { return v_.data(); }
+  size_t opt_offset() const { return opt_offset_; }
+  size_t opt_count() const { return opt_count_; }
+  // ZeRO stage 1+: keep the moments of [offset, offset + count) only (this rank steps those).
+  void shard_optimizer(size_t offset, size_t count);
 
   // The weight at an arena offset as the layers read it, and its gradient.
   const void* weight(size_t offset) const {
@@ -76,6 +82,7 @@ class ModelState {
   Device& dev_;
   DType act_;
   Buffer<float> params_, grads_, m_, v_;
+  size_t opt_offset_ = 0, opt_count_ = 0;
   ActBuffer compute_;
   std::vector<size_t> block_offsets_;  // 12 per block, in BlockTensors order
 };
