@@ -90,14 +90,18 @@ RunPlan plan_run(const Config& cfg) {
   // Per layer: the token-split res_in, ln1, res_mid, ln2 (4 C) and their statistics, the
   // gathered ln1/ln2 under sequence parallelism (2 C), and the split qkv (3), atty (1),
   // fch, fch_gelu (4 + 4) and lse.
-  const size_t per_layer =
+  const size_t full_layer =
       BTs * (4 * C + 4) + (sp ? 2 * BT * C : 0) + BT * (3 * Cl + Cl + 8 * Cl + H);
+  // With recomputation a micro-batch keeps each block's input; one block's worth is shared.
+  const bool recompute = cfg.training.checkpoint_activations;
+  const size_t per_layer = recompute ? BTs * C : full_layer;
   // The head: res_out, lnf (+ gathered), statistics, this rank's logits, losses and lse, and
   // the vocab-parallel cross-entropy's row statistics.
   const size_t Vl = size_t(spec.padded_vocab_size / tp);
   const size_t head = BTs * (2 * C + 2) + (sp ? BT * C : 0) + BT * (Vl + 2) + (tp > 1 ? 3 * BT : 0);
   // Backward scratch (dres, dln, dqkv, datty, dfch, dfch_gelu) and the boundaries' buffers.
-  const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0);
+  const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0) +
+                         (recompute ? full_layer + BTs * C : 0);
   // GPipe keeps every micro-batch's activations until its backward, 1F1B at most the stages'.
   const size_t in_flight =
       pp == 1 ? 1
@@ -442,7 +446,9 @@ TensorTraffic tensor_traffic_formula(const Config& cfg, int stage) {
   // Megatron: per layer, forward and backward, four all-reduces of the (b,s,h) activations
   // (with sequence parallelism four all-gathers and four reduce-scatters, the same bytes);
   // plus the embedding's output (first stage) and the LM head's input (last stage).
-  f.activations = accum * (4.0 * layers + first + last) * ring * tokens * m.hidden_size * 4;
+  // Recomputing each block's forward repeats its two forward boundaries.
+  const double per_layer = cfg.training.checkpoint_activations ? 6.0 : 4.0;
+  f.activations = accum * (per_layer * layers + first + last) * ring * tokens * m.hidden_size * 4;
   // Vocab-parallel cross-entropy (last stage): max, sum of exponentials and target logit.
   if (last) f.logits = accum * 3 * ring * tokens * 4;
   // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step.
@@ -538,8 +544,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     StageChunk sc;
     if (v > 1)
       sc = {c * chunk_layers, chunk_layers, me.pp == 0 && c == 0, me.pp == pp - 1 && c == v - 1};
-    chunks.push_back(
-        std::make_unique<GPT>(m, state, tpc, attention, t.micro_batch_size, schedule.buffers, sc));
+    chunks.push_back(std::make_unique<GPT>(m, state, tpc, attention, t.micro_batch_size,
+                                           schedule.buffers, sc, t.checkpoint_activations));
   }
   GPT& model = *chunks[0];
   if (!cfg.output.init_from_hf.empty()) {

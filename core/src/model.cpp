@@ -68,8 +68,14 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
 }
 
 GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
-         AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk)
-    : cfg_(cfg), state_(state), dev_(state.device()), attn_(attention), chunk_(chunk) {
+         AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk,
+         bool recompute)
+    : cfg_(cfg),
+      state_(state),
+      dev_(state.device()),
+      attn_(attention),
+      chunk_(chunk),
+      recompute_(recompute) {
   setup(tp, max_batch, activation_sets);
 }
 
@@ -115,6 +121,12 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
     lnf_b_ = spec.find("ln_f.bias").offset;
   }
   pipelined_ = !(has_embedding_ && has_head_);
+  if (recompute_) {
+    alloc_block_acts(work_);
+    recompute_out_ =
+        ActBuffer(dev_, (sp_ ? size_t(maxB_) * T_ / tp_.size : size_t(maxB_) * T_) * size_t(C_),
+                  act_, "activations");
+  }
   for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
   const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
   if (t > 1) {
@@ -138,6 +150,25 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
 }
 
+void GPT::alloc_block_acts(LayerActs& a) {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  const size_t BTs = sp_ ? BT / tp_.size : BT;
+  a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln1_mean = Buffer<float>(dev_, BTs, "activations");
+  a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
+  if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
+  a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
+  a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
+  a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+  a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
+  a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
+  if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
+  a.fch = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
+}
+
 GPT::ActSet GPT::make_act_set() {
   const size_t BT = size_t(maxB_) * T_, C = C_;
   const size_t BTs = sp_ ? BT / tp_.size : BT;  // tokens of the token-split regions
@@ -145,20 +176,9 @@ GPT::ActSet GPT::make_act_set() {
   s.layers.resize(static_cast<size_t>(chunk_.blocks));
   for (auto& a : s.layers) {
     a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
-    a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
-    a.ln1_mean = Buffer<float>(dev_, BTs, "activations");
-    a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
-    if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
-    a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
-    a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
-    a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
-    a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
-    a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
-    a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
-    a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
-    if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
-    a.fch = ActBuffer(dev_, BT * Fl_, act_, "activations");
-    a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
+    // With activation recomputation a set keeps each block's input only; the rest lives in
+    // work_, rewritten by each block's forward and recomputed before its backward.
+    if (!recompute_) alloc_block_acts(a);
   }
   s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
   if (s.layers.empty()) s.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
@@ -413,10 +433,11 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
-  LayerActs& a = s.layers[i];
+  LayerActs& a = recompute_ ? work_ : s.layers[i];
+  const void* in = s.layers[i].res_in.data();  // the block's input
   const BlockParams p = state_.block_params(chunk_.first_block + i);
-  dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.res_in.data(),
-                         p.ln1_w, p.ln1_b, Ns, C, eps, act_);
+  dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
+                         Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
   const void* ln1 = column_input(a.ln1, a.ln1_full, N);
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
@@ -430,7 +451,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
   row_parallel_forward(out, a.atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
-  dev_.residual_forward(a.res_mid.data(), a.res_in.data(), out, size_t(Ns) * C, act_);
+  dev_.residual_forward(a.res_mid.data(), in, out, size_t(Ns) * C, act_);
   dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
                          p.ln2_w, p.ln2_b, Ns, C, eps, act_);
   const void* ln2 = column_input(a.ln2, a.ln2_full, N);
@@ -531,7 +552,9 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
-  LayerActs& a = s.layers[i];
+  if (recompute_) block_forward(i, s, recompute_out_.data());  // this block's activations again
+  LayerActs& a = recompute_ ? work_ : s.layers[i];
+  const void* in = s.layers[i].res_in.data();
   const BlockParams p = state_.block_params(chunk_.first_block + i);
   const BlockGrads g = state_.block_grads(chunk_.first_block + i);
   const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
@@ -559,8 +582,8 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   dev_.fill_zero(dcol_, NC * ab);
   dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_);
   const void* dln1 = column_input_grad(N);
-  dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, a.res_in.data(), p.ln1_w,
-                          a.ln1_mean.data(), a.ln1_rstd.data(), Ns, C, act_);
+  dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
+                          a.ln1_rstd.data(), Ns, C, act_);
   if (reduce_now)
     reduce_replicated({g.ln1_w, g.ln1_b, g.attn_proj_b, g.ln2_w, g.ln2_b, g.fc_proj_b});
 }

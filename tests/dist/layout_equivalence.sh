@@ -72,6 +72,11 @@ run z1dp4 4 1 1 false "${z1[@]}" --set training.micro_batch_size=2
 run z1dp2acc4 2 1 1 false "${z1[@]}" --set training.micro_batch_size=1
 run z1tp2dp2 4 2 1 true "${z1[@]}"
 run z1pp2dp2 4 1 2 false "${z1[@]}" --set training.micro_batch_size=2
+# Activation recomputation under tp 2 with sequence parallelism (its traffic counted against
+# the formula with the recomputed forward's boundaries) and under pp 2.
+ck=(--set training.checkpoint_activations=true)
+run tp2sp_ck 2 2 1 true "${ck[@]}"
+run pp2_ck 2 1 2 false "${ck[@]}"
 # Interleaved (2 model chunks per stage): m = 2, and m = 4 micro-batches of 2 (buffers reused).
 vpp=(--set parallel.virtual_pipeline_model_parallel_size=2)
 run pp2v2 2 1 2 false "${vpp[@]}"
@@ -125,7 +130,7 @@ checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
                                  "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
                                  "tp2pp2v2sp", "z1dp2", "z1dp4", "z1dp2acc4", "z1tp2dp2",
-                                 "z1pp2dp2"]),
+                                 "z1pp2dp2", "tp2sp_ck", "pp2_ck"]),
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
                      ("single_l8", ["pp4v2_l8"])):

@@ -84,6 +84,8 @@ std::vector<Section> build_schema() {
                .min(0),
            F("seed", TRIAD_SLOT(training.seed)),
            F("log_interval", TRIAD_SLOT(training.log_interval)).min(1),
+           F("checkpoint_activations", TRIAD_SLOT(training.checkpoint_activations))
+               .aka({"recompute_activations"}),
        }},
       {"optimizer",
        {

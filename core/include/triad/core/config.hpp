@@ -43,6 +43,9 @@ struct TrainingConfig {
   int global_batch_size = 0;            // train_batch_size / global_batch_size
   uint64_t seed = 1234;
   int log_interval = 1;
+  // Recompute each block's forward during backward, keeping only block inputs (Megatron's
+  // --recompute-granularity full).
+  bool checkpoint_activations = false;
 };
 
 struct OptimizerConfig {

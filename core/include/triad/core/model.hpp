@@ -67,7 +67,8 @@ class GPT {
   // micro-batches may be in flight between their forward and backward (the schedule's buffer
   // count; 1 for plain gradient accumulation).
   GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
-      AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {});
+      AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {},
+      bool recompute = false);
   // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
@@ -210,6 +211,12 @@ class GPT {
   bool rope_, sp_, gather_in_;
   bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
   StageChunk chunk_;
+  // Activation recomputation (Megatron's full granularity): sets keep each block's input only;
+  // the block's other activations live in work_, recomputed before its backward.
+  bool recompute_ = false;
+  LayerActs work_;
+  ActBuffer recompute_out_;
+  void alloc_block_acts(LayerActs& a);
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<ActSet> sets_;  // the activation pool
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,
