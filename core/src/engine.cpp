@@ -102,14 +102,9 @@ RunPlan plan_run(const Config& cfg) {
   // Backward scratch (dres, dln, dqkv, datty, dfch, dfch_gelu) and the boundaries' buffers.
   const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0) +
                          (recompute ? full_layer + BTs * C : 0);
-  // GPipe keeps every micro-batch's activations until its backward, 1F1B at most the stages'.
-  const size_t in_flight =
-      pp == 1 ? 1
-              : size_t(cfg.pipeline.name == "gpipe"
-                           ? cfg.training.gradient_accumulation_steps
-                           : std::min(pp, cfg.training.gradient_accumulation_steps));
-  // Per stage: its model state (16 bytes per fp32 parameter) and its activations; stage s of
-  // 1F1B keeps min(pp - s, m) micro-batches.
+  // Per stage: its model state (parameters and gradients, plus Adam's moments, 1/dp of them
+  // with ZeRO stage 1) and its activations. GPipe keeps every micro-batch's activations until
+  // its backward; stage s of 1F1B keeps min(pp - s, m). The rank's own figures are stage 0's.
   const int accum = cfg.training.gradient_accumulation_steps;
   for (int st = 0; st < pp; ++st) {
     const size_t flight = pp == 1                        ? 1
@@ -120,25 +115,17 @@ RunPlan plan_run(const Config& cfg) {
     const size_t opt = cfg.zero_optimization.stage >= 1 ? (p.stage_params[st] + dpn - 1) / dpn
                                                         : p.stage_params[st];
     p.stage_bytes.push_back(8 * p.stage_params[st] + 8 * opt + 4 * acts);
+    if (st == 0) p.activation_bytes = 4 * acts;
   }
-  p.activation_bytes =
-      4 * ((per_layer * size_t(p.stage_layers[0]) + (pp == 1 ? head : 0)) * in_flight + scratch);
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
   p.tensor_traffic = tensor_traffic_formula(cfg, 0);
   return p;
 }
 
 std::vector<int> pipeline_partition(const Config& cfg) {
-  const int pp = cfg.parallel.pipeline_model_parallel_size, L = cfg.model.num_layers;
-  std::vector<int> layers;
-  const std::string& given = cfg.parallel.pipeline_partition;
-  if (given.empty()) return std::vector<int>(pp, L / pp);  // checked: pp divides L
-  size_t start = 0;
-  while (start <= given.size()) {
-    const size_t comma = std::min(given.find(',', start), given.size());
-    layers.push_back(std::stoi(given.substr(start, comma - start)));
-    start = comma + 1;
-  }
+  const std::vector<int>& layers = cfg.parallel.stage_layers;  // checked by load_config
+  if (int(layers.size()) != cfg.parallel.pipeline_model_parallel_size)
+    throw std::logic_error("pipeline_partition: the config was not checked by load_config");
   return layers;
 }
 
@@ -215,18 +202,21 @@ struct DistributedRun {
   Communicator embedding;
   std::unique_ptr<DataParallelBackend> data;
   Device* device = nullptr;
-  Buffer<float> scalar;  // on the run's device: the transport moves that device's memory
+  Buffer<float> scalars;  // on the run's device: the transport moves that device's memory
 
-  // Sum of x over a group.
-  double sum(Communicator& comm, double x) {
-    float v = static_cast<float>(x);
-    device->to_device(scalar.data(), &v, sizeof v);
-    comm.all_reduce(scalar.data(), scalar.data(), 1, dl_float32(), TRIAD_REDUCE_SUM,
+  // Element-wise sums of xs over a group, in one all-reduce (fp32 on the wire).
+  std::vector<double> sum(Communicator& comm, const std::vector<double>& xs) {
+    std::vector<float> v(xs.begin(), xs.end());
+    if (scalars.size() < v.size()) scalars = Buffer<float>(*device, v.size(), "collective scalars");
+    device->to_device(scalars.data(), v.data(), v.size() * sizeof(float));
+    comm.all_reduce(scalars.data(), scalars.data(), v.size(), dl_float32(), TRIAD_REDUCE_SUM,
                     device->dl_device())
         .wait(kCollectiveTimeout);
-    device->to_host(&v, scalar.data(), sizeof v);
-    return v;
+    device->to_host(v.data(), scalars.data(), v.size() * sizeof(float));
+    return std::vector<double>(v.begin(), v.end());
   }
+  double sum(Communicator& comm, double x) { return sum(comm, std::vector<double>{x})[0]; }
+
   // Every tensor-parallel rank's `n` elements of `src` (device memory), rank order, on the host.
   std::vector<float> gather_tp(const float* src, size_t n) {
     Communicator& tp = *comms.tp;
@@ -310,7 +300,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
                                                   const CoreServices& services, Device& device) {
   auto run = std::make_unique<DistributedRun>();
   run->device = &device;
-  run->scalar = Buffer<float>(device, 1, "collective scalar");
+  run->scalars = Buffer<float>(device, 1, "collective scalars");
   // Load and check both plugins before connecting to anyone.
   auto tplugin = loader.load("transport", cfg.transport.name);
   const ResolvedParams tparams =
@@ -805,14 +795,18 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     device->synchronize();  // the step's time includes its device work
     const double ms = ms_since(t0);
     // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
-    // communication and waiting included).
-    const double efficiency = pp > 1 ? dist->sum(*dist->comms.pp, busy_ms) / (pp * ms) : 0;
-    // Each stage's peak memory (GPipe's grows with the micro-batches, 1F1B's with the stages).
+    // communication and waiting included); and each stage's peak memory (GPipe's grows with
+    // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
+    // busy time, then its peak in its own slot.
+    double efficiency = 0;
     std::vector<double> stage_peak;
     if (pp > 1) {
-      const size_t mine = device->peak_bytes() + services.peak_bytes();
-      for (int st = 0; st < pp; ++st)
-        stage_peak.push_back(dist->sum(*dist->comms.pp, st == me.pp ? double(mine) : 0.0));
+      std::vector<double> mine(size_t(pp) + 1, 0.0);
+      mine[0] = busy_ms;
+      mine[size_t(me.pp) + 1] = double(device->peak_bytes() + services.peak_bytes());
+      const std::vector<double> all = dist->sum(*dist->comms.pp, mine);
+      efficiency = all[0] / (pp * ms);
+      stage_peak.assign(all.begin() + 1, all.end());
     }
 
     StepRecord r;

@@ -207,10 +207,6 @@ GPT::ActSet GPT::make_act_set() {
   return s;
 }
 
-const void* GPT::logits() const {
-  return sets_[0].logits.data();
-}
-
 namespace {
 
 // The seed of one tensor's random stream: (run seed, tensor name) mixed by FNV-1a and
@@ -340,12 +336,13 @@ const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t,
   const DLDataType dt = dl_dtype(t);
   const DLDevice d = dev_.dl_device();
   Communicator& comm = *tp_.comm;
-  ++volume_.collectives;
   switch (c) {
-    case TRIAD_TENSOR_ALL_REDUCE:
-      comm.all_reduce(in, in, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
+    case TRIAD_TENSOR_ALL_REDUCE: {  // into `out` when given, else in place
+      void* dst = out ? out : in;
+      comm.all_reduce(in, dst, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
       *counter += 2 * (k - 1) / k * bytes;
-      return in;
+      return dst;
+    }
     case TRIAD_TENSOR_ALL_GATHER:  // in: this rank's block of total / tp
       comm.all_gather(in, out, total, dt, d).wait(tp_.timeout);
       *counter += (k - 1) / k * bytes;
@@ -374,8 +371,7 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
   // (replicated) bias once.
   const int Ns = sp_ ? N / tp_.size : N;
   dev_.matmul_forward(row_partial_.data(), x, W, nullptr, N, K, C_, act_);
-  const void* r = exchange(c.forward, row_partial_.data(), y, N, C_, act_, &volume_.activations);
-  if (r != y) dev_.copy(y, r, size_t(Ns) * C_ * dtype_bytes(act_));
+  exchange(c.forward, row_partial_.data(), y, N, C_, act_, &volume_.activations);
   dev_.bias_forward(y, bias, Ns, C_, act_);
 }
 
@@ -484,7 +480,6 @@ float GPT::head_forward(ActSet& s) {
         ->all_reduce(s.ce_max.data(), s.ce_max.data(), N, dl_float32(), TRIAD_REDUCE_MAX,
                      dev_.dl_device())
         .wait(tp_.timeout);
-    ++volume_.collectives;
     volume_.logits += 2.0 * (t - 1) / t * N * sizeof(float);
     dev_.crossentropy_row_sums(sums, sums + N, s.logits.data(), s.ce_max.data(), s.targets.data(),
                                N, vocab_, act_);

@@ -1,5 +1,6 @@
 #include "triad/core/param_spec.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -279,32 +280,37 @@ void place_in_global(const TensorSpec& t, int tp_rank, const float* local, float
 }
 
 // The global tensor's elements that exist in the full (unpadded) layout come first in row-major
-// order: only the word embedding is padded, and only along its rows.
+// order: only the word embedding is padded, and only with rows at its end. So a run of this
+// rank's slice at global element g maps to the full layout's element g, cut at its size.
+namespace {
+
+template <typename F>
+void for_each_unpadded_run(const TensorSpec& t, int tp_rank, size_t full_numel, F&& copy) {
+  for_each_run(t, tp_rank, [&](size_t g, size_t l, size_t n) {
+    if (g < full_numel) copy(g, l, std::min(n, full_numel - g));
+  });
+}
+
+}  // namespace
+
 void local_from_full(const ParamSpec& spec, const GptLayout& full_layout, const float* full,
                      float* local) {
-  const int r = spec.placement.tp_rank;
-  std::vector<float> global;
   for (const TensorSpec& t : spec.tensors) {
     const ParamInfo& f = full_layout.find(t.name);
-    global.assign(t.global_numel(), 0.0f);
-    std::memcpy(global.data(), full + f.offset, f.numel * sizeof(float));
-    slice_of_global(t, r, global.data(), local + t.offset);
+    std::fill(local + t.offset, local + t.offset + t.numel, 0.0f);  // the padding
+    for_each_unpadded_run(t, spec.placement.tp_rank, f.numel, [&](size_t g, size_t l, size_t n) {
+      std::memcpy(local + t.offset + l, full + f.offset + g, n * sizeof(float));
+    });
   }
 }
 
 void full_from_local(const ParamSpec& spec, int tp_rank, const GptLayout& full_layout,
                      const float* local, float* full) {
-  std::vector<float> global;
   for (const TensorSpec& t : spec.tensors) {
     const ParamInfo& f = full_layout.find(t.name);
-    global.assign(t.global_numel(), 0.0f);
-    std::vector<float> mine(t.global_numel(), 0.0f);
-    place_in_global(t, tp_rank, local + t.offset, global.data());
-    // Only the elements this rank holds: mark them by placing a slice of ones.
-    std::vector<float> ones(t.numel, 1.0f);
-    place_in_global(t, tp_rank, ones.data(), mine.data());
-    for (size_t i = 0; i < f.numel; ++i)
-      if (mine[i] != 0.0f) full[f.offset + i] = global[i];
+    for_each_unpadded_run(t, tp_rank, f.numel, [&](size_t g, size_t l, size_t n) {
+      std::memcpy(full + f.offset + g, local + t.offset + l, n * sizeof(float));
+    });
   }
 }
 

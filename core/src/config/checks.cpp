@@ -154,8 +154,9 @@ std::string even_partition(int layers, int stages) {
 
 // The layers of each pipeline stage: uniform, or the partition given.
 void check_pipeline(Config& c, const Checker& k) {
-  const ParallelConfig& p = c.parallel;
+  ParallelConfig& p = c.parallel;
   const int pp = p.pipeline_model_parallel_size, L = c.model.num_layers;
+  p.stage_layers.assign(size_t(pp), L / pp);  // uniform unless a partition is given
   const std::string where = k.at("parallel.pipeline_model_parallel_size");
   const int v = p.virtual_pipeline_model_parallel_size;
   if (c.pipeline.name.empty()) c.pipeline.name = v > 1 ? "interleaved" : "1f1b";
@@ -196,19 +197,19 @@ void check_pipeline(Config& c, const Checker& k) {
       item += ch;
       continue;
     }
-    int v = 0;
+    int count = 0;
     try {
       size_t used = 0;
-      v = std::stoi(item, &used);
+      count = std::stoi(item, &used);
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      v = -1;
+      count = -1;
     }
-    if (v < 1)
+    if (count < 1)
       fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" + pw + ") has '" + item +
            "', not a layer count of at least 1; give one count per stage, e.g. '2,2'");
-    counts.push_back(v);
-    sum += v;
+    counts.push_back(count);
+    sum += count;
     item.clear();
   }
   if (int(counts.size()) != pp || sum != L)
@@ -216,6 +217,7 @@ void check_pipeline(Config& c, const Checker& k) {
          str(int(counts.size())) + " stages and " + str(sum) + " layers, but the layout has " +
          str(pp) + " stages and model.num_layers is " + str(L) +
          "; give one count per stage, summing to the layers");
+  p.stage_layers = counts;
 }
 
 void check_layout(Config& c, const Checker& k, int world_size) {

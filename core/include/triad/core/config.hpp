@@ -74,6 +74,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   // Layers per pipeline stage, comma-separated ("3,5"); empty = num_layers / pp each.
   std::string pipeline_partition;
+  // Derived by load_config's checks: the layers of each pipeline stage (the partition given,
+  // else num_layers / pp each).
+  std::vector<int> stage_layers;
   // Model chunks per stage (Megatron's interleaved schedule); 1 = not interleaved.
   int virtual_pipeline_model_parallel_size = 1;
 };

@@ -47,7 +47,6 @@ struct TensorCommVolume {
   double activations = 0;  // the layers' and ends' activation boundaries
   double logits = 0;       // the vocab-parallel cross-entropy's row statistics
   double replicated_grads = 0;
-  size_t collectives = 0;
 };
 
 // The part of a rank's blocks one GPT runs: all of them, or one model chunk of an interleaved
@@ -113,11 +112,6 @@ class GPT {
   void backward(float loss_scale, const GradsReady& grads_ready = nullptr, bool last_micro = true,
                 int set = 0);
 
-  // Logits of set 0's last forward, (B,T,Vlocal) in the activation dtype on the device (valid
-  // until backward()); Vlocal = vocab().rows, padded.
-  const void* logits() const;
-  const VocabShard& vocab() const { return vocab_; }
-
   // A pipeline stage's boundary buffers in activation set `set`, each (Ns,C) in the activation
   // dtype (this tensor-parallel rank's tokens): the input the previous stage's output is
   // received into, the output sent to the next stage, the input's gradient sent back and the
@@ -129,8 +123,6 @@ class GPT {
   };
   StageIO stage_io(int set);
   size_t stage_bytes(int B) const;  // of each, for a micro-batch of B
-  bool has_embedding() const { return has_embedding_; }
-  bool has_head() const { return has_head_; }
   const TensorCommVolume& comm_volume() const { return volume_; }
 
  private:
@@ -181,7 +173,7 @@ class GPT {
   const triad_tensor_collectives_v1& at(triad_tensor_boundary b) const { return tp_.boundary[b]; }
   // Runs collective `c` over the tensor group on a buffer of `N` rows of `width` elements (the
   // whole, unsplit size) from `in`, and returns where the result is: `in` itself for the
-  // identity and the in-place all-reduce, else `out`.
+  // identity, `out` otherwise (an all-reduce with no `out` works in place and returns `in`).
   const void* exchange(int c, void* in, void* out, int N, int width, DType t, double* counter);
   // The input of a column-parallel matmul: x itself, or x gathered over the group into full.
   const void* column_input(const ActBuffer& x, const ActBuffer& full, int N);
