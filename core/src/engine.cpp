@@ -53,75 +53,6 @@ double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int tr
   return o.min_lr + coeff * (o.lr - o.min_lr);
 }
 
-RunPlan plan_run(const Config& cfg) {
-  RunPlan p;
-  const auto& m = cfg.model;
-  const int tp = cfg.parallel.tensor_model_parallel_size;
-  const bool sp = cfg.parallel.sequence_parallel && tp > 1;
-  const int pp = cfg.parallel.pipeline_model_parallel_size;
-  p.stage_layers = pipeline_partition(cfg);
-  Placement place;
-  place.tp_size = tp;
-  place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
-  for (int st = 0; st < pp; ++st) {
-    place.num_layers = p.stage_layers[st];
-    place.has_embedding = st == 0;
-    place.has_head = st == pp - 1;
-    p.stage_params.push_back(build_param_spec(m, place).total);
-    place.first_layer += place.num_layers;
-  }
-  // The rest is rank 0's (stage 0): the memory of the first stage.
-  place.first_layer = 0;
-  place.num_layers = p.stage_layers[0];
-  place.has_embedding = true;
-  place.has_head = pp == 1;
-  const ParamSpec spec = build_param_spec(m, place);
-  p.num_params = gpt_layout(m).total;
-  p.params_per_rank = spec.total;
-  p.padded_vocab_size = spec.padded_vocab_size;
-  p.param_bytes = spec.total * 4;
-  p.grad_bytes = spec.total * 4;
-  // Adam m and v; ZeRO stage 1 keeps this rank's 1/dp of them.
-  const size_t dpn = size_t(std::max(1, cfg.parallel.data_parallel_size));
-  p.optimizer_bytes =
-      (cfg.zero_optimization.stage >= 1 ? (spec.total + dpn - 1) / dpn : spec.total) * 8;
-  const size_t BT = size_t(cfg.training.micro_batch_size) * m.seq_length, C = m.hidden_size;
-  const size_t BTs = sp ? BT / tp : BT, Cl = C / tp, H = m.num_attention_heads / tp;
-  // Per layer: the token-split res_in, ln1, res_mid, ln2 (4 C) and their statistics, the
-  // gathered ln1/ln2 under sequence parallelism (2 C), and the split qkv (3), atty (1),
-  // fch, fch_gelu (4 + 4) and lse.
-  const size_t full_layer =
-      BTs * (4 * C + 4) + (sp ? 2 * BT * C : 0) + BT * (3 * Cl + Cl + 8 * Cl + H);
-  // With recomputation a micro-batch keeps each block's input; one block's worth is shared.
-  const bool recompute = cfg.training.checkpoint_activations;
-  const size_t per_layer = recompute ? BTs * C : full_layer;
-  // The head: res_out, lnf (+ gathered), statistics, this rank's logits, losses and lse, and
-  // the vocab-parallel cross-entropy's row statistics.
-  const size_t Vl = size_t(spec.padded_vocab_size / tp);
-  const size_t head = BTs * (2 * C + 2) + (sp ? BT * C : 0) + BT * (Vl + 2) + (tp > 1 ? 3 * BT : 0);
-  // Backward scratch (dres, dln, dqkv, datty, dfch, dfch_gelu) and the boundaries' buffers.
-  const size_t scratch = BTs * 2 * C + BT * (3 * Cl + Cl + 8 * Cl) + (tp > 1 ? 3 * BT * C : 0) +
-                         (recompute ? full_layer + BTs * C : 0);
-  // Per stage: its model state (parameters and gradients, plus Adam's moments, 1/dp of them
-  // with ZeRO stage 1) and its activations. GPipe keeps every micro-batch's activations until
-  // its backward; stage s of 1F1B keeps min(pp - s, m). The rank's own figures are stage 0's.
-  const int accum = cfg.training.gradient_accumulation_steps;
-  for (int st = 0; st < pp; ++st) {
-    const size_t flight = pp == 1                        ? 1
-                          : cfg.pipeline.name == "gpipe" ? size_t(accum)
-                                                         : size_t(std::min(pp - st, accum));
-    const size_t acts =
-        (per_layer * size_t(p.stage_layers[st]) + (st == pp - 1 ? head : 0)) * flight + scratch;
-    const size_t opt = cfg.zero_optimization.stage >= 1 ? (p.stage_params[st] + dpn - 1) / dpn
-                                                        : p.stage_params[st];
-    p.stage_bytes.push_back(8 * p.stage_params[st] + 8 * opt + 4 * acts);
-    if (st == 0) p.activation_bytes = 4 * acts;
-  }
-  p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
-  p.tensor_traffic = tensor_traffic_formula(cfg, 0);
-  return p;
-}
-
 std::vector<int> pipeline_partition(const Config& cfg) {
   const std::vector<int>& layers = cfg.parallel.stage_layers;  // checked by load_config
   if (int(layers.size()) != cfg.parallel.pipeline_model_parallel_size)
@@ -167,22 +98,53 @@ std::string mib(size_t b) {
 }
 
 // AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; only the
-// range whose moments this rank keeps (its ZeRO shard; everything below stage 1). In mixed
-// precision the compute copy of the weights is refreshed in the same pass.
+// pieces whose moments this rank keeps (its ZeRO shard; the whole arena below stage 1). In
+// mixed precision the compute copy of the weights is refreshed in the same pass.
 void adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o, double lr,
                 int t) {
   Device& dev = st.device();
-  void* compute = st.compute();
-  const size_t lo = st.opt_offset(), hi = lo + st.opt_count();
-  for (const auto& p : arena.params) {
-    const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-    if (a >= b) continue;
-    dev.adamw_update(st.params() + a, st.grads() + a, st.adam_m() + (a - lo),
-                     st.adam_v() + (a - lo), b - a, float(lr), float(o.adam_beta1),
-                     float(o.adam_beta2), float(o.adam_eps),
-                     p.weight_decay ? float(o.weight_decay) : 0.0f, t,
-                     compute ? advance(compute, a, st.act()) : nullptr, st.act());
+  for (const ModelState::Piece& pc : st.pieces()) {
+    void* compute = st.piece_compute(pc);
+    for (const auto& p : arena.params) {
+      const size_t a = std::max(pc.arena, p.offset);
+      const size_t b = std::min(pc.arena + pc.count, p.offset + p.numel);
+      if (a >= b) continue;
+      const size_t k = a - pc.arena;  // into the piece
+      dev.adamw_update(st.piece_params(pc) + k, st.piece_grads(pc) + k, st.piece_m(pc) + k,
+                       st.piece_v(pc) + k, b - a, float(lr), float(o.adam_beta1),
+                       float(o.adam_beta2), float(o.adam_eps),
+                       p.weight_decay ? float(o.weight_decay) : 0.0f, t,
+                       compute ? advance(compute, k, st.act()) : nullptr, st.act());
+    }
   }
+}
+
+// ZeRO-2/3: a unit's gradient reduction and weight gather, through the data plugin.
+class DataShardComm final : public ShardComm {
+ public:
+  explicit DataShardComm(DataParallelBackend& data) : data_(data) {}
+  void reduce(size_t unit, float* window, float* owned) override {
+    data_.reduce_unit(unit, window, owned);
+  }
+  void gather(size_t unit, const void* owned, void* window, DType t) override {
+    data_.gather_unit(unit, owned, window, dl_dtype(t));
+  }
+  void wait(size_t unit) override { data_.wait_unit(unit); }
+
+ private:
+  DataParallelBackend& data_;
+};
+
+// The arena's units for the data plugin: the embedding, each block, the head (those held), in
+// arena order.
+std::vector<ArenaRange> arena_units(const ParamSpec& spec) {
+  std::vector<ArenaRange> u;
+  if (spec.embedding.size()) u.push_back(spec.embedding);
+  for (const LayerRange& l : spec.layers) u.push_back(l.range);
+  if (spec.head.size()) u.push_back(spec.head);
+  std::sort(u.begin(), u.end(),
+            [](const ArenaRange& a, const ArenaRange& b) { return a.begin < b.begin; });
+  return u;
 }
 
 }  // namespace
@@ -269,9 +231,8 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
     for (int s = 0; s < 32; ++s)
       if (stages & (1u << s)) have += (have.empty() ? "" : ", ") + std::to_string(s);
     throw UserError("zero_optimization.stage " + std::to_string(z.stage) + " (" + cfg.source_path +
-                    ") is not supported yet by data plugin 'zero' (" + plugin->path() +
-                    "), which implements stage " + have + "; use " +
-                    have.substr(0, have.find(',')));
+                    ") is not implemented by data plugin 'zero' (" + plugin->path() +
+                    "), which implements stages " + have + "; use one of those");
   }
   return data;
 }
@@ -441,9 +402,14 @@ TensorTraffic tensor_traffic_formula(const Config& cfg, int stage) {
   f.activations = accum * (per_layer * layers + first + last) * ring * tokens * m.hidden_size * 4;
   // Vocab-parallel cross-entropy (last stage): max, sum of exponentials and target logit.
   if (last) f.logits = accum * 3 * ring * tokens * 4;
-  // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step.
-  if (cfg.parallel.sequence_parallel)
-    f.replicated_grads = ring * (6.0 * layers + 2 * last) * m.hidden_size * 4;
+  // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step;
+  // with ZeRO-2/3 once per micro-batch (each micro-batch's gradients are reduced over the
+  // data-parallel group), except the last stage's head when a pipeline defers it (tied wte).
+  if (cfg.parallel.sequence_parallel) {
+    const bool each = cfg.zero_optimization.stage >= 2;
+    const double blocks = each ? accum : 1, head = each && pp == 1 ? accum : 1;
+    f.replicated_grads = ring * (6.0 * layers * blocks + 2 * last * head) * m.hidden_size * 4;
+  }
   return f;
 }
 
@@ -546,9 +512,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     model.init_weights(t.seed);
   }
   const GptLayout arena = arena_layout(spec);
+  const std::vector<ArenaRange> units = arena_units(spec);
   if (dist) {
     Communicator& dpc = *dist->comms.dp;
-    dist->data->setup(arena, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
+    std::vector<std::pair<size_t, size_t>> unit_list;
+    for (const ArenaRange& r : units) unit_list.emplace_back(r.begin, r.size());
+    dist->data->setup(arena, unit_list, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
                       DistributedRun::kCollectiveTimeout.count());
 
     // Every data-parallel replica starts from its group's first rank's weights, whatever it
@@ -558,12 +527,44 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     model.sync_compute_weights();
   }
 
-  // AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only.
-  size_t own_off = 0, own_n = state.size();
-  if (dist) dist->data->owned_range(&own_off, &own_n);
-  state.shard_optimizer(own_off, own_n);
-
+  // AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only; with
+  // stage 2 the gradients, with stage 3 the parameters too.
+  const uint32_t partitioning = dist ? dist->data->partitioning() : 0u;
+  std::unique_ptr<DataShardComm> shard_comm;
+  if (partitioning & TRIAD_DATA_PARTITION_GRADS) {
+    shard_comm = std::make_unique<DataShardComm>(*dist->data);
+    state.partition(units, dist->data->shard(), partitioning & TRIAD_DATA_PARTITION_PARAMS,
+                    *shard_comm);
+  } else {
+    size_t own_off = 0, own_n = state.size();
+    if (dist) dist->data->owned_range(&own_off, &own_n);
+    state.shard_optimizer(own_off, own_n);
+  }
+  const bool partitioned = state.grads_partitioned();
+  // Model states against the ZeRO paper (fp32 weights, gradients and Adam's two moments; a
+  // mixed-precision compute copy is counted apart by the device, not here).
+  const int zstage = cfg.zero_optimization.stage;
+  const double psi = double(state.size()), nd = dist ? dist->comms.dp->size() : 1;
   RunResult result;
+  result.model_state_bytes =
+      4.0 * (state.params_size() + state.grads_size()) + 8.0 * state.opt_count();
+  result.model_state_paper = zstage == 0   ? 16 * psi
+                             : zstage == 1 ? 8 * psi + 8 * psi / nd
+                             : zstage == 2 ? 4 * psi + 12 * psi / nd
+                                           : 16 * psi / nd;
+  if (dist && !opts.quiet)
+    spdlog::info(
+        "ZeRO stage {} over {} data-parallel ranks: model states {} per rank (parameters {}, "
+        "gradients {}, Adam moments {}); the ZeRO paper's {} = {}",
+        zstage, int(nd), mib(size_t(result.model_state_bytes)), mib(state.params_size() * 4),
+        mib(state.grads_size() * 4), mib(state.opt_count() * 8),
+        zstage == 0   ? "16Ψ"
+        : zstage == 1 ? "8Ψ + 8Ψ/N"
+        : zstage == 2 ? "4Ψ + 12Ψ/N"
+                      : "16Ψ/N",
+        mib(size_t(result.model_state_paper)));
+  if (dist) dist->data->take_traffic();  // from here on: the steps' own
+
   result.output_dir = cfg.output.dir;
   std::ofstream jsonl;
   if (opts.write_output) {
@@ -666,6 +667,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   // REDUCE_TIED_GRADS.
   const bool tied_split = pp > 1;
   const ArenaRange tied_range = me.pp == 0 ? spec.embedding : spec.head;
+  // ZeRO-2/3 reduce every micro-batch's gradients unit by unit, but the tied embedding's only
+  // once, after REDUCE_TIED_GRADS summed it over the stages.
+  if (partitioned && tied_split && tied_range.size()) state.defer_unit(tied_range);
   const bool holds_wte = spec.placement.has_embedding || spec.placement.has_head;
   const size_t wte_off = holds_wte ? spec.find("wte.weight").offset : 0;
   const size_t wte_n = holds_wte ? spec.find("wte.weight").numel : 0;
@@ -720,10 +724,16 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         case TRIAD_PIPE_BACKWARD: {
           const bool last = i == last_backward[size_t(c)];
           GPT::GradsReady ready;
-          if (dist && overlap && last)
+          const auto tied = [&](size_t off, size_t n) {
+            return tied_split && off == tied_range.begin && n == tied_range.size();
+          };
+          if (partitioned)
             ready = [&](size_t off, size_t n) {
-              if (tied_split && off == tied_range.begin && n == tied_range.size()) return;
-              dist->data->grads_ready(model.grads(), off, n);
+              if (!tied(off, n)) state.grads_done({off, off + n});
+            };
+          else if (dist && overlap && last)
+            ready = [&](size_t off, size_t n) {
+              if (!tied(off, n)) dist->data->grads_ready(model.grads(), off, n);
             };
           const auto b0 = std::chrono::steady_clock::now();
           chunk.backward(grad_scale, ready, last, buf);
@@ -739,24 +749,43 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         case TRIAD_PIPE_REDUCE_TIED_GRADS:
           if (tied_split && dist->embedding)
             dist->embedding
-                .all_reduce(model.grads() + wte_off, model.grads() + wte_off, wte_n, dl_float32(),
+                .all_reduce(state.grad(wte_off), state.grad(wte_off), wte_n, dl_float32(),
                             TRIAD_REDUCE_SUM, device->dl_device())
                 .wait(timeout);
-          if (tied_split && overlap && dist)
+          if (tied_split && partitioned)
+            state.grads_done(tied_range);
+          else if (tied_split && overlap && dist)
             dist->data->grads_ready(model.grads(), tied_range.begin, tied_range.size());
           break;
         case TRIAD_PIPE_REDUCE_GRADS:
           for (auto& f : inflight) peer_wait(std::move(f.req), "a send to", me.pp);
           for (auto& f : inflight) spare.push_back(std::move(f.data));
           inflight.clear();
-          if (dist && !overlap) dist->data->grads_ready(model.grads(), 0, model.num_params());
-          if (dist) dist->data->finish_grads(model.grads());
+          if (partitioned) {
+            state.finish_grads();
+          } else if (dist) {
+            if (!overlap) dist->data->grads_ready(model.grads(), 0, model.num_params());
+            dist->data->finish_grads(model.grads());
+          }
           break;
         case TRIAD_PIPE_OPTIMIZER_STEP: {
           // The global gradient norm: every split tensor's slices, each replicated tensor once
           // per tensor group, the tied word embedding once (on the first stage).
           double sq = 0;
-          if (tp == 1 && pp == 1) {
+          if (partitioned) {
+            // This rank's slices of those tensors, then the sum over the data-parallel group.
+            for (const ModelState::Piece& pc : state.pieces())
+              for (const TensorSpec& ts : spec.tensors) {
+                if (ts.replicated_in_tp && me.tp != 0) continue;
+                if (ts.tie_group == "wte" && pp > 1 && me.pp != 0) continue;
+                const size_t a = std::max(pc.arena, ts.offset);
+                const size_t b = std::min(pc.arena + pc.count, ts.offset + ts.numel);
+                if (a < b) sq += device->sum_squares(state.piece_grads(pc) + (a - pc.arena), b - a);
+              }
+            sq = dist->sum(*dist->comms.dp, sq);
+            if (tp > 1) sq = dist->sum(*dist->comms.tp, sq);
+            if (pp > 1) sq = dist->sum(*dist->comms.pp, sq);
+          } else if (tp == 1 && pp == 1) {
             sq = device->sum_squares(model.grads(), model.num_params());
           } else {
             for (const TensorSpec& ts : spec.tensors) {
@@ -769,17 +798,19 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           }
           norm = std::sqrt(sq);
           if (step == 1 && !opts.grads_dump_dir.empty()) {
-            const std::vector<float> g = whole_model(model, dist.get(), model.grads());
+            const Buffer<float> whole = state.whole_grads();
+            const std::vector<float> g = whole_model(model, dist.get(), whole.data());
             if (env.rank == 0) write_grads(opts.grads_dump_dir, model.full_layout(), g);
           }
           if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
-            device->scale_inplace(model.grads(), model.num_params(),
+            device->scale_inplace(state.grads(), state.grads_size(),
                                   float(cfg.optimizer.clip_grad / (norm + 1e-6)));
           adamw_step(state, arena, cfg.optimizer, lr, step);
           if (dist) {
             dist->data->after_step(model.params());
             // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
-            if (state.opt_count() != state.size()) state.sync_compute();
+            if (state.opt_count() != state.size() && !state.params_partitioned())
+              state.sync_compute();
           }
           break;
         }
@@ -859,6 +890,19 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   }
   result.tensor_traffic_counted = counted;
   result.tensor_traffic_formula = tensor_traffic_formula(cfg, me.pp);
+  if (dist) {
+    // The paper counts one forward and backward per step: 2Ψ (reduce-scatter + all-gather, or
+    // an all-reduce) for stages 0-2, 3Ψ for stage 3, each times (N-1)/N in ring accounting.
+    result.zero_traffic_counted = dist->data->take_traffic() / t.train_iters;
+    result.zero_traffic_paper = (zstage == 3 ? 3 : 2) * psi * 4 * (nd - 1) / nd;
+    if (!opts.quiet)
+      spdlog::info(
+          "data-parallel traffic per step per rank: counted {:.0f} B ({:.2f}Ψ over {} "
+          "micro-batches); the ZeRO paper's {}Ψ = {:.0f} B (one micro-batch per step)",
+          result.zero_traffic_counted,
+          nd > 1 ? result.zero_traffic_counted / (psi * 4 * (nd - 1) / nd) : 0.0, accum,
+          zstage == 3 ? 3 : 2, result.zero_traffic_paper);
+  }
   if (tp > 1 && !opts.quiet) {
     const TensorTraffic& c = result.tensor_traffic_counted;
     const TensorTraffic& f = result.tensor_traffic_formula;
@@ -871,7 +915,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   }
   if (!cfg.output.export_hf.empty()) {
     // Every tensor-parallel rank takes part in the gather; rank 0 writes.
-    const std::vector<float> full = whole_model(model, dist.get(), model.params());
+    const Buffer<float> whole = state.whole_params();
+    const std::vector<float> full = whole_model(model, dist.get(), whole.data());
     if (env.rank == 0) {
       export_hf(cfg.output.export_hf, m, model.full_layout(), full.data());
       if (!opts.quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);

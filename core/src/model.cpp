@@ -497,18 +497,31 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const int N = B * T_;
   s.B = B;
+  // ZeRO-3: each unit's weights are gathered before use (the next one's while this one
+  // computes) and freed after; the tied word embedding stays until the head has used it.
+  const ParamSpec& spec = state_.spec();
+  const size_t nl = s.layers.size();
+  auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
   if (has_embedding_) {
+    state_.prefetch(spec.embedding);
+    if (nl) state_.prefetch(block_range(0));
     dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
     embedding_forward(s);
+    if (!has_head_) state_.release(spec.embedding);
   }
   // else: the previous stage's output was received into the stage's input.
-  const size_t nl = s.layers.size();
-  for (size_t i = 0; i < nl; ++i)
+  for (size_t i = 0; i < nl; ++i) {
+    state_.prefetch(i + 1 < nl ? block_range(i + 1) : spec.head);
     block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data());
+    state_.release(block_range(i));
+  }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
   dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
-  return head_forward(s);
+  const float loss = head_forward(s);
+  state_.release(spec.head);
+  state_.release(spec.embedding);
+  return loss;
 }
 
 size_t GPT::stage_bytes(int B) const {
@@ -596,17 +609,30 @@ void GPT::embedding_backward(ActSet& s) {
 void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_micro, int set) {
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const ParamSpec& spec = state_.spec();
-  const bool reduce_now = last_micro && sp_;
+  // Sequence parallelism leaves replicated gradients partial over the tensor group; they are
+  // summed once per step, or after every micro-batch where ZeRO-2/3 reduces each one.
+  auto reduce_now = [&](const ArenaRange& r) {
+    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
+  };
+  auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
+  const size_t nl = s.layers.size();
+  if (nl) state_.prefetch(block_range(nl - 1));
   if (has_head_) {
-    head_backward(s, loss_scale, reduce_now);
+    state_.prefetch(spec.head);
+    state_.prefetch(spec.embedding);
+    head_backward(s, loss_scale, reduce_now(spec.head));
+    state_.release(spec.head);
+    state_.release(spec.embedding);  // embedding_backward reads no weights
     if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
   } else {
     // The next stage sent the gradient of this stage's output.
     dev_.copy(dres_.data(), s.grad_out.data(), stage_bytes(s.B));
   }
-  for (size_t i = s.layers.size(); i-- > 0;) {
-    block_backward(i, s, reduce_now);
-    const ArenaRange& r = spec.layers[chunk_.first_block + i].range;
+  for (size_t i = nl; i-- > 0;) {
+    if (i > 0) state_.prefetch(block_range(i - 1));
+    block_backward(i, s, reduce_now(block_range(i)));
+    state_.release(block_range(i));
+    const ArenaRange& r = block_range(i);
     if (grads_ready) grads_ready(r.begin, r.size());
   }
   if (has_embedding_) {

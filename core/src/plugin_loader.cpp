@@ -16,7 +16,7 @@
 
 #include "triad/core/error.hpp"
 #include "triad/sdk/attention_v1.h"
-#include "triad/sdk/data_v1.h"
+#include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v1.h"
 #include "triad/sdk/tensor_v1.h"
 #include "triad/sdk/transport_v1.h"
@@ -74,9 +74,11 @@ Slots transport_slots(const void* ops) {
           TRIAD_SLOT(test),           TRIAD_SLOT(wait),       TRIAD_SLOT(request_free)};
 }
 Slots data_slots(const void* ops) {
-  const auto* o = static_cast<const triad_data_ops_v1*>(ops);
+  const auto* o = static_cast<const triad_data_ops_v2*>(ops);
   return {TRIAD_SLOT(capabilities), TRIAD_SLOT(setup),       TRIAD_SLOT(grads_ready),
-          TRIAD_SLOT(finish_grads), TRIAD_SLOT(owned_range), TRIAD_SLOT(after_step)};
+          TRIAD_SLOT(finish_grads), TRIAD_SLOT(owned_range), TRIAD_SLOT(after_step),
+          TRIAD_SLOT(partitioning), TRIAD_SLOT(shard),       TRIAD_SLOT(reduce_unit),
+          TRIAD_SLOT(gather_unit),  TRIAD_SLOT(wait_unit)};
 }
 Slots tensor_slots(const void* ops) {
   const auto* o = static_cast<const triad_tensor_ops_v1*>(ops);
@@ -87,6 +89,48 @@ Slots pipeline_slots(const void* ops) {
   return {TRIAD_SLOT(capabilities), TRIAD_SLOT(num_buffers), TRIAD_SLOT(schedule)};
 }
 #undef TRIAD_SLOT
+
+// A data plugin of version 1 (stages 0 and 1) as version 2: its six slots are version 2's first
+// six (setup reads the triad_data_setup_v1 that begins triad_data_setup_v2), and it partitions
+// nothing beyond the optimizer state.
+int v1_partitions_nothing(void*, uint32_t* flags) {
+  *flags = 0;
+  return TRIAD_OK;
+}
+int v1_no_shard(void*, uint64_t*, uint64_t*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int v1_no_reduce(void*, uint32_t, void*, void*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int v1_no_gather(void*, uint32_t, const void*, void*, DLDataType) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int v1_no_wait(void*, uint32_t) {
+  return TRIAD_OK;
+}
+AdaptedDescriptor adapt_data_v1(const triad_plugin_v1& older) {
+  const auto* o = static_cast<const triad_data_ops_v1*>(older.ops);
+  auto ops = std::make_shared<triad_data_ops_v2>();
+  ops->capabilities = o->capabilities;
+  // Safe: triad_data_setup_v2 starts with the triad_data_setup_v1 the plugin reads.
+  ops->setup = reinterpret_cast<int (*)(void*, const triad_data_setup_v2*)>(o->setup);
+  ops->grads_ready = o->grads_ready;
+  ops->finish_grads = o->finish_grads;
+  ops->owned_range = o->owned_range;
+  ops->after_step = o->after_step;
+  ops->partitioning = &v1_partitions_nothing;
+  ops->shard = &v1_no_shard;
+  ops->reduce_unit = &v1_no_reduce;
+  ops->gather_unit = &v1_no_gather;
+  ops->wait_unit = &v1_no_wait;
+  AdaptedDescriptor a;
+  a.descriptor = older;
+  a.descriptor.kind_abi_version = TRIAD_DATA_ABI_VERSION;
+  a.descriptor.ops = ops.get();
+  a.keep = ops;
+  return a;
+}
 
 const KindAbi* find_kind(const std::string& kind) {
   for (const auto& k : kind_abis())
@@ -225,12 +269,11 @@ void add_unique(std::vector<std::string>& path, const std::string& dir) {
 }  // namespace
 
 const std::vector<KindAbi>& kind_abis() {
-  // Adapters for older versions go into the last column, e.g. {{1, &adapt_data_v1}} once
-  // data_v2.h exists.
+  // Adapters for older versions go into the last column.
   static const std::vector<KindAbi> table = {
       {"attention", TRIAD_ATTENTION_ABI_VERSION, &attention_slots, {}},
       {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {}},
-      {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {}},
+      {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {{1, &adapt_data_v1}}},
       {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
       {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {}},
   };

@@ -10,7 +10,10 @@
 #   - export_hf after one step of lr 1e-7 (so the file holds the initial weights, gathered from
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
 #   - init_from_hf into tp 2 and into pp 2: the single-process step-1 loss;
-#   - ZeRO stage 1 on dp 2 and 4, accumulation 1 and 4, with tp 2 and with pp 2: the losses.
+#   - ZeRO stages 1, 2 and 3 on dp 2 and 4, accumulation 1 and 4, with tp 2 and with pp 2 (and
+#     stage 3 with interleaving, activation recomputation and tp 2 x pp 2 x dp 2): the losses;
+#     stage 2's and 3's step-1 gradients (gathered from the owned slices) and export_hf (gathered
+#     from the sharded parameters).
 # tp 4 pads the vocabulary of 256 to 512: two ranks hold padding only.
 # Usage: layout_equivalence.sh TRIAD_LAUNCH TP_GRADS SOURCE_DIR WORK_DIR PYTHON
 set -euo pipefail
@@ -72,6 +75,22 @@ run z1dp4 4 1 1 false "${z1[@]}" --set training.micro_batch_size=2
 run z1dp2acc4 2 1 1 false "${z1[@]}" --set training.micro_batch_size=1
 run z1tp2dp2 4 2 1 true "${z1[@]}"
 run z1pp2dp2 4 1 2 false "${z1[@]}" --set training.micro_batch_size=2
+# ZeRO stages 2 (gradients partitioned, reduce-scattered per layer and micro-batch) and 3
+# (parameters partitioned, gathered per layer): the same matrix, and stage 3 with interleaved
+# chunks, with activation recomputation and on tp 2 x pp 2 x dp 2.
+for st in 2 3; do
+  z=(--set zero_optimization.stage=$st)
+  run z${st}dp2 2 1 1 false "${z[@]}"
+  run z${st}dp4 4 1 1 false "${z[@]}" --set training.micro_batch_size=2
+  run z${st}dp2acc4 2 1 1 false "${z[@]}" --set training.micro_batch_size=1
+  run z${st}tp2dp2 4 2 1 true "${z[@]}"
+  run z${st}pp2dp2 4 1 2 false "${z[@]}" --set training.micro_batch_size=2
+done
+z3=(--set zero_optimization.stage=3)
+run z3pp2v2dp2 4 1 2 false "${z3[@]}" --set parallel.virtual_pipeline_model_parallel_size=2 \
+  --set training.micro_batch_size=2
+run z3dp2_ck 2 1 1 false "${z3[@]}" --set training.checkpoint_activations=true
+run z3tp2pp2dp2sp 8 2 2 true "${z3[@]}" --set training.micro_batch_size=2
 # Activation recomputation under tp 2 with sequence parallelism (its traffic counted against
 # the formula with the recomputed forward's boundaries) and under pp 2.
 ck=(--set training.checkpoint_activations=true)
@@ -103,6 +122,8 @@ grads g_single 1 1 1 false
 grads g_tp2sp 2 2 1 true
 grads g_tp4 4 4 1 false
 grads g_tp2pp2 4 2 2 false
+grads g_z2dp2 2 1 1 false --set zero_optimization.stage=2
+grads g_z3tp2dp2 4 2 1 true --set zero_optimization.stage=3
 # From the single process's one-step export, tp 2 and pp 2 start where the single process does.
 from_hf=(--set "output.init_from_hf=$WORK/g_single/hf" --set training.train_iters=1)
 run from_hf_single 1 1 1 false "${from_hf[@]}"
@@ -130,7 +151,10 @@ checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
                                  "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
                                  "tp2pp2v2sp", "z1dp2", "z1dp4", "z1dp2acc4", "z1tp2dp2",
-                                 "z1pp2dp2", "tp2sp_ck", "pp2_ck"]),
+                                 "z1pp2dp2", "tp2sp_ck", "pp2_ck",
+                                 *[f"z{st}{l}" for st in (2, 3)
+                                   for l in ("dp2", "dp4", "dp2acc4", "tp2dp2", "pp2dp2")],
+                                 "z3pp2v2dp2", "z3dp2_ck", "z3tp2pp2dp2sp"]),
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
                      ("single_l8", ["pp4v2_l8"])):
@@ -178,10 +202,11 @@ def compare_files(what, path, others, measure, limit):
         print(f"{o:12} {what} of {len(ref_t)} tensors: worst difference {worst:.2e}")
 
 # Step 1's whole gradients, relative to each tensor's largest element.
-compare_files("gradients", "grads.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2"),
+zero_grads = ("g_z2dp2", "g_z3tp2dp2")
+compare_files("gradients", "grads.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2") + zero_grads,
               lambda x, r: float(np.abs(x - r).max()) / (float(np.abs(r).max()) or 1.0), 1e-5)
 # export_hf after one step (padding dropped), absolute.
-compare_files("export_hf", "hf/model.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2"),
+compare_files("export_hf", "hf/model.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2") + zero_grads,
               lambda x, r: float(np.abs(x - r).max()), 1e-6)
 
 # init_from_hf into tp 2 and pp 2 gives the single-process step-1 loss.

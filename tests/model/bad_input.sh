@@ -63,9 +63,9 @@ expect_error tp_plugin_lacks "tensor plugin 'none' cannot plan tp 2" "$BASE" --n
 expect_error tp_unknown_plugin "megatrom" "$BASE" --nproc-per-node 2 \
   --set parallel.tensor_model_parallel_size=2 --set tensor=megatrom
 # A ZeRO stage the data plugin's capabilities do not list.
-expect_error zero_stage "zero_optimization.stage 3" "$BASE" --set zero_optimization.stage=3
-expect_error zero_stage_dp "zero_optimization.stage 2" "$BASE" --nproc-per-node 2 \
-  --set zero_optimization.stage=2
+expect_error zero_stage "zero_optimization.stage 4" "$BASE" --set zero_optimization.stage=4
+expect_error zero_stage_dp "zero_optimization.stage 4" "$BASE" --nproc-per-node 2 \
+  --set zero_optimization.stage=4
 # Pipeline parallelism's rules.
 expect_error pp_layers "num_layers 4 is not divisible by parallel.pipeline_model_parallel_size 3" \
   "$BASE" --nproc-per-node 3 --set parallel.pipeline_model_parallel_size=3

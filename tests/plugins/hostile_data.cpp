@@ -53,7 +53,8 @@ class HostileData final : public triad::sdk::DataPlugin {
     return {(1u << 0) | (1u << 1), TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER};
   }
 
-  void setup(const triad_data_setup_v1& s) override {
+  void setup(const triad_data_setup_v2& s2) override {
+    const triad_data_setup_v1& s = s2.v1;
     if (stage_ != 0 && stage_ != 1)
       throw triad::sdk::unsupported("stage " + std::to_string(stage_) + " is not implemented");
     s_ = s;

@@ -17,10 +17,20 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr const char* kHostile = TRIAD_TEST_PLUGIN_DIR "/libtriad-data-hostile.so";
+constexpr const char* kVersion1 = TRIAD_TEST_PLUGIN_DIR "/libtriad-data-v1old.so";
 
 // Runs the tool, returns its exit code and fills *out with what it printed.
 int run_tool(const std::string& args, std::string* out) {
   return test::run_plugin_test("data", args, out);
+}
+
+// A plugin built against data_v1.h runs through the loader's adapter: its stage 0 passes every
+// case (dp 1, 2, 4 × 4 arenas × 4 checks, a communicator-use case per world and a ranks case per
+// forked world), stages 1-3 skipped by its capabilities.
+TEST(DataSuite, VersionOnePluginPassesThroughTheAdapter) {
+  std::string out;
+  EXPECT_EQ(run_tool(std::string(kVersion1) + " --expect-pass 53 --expect-skip 3", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("PASS v1old stage=0 dp=4 odd-sizes default gradients"));
 }
 
 // Stages 0 and 1 × dp 1, 2, 4 × 4 arenas × 3 bucket settings × 4 checks, a communicator-use case

@@ -10,6 +10,7 @@
 #include "test_helpers.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/sdk/attention_v1.h"
+#include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v1.h"
 
 namespace triad {
@@ -47,13 +48,13 @@ TEST(PluginLoader, DiscoverListsEachFileOnce) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 11u);  // seven broken plugins, buggy and the three hostile ones
+  EXPECT_EQ(files.size(), 12u);  // seven broken plugins, buggy, the three hostile ones, v1old
   EXPECT_EQ(loader.available("attention"),
             (std::vector<std::string>{"abi99", "buggy", "kindabi0", "kindabi2", "misnamed",
                                       "nodesc", "nullslot", "wrongkind"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile"}));
-  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile"}));
+  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
 
@@ -87,8 +88,10 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   std::vector<std::string> kinds;
   for (const auto& k : kind_abis()) {
     kinds.push_back(k.kind);
-    EXPECT_EQ(k.current, 1u) << k.kind;
-    EXPECT_TRUE(k.adapters.empty()) << k.kind << ": nothing older than version 1 exists";
+    // data is at version 2 (ZeRO-2/3) and adapts version 1; the others are at version 1.
+    const bool data = std::string(k.kind) == "data";
+    EXPECT_EQ(k.current, data ? 2u : 1u) << k.kind;
+    EXPECT_EQ(k.adapters.size(), data ? 1u : 0u) << k.kind;
   }
   EXPECT_EQ(kinds,
             (std::vector<std::string>{"attention", "transport", "data", "tensor", "pipeline"}));
@@ -99,6 +102,15 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_ATTENTION_ABI_VERSION));
   EXPECT_EQ(p->kind_abi_version(), 1u);
   EXPECT_FALSE(p->adapted());
+}
+
+// A data plugin of kind ABI 1 loads through the adapter: the core sees a version-2 table.
+TEST(PluginLoader, DataVersionOneIsAdapted) {
+  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("data", "v1old");
+  EXPECT_EQ(p->kind_abi_version(), 1u);
+  EXPECT_TRUE(p->adapted());
+  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_DATA_ABI_VERSION));
+  EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 2);
 }
 
 TEST(PluginLoader, OlderKindAbiWithoutAdapterIsRefusedWithTheFix) {
@@ -223,7 +235,7 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("ABI version 99"), HasSubstr("has attention ABI version 0")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
-              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 1, tensor 1, pipeline 1\n"),
+              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 2, tensor 1, pipeline 1\n"),
                     HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 

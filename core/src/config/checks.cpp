@@ -111,6 +111,10 @@ void check_available(Config& c, const Checker& k) {
     fail("parallel.tensor_model_parallel_size " + str(p.tensor_model_parallel_size) + " (" +
          k.at("parallel.tensor_model_parallel_size") + ") is not built for device: " + c.device +
          " yet; use tensor_model_parallel_size: 1 there, or device: cpu");
+  if (c.zero_optimization.stage >= 2 && c.device != "cpu")
+    fail("zero_optimization.stage " + str(c.zero_optimization.stage) + " (" +
+         k.at("zero_optimization.stage") + ") is not verified on device: " + c.device +
+         " yet; use stage 0 or 1 there, or device: cpu");
 }
 
 // Megatron's divisibility rules for tensor parallelism (and sequence parallelism).

@@ -15,6 +15,7 @@
 // promises the plugin ranges that never overlap and cover the arena once, and says nothing of
 // what it must do with others.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -33,7 +34,7 @@
 #include "triad/core/plugin_instance.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/transport.hpp"
-#include "triad/sdk/data_v1.h"
+#include "triad/sdk/data_v2.h"
 
 namespace triad::conformance {
 
@@ -516,9 +517,14 @@ class Config {
     watch_->arenas(grads_.data(), weights_.data(), a_.total);
     try {
       inst_ = std::make_unique<PluginInstance>(plugin_, "data", params_, services_);
-      ops_ = &inst_->ops<triad_data_ops_v1>();
+      ops_ = &inst_->ops<triad_data_ops_v2>();
       watch_->declare(inst_->capabilities(ops_->capabilities).transport_ops);
-      triad_data_setup_v1 s{};
+      // Units (data_v2.h): the tensors, each one unit.
+      triad_data_setup_v2 s2{};
+      s2.num_units = a_.sizes.size();
+      s2.unit_offsets = a_.offsets.data();
+      s2.unit_sizes = a_.sizes.data();
+      triad_data_setup_v1& s = s2.v1;
       s.num_elements = a_.total;
       s.num_tensors = a_.sizes.size();
       s.tensor_offsets = a_.offsets.data();
@@ -529,20 +535,89 @@ class Config {
       s.dp_size = g_.size();
       s.dp_comm = watch_->ref();
       s.timeout_ms = timeout_ms_;
-      fatal = call(ops_->setup(inst_->handle(), &s), "setup");
-      if (fatal.empty()) fatal = owned(&mine);
+      fatal = call(ops_->setup(inst_->handle(), &s2), "setup");
+      if (fatal.empty() && stage_ < 2) fatal = owned(&mine);
     } catch (const std::exception& e) {
       fatal = e.what();
     }
+    if (stage_ >= 2) return run_partitioned(label, report, fatal);
     const std::vector<Range> all = g_.gather(mine);
     const std::string owned_detail = fatal.empty() ? tiling_error(all, a_.total, stage_) : fatal;
     const bool owned_ok = owned_detail.empty();
 
+    const std::string ranks = std::to_string(g_.size()) + (g_.size() == 1 ? " rank" : " ranks");
+    steps_and_report(
+        label, report, fatal, owned_detail, [&](int step) { return run_step(step, mine); },
+        [&](double first_error, double later_error) -> std::array<std::string, 4> {
+          return {owned_ok ? ranges_detail(all) : "",
+                  std::string(stage_ == 0 ? "the whole arena" : "each owned range") +
+                      " holds the sum over " + ranks + ", within " + fmt("%.1e", first_error) +
+                      " relative",
+                  "whole and identical on every rank, " + std::to_string(a_.total) + " elements",
+                  "the same with other values and grads_ready ranges, within " +
+                      fmt("%.1e", later_error) + " relative"};
+        });
+  }
+
+ private:
+  // Stages 2 and 3 (data_v2.h): each unit (a tensor here) is cut over the ranks; per step, two
+  // micro-batches' windows are reduced unit by unit (back to front, one reduction in flight,
+  // the running sum folded in as the core does) and the owned slices must hold the sum over
+  // ranks and micro-batches; then the parameters: stage 3 gathers each unit from the owned
+  // slices, stage 2's after_step makes the whole arena from them.
+  void run_partitioned(const std::string& label, const Report& report, std::string fatal) {
+    const size_t nu = a_.sizes.size();
+    const uint32_t want = stage_ == 2
+                              ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
+                              : uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS);
+    std::vector<uint64_t> off(nu, kNone), cnt(nu, 0);
+    if (fatal.empty()) {
+      uint32_t flags = 0;
+      fatal = call(ops_->partitioning(inst_->handle(), &flags), "partitioning");
+      if (fatal.empty() && flags != want)
+        fatal = "partitioning() says " + std::to_string(flags) + " at stage " +
+                std::to_string(stage_) + "; data_v2.h asks for " + std::to_string(want);
+    }
+    if (fatal.empty()) fatal = call(ops_->shard(inst_->handle(), off.data(), cnt.data()), "shard");
+    // Every unit's slices over the ranks, relative to the unit: they must tile it.
+    std::string owned_detail = fatal;
+    std::vector<Range> mine(nu);
+    for (size_t u = 0; u < nu; ++u) {
+      Range r{kNone, kNone};
+      if (fatal.empty() && off[u] >= a_.offsets[u]) r = {off[u] - a_.offsets[u], cnt[u]};
+      mine[u] = fatal.empty() ? Range{off[u], cnt[u]} : Range{0, 0};
+      const std::vector<Range> all = g_.gather(r);
+      if (owned_detail.empty()) {
+        const std::string e = tiling_error(all, a_.sizes[u], stage_);
+        if (!e.empty()) owned_detail = "unit " + std::to_string(u) + ": " + e;
+      }
+    }
+    const std::string ranks = std::to_string(g_.size()) + (g_.size() == 1 ? " rank" : " ranks");
+    steps_and_report(
+        label, report, owned_detail, owned_detail,
+        [&](int step) { return partitioned_step(step, mine); },
+        [&](double first_error, double later_error) -> std::array<std::string, 4> {
+          return {"each of " + std::to_string(nu) + " units tiled by the ranks' slices",
+                  "each owned slice holds the sum over " + ranks + " and 2 micro-batches, within " +
+                      fmt("%.1e", first_error) + " relative",
+                  stage_ == 3 ? "every unit gathered whole from the owned slices"
+                              : "whole and identical on every rank after after_step",
+                  "the same with other values, within " + fmt("%.1e", later_error) + " relative"};
+        });
+  }
+
+  // Runs the steps unless `blocker` says why not, releases the instance, and reports the four
+  // cases: owned ranges (failing with owned_detail), step 1's gradients and parameters (a check
+  // step 1 did not reach fails with what stopped it) and the later steps.
+  template <class Step, class Passed>
+  void steps_and_report(const std::string& label, const Report& report, const std::string& blocker,
+                        const std::string& owned_detail, Step step_fn, Passed passed_texts) {
+    const int rank = g_.rank();
     StepResult first;
-    std::string later, stopped = fatal;
+    std::string later, stopped = blocker;
     double later_error = 0;
     for (int step = 1; step <= kSteps && stopped.empty(); ++step) {
-      StepResult r = run_step(step, mine);
+      StepResult r = step_fn(step);
       const std::string at = "rank " + std::to_string(rank) + ", step " + std::to_string(step);
       if (!r.stop.empty()) stopped = at + ": " + r.stop;
       if (step == 1) {
@@ -555,35 +630,117 @@ class Config {
     }
     inst_.reset();
     g_.reclaim();
-
-    // A check step 1 did not reach fails with what stopped it.
     const std::string at1 = "rank " + std::to_string(rank) + ", step 1: ";
     auto step1 = [&](bool reached, const std::string& err) {
-      return !fatal.empty() ? fatal : !reached ? at1 + first.stop : err.empty() ? "" : at1 + err;
+      return !blocker.empty() ? blocker
+             : !reached       ? at1 + first.stop
+             : err.empty()    ? ""
+                              : at1 + err;
     };
     if (later.empty() && !first.stop.empty()) later = "not run: " + stopped;
-    if (!fatal.empty()) later = fatal;
-    const std::string ranks = std::to_string(g_.size()) + (g_.size() == 1 ? " rank" : " ranks");
+    if (!blocker.empty()) later = blocker;
     const std::pair<std::string, std::string> cases[] = {
         {" owned ranges", owned_detail},
         {" gradients", step1(first.grads_checked, first.grads)},
         {" parameters", step1(first.params_checked, first.params)},
         {" steps 2-3", later}};
-    const std::string passed[] = {
-        owned_ok ? ranges_detail(all) : "",
-        std::string(stage_ == 0 ? "the whole arena" : "each owned range") + " holds the sum over " +
-            ranks + ", within " + fmt("%.1e", first.grad_error) + " relative",
-        "whole and identical on every rank, " + std::to_string(a_.total) + " elements",
-        "the same with other values and grads_ready ranges, within " + fmt("%.1e", later_error) +
-            " relative"};
+    const std::array<std::string, 4> passed = passed_texts(first.grad_error, later_error);
     for (size_t i = 0; i < std::size(cases); ++i) {
-      const bool ok = i == 0 ? owned_ok : cases[i].second.empty();
+      const bool ok = i == 0 ? owned_detail.empty() : cases[i].second.empty();
       report(ok ? Outcome::kPass : Outcome::kFail, label + cases[i].first,
              ok ? passed[i] : cases[i].second);
     }
   }
 
- private:
+  StepResult partitioned_step(int step, const std::vector<Range>& mine) {
+    StepResult res;
+    const int rank = g_.rank(), n = g_.size();
+    void* h = inst_->handle();
+    const size_t nu = a_.sizes.size();
+    // The owned slices, back to back in unit order (the core's shard).
+    std::vector<size_t> pos(nu, 0);
+    size_t total = 0;
+    for (size_t u = 0; u < nu; ++u) pos[u] = total, total += mine[u].count;
+    std::vector<float> owned(total, 0.0f);
+    std::vector<std::vector<float>> windows(nu);
+    auto value = [&](int r, int micro, uint64_t i) { return grad_value(r, step * 2 + micro, i); };
+    for (int micro = 0; micro < 2 && res.stop.empty(); ++micro) {
+      std::vector<size_t> in_flight;
+      for (size_t u = nu; u-- > 0 && res.stop.empty();) {
+        std::vector<float>& w = windows[u];
+        w.resize(a_.sizes[u]);
+        for (uint64_t k = 0; k < a_.sizes[u]; ++k) w[k] = value(rank, micro, a_.offsets[u] + k);
+        for (uint64_t k = 0; k < mine[u].count; ++k)
+          w[mine[u].offset - a_.offsets[u] + k] += owned[pos[u] + k];
+        // An empty owned slice comes as null (data_v2.h allows it).
+        float* dst = mine[u].count ? owned.data() + pos[u] : nullptr;
+        res.stop = call(ops_->reduce_unit(h, uint32_t(u), w.data(), dst),
+                        "reduce_unit(" + std::to_string(u) + ")");
+        in_flight.push_back(u);
+        if (in_flight.size() > 1 && res.stop.empty()) {
+          res.stop = call(ops_->wait_unit(h, uint32_t(in_flight.front())), "wait_unit");
+          in_flight.erase(in_flight.begin());
+        }
+      }
+      for (size_t u : in_flight)
+        if (res.stop.empty()) res.stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit");
+    }
+    if (!res.stop.empty()) return res;
+    double err = 0, scale = kFloor;
+    uint64_t worst = 0;
+    float got_w = 0;
+    double want_w = 0;
+    for (size_t u = 0; u < nu; ++u)
+      for (uint64_t k = 0; k < mine[u].count; ++k) {
+        const uint64_t i = mine[u].offset + k;
+        double want = 0;
+        for (int r = 0; r < n; ++r) want += double(value(r, 0, i)) + double(value(r, 1, i));
+        scale = std::max(scale, std::abs(want));
+        double e = std::abs(double(owned[pos[u] + k]) - want);
+        if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+        if (e > err) err = e, worst = i, got_w = owned[pos[u] + k], want_w = want;
+      }
+    res.grad_error = err / scale;
+    res.grads_checked = true;
+    if (!(res.grad_error <= tolerance_))
+      res.grads = "element " + std::to_string(worst) + " (tensor " +
+                  std::to_string(a_.tensor_of(worst)) + ") holds " + fmt("%.9g", got_w) +
+                  " where the sum over " + std::to_string(n) + " ranks and 2 micro-batches is " +
+                  fmt("%.9g", want_w);
+    // Parameters: the owned slices hold the step's values, everything else this rank's garbage.
+    for (uint64_t i = 0; i < a_.total; ++i) weights_[i] = garbage(rank);
+    for (size_t u = 0; u < nu; ++u)
+      for (uint64_t k = 0; k < mine[u].count; ++k)
+        weights_[mine[u].offset + k] = param_value(step, mine[u].offset + k);
+    if (stage_ == 3) {
+      std::vector<float> shard(total);
+      for (size_t u = 0; u < nu; ++u)
+        for (uint64_t k = 0; k < mine[u].count; ++k)
+          shard[pos[u] + k] = param_value(step, mine[u].offset + k);
+      for (size_t u = 0; u < nu && res.stop.empty(); ++u) {
+        res.stop =
+            call(ops_->gather_unit(h, uint32_t(u), mine[u].count ? shard.data() + pos[u] : nullptr,
+                                   weights_.data() + a_.offsets[u], DLDataType{kDLFloat, 32, 1}),
+                 "gather_unit(" + std::to_string(u) + ")");
+        if (res.stop.empty()) res.stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit");
+      }
+    } else {
+      res.stop = call(ops_->after_step(h, weights_.data()), "after_step");
+    }
+    if (!res.stop.empty()) return res;
+    res.params_checked = true;
+    for (uint64_t i = 0; i < a_.total; ++i) {
+      const float want_p = param_value(step, i);
+      if (std::memcmp(&weights_[i], &want_p, sizeof(float)) != 0) {
+        res.params = "parameter " + std::to_string(i) + " is " + fmt("%.9g", weights_[i]) +
+                     " where every rank must hold its owner's " + fmt("%.9g", want_p) + " after " +
+                     (stage_ == 3 ? "gather_unit" : "after_step");
+        break;
+      }
+    }
+    return res;
+  }
+
   // "" or "<what> failed (STATUS): message".
   std::string call(int status, const std::string& what) const {
     if (status == TRIAD_OK) return "";
@@ -598,7 +755,10 @@ class Config {
     if (stage_ == 0)
       return "every rank owns all " + std::to_string(a_.total) + " elements, as stage 0 does";
     std::string d;
-    for (const Range& r : all) d += (d.empty() ? "" : " ") + text(r);
+    for (const Range& r : all) {
+      if (!d.empty()) d += ' ';
+      d += text(r);
+    }
     return d + " of " + std::to_string(a_.total) + " elements";
   }
 
@@ -683,7 +843,7 @@ class Config {
   std::vector<float> grads_, weights_;
   std::unique_ptr<Watch> watch_;  // what the instance borrows: outlives it
   std::unique_ptr<PluginInstance> inst_;
-  const triad_data_ops_v1* ops_ = nullptr;
+  const triad_data_ops_v2* ops_ = nullptr;
 };
 
 // Every configuration of one (stage, world) on this rank, then how the plugins used their
@@ -730,7 +890,7 @@ Summary run_data_suite(const std::string& so_path, const DataSuiteOptions& o) {
     CoreServices services;
     PluginInstance probe(plugin, "data", resolve_params(d, o.params, "data"),
                          services.c_services());
-    stages = probe.capabilities(probe.ops<triad_data_ops_v1>().capabilities).stages;
+    stages = probe.capabilities(probe.ops<triad_data_ops_v2>().capabilities).stages;
     name = probe.name();
   }
 

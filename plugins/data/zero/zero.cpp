@@ -7,6 +7,14 @@
 // arena (the transport's block split) and the core keeps AdamW's moments for that block only
 // and steps only it; after_step all-gathers the updated blocks so every rank holds the whole
 // parameters again.
+// Stage 2 (ZeRO-2): gradients partitioned too. Each unit (a layer: the embedding, a block, the
+// head) is cut over the group by the transport's block split, and this rank owns block dp_rank
+// of every unit. As backward finishes a unit in each micro-batch, its gradient window is
+// reduce-scattered into the owned slice (the core keeps no other gradient memory); after the
+// step each unit's owned slices are all-gathered into the whole parameters.
+// Stage 3 (ZeRO-3): parameters partitioned as the gradients are; the core gathers a unit's
+// parameters (all-gather of every rank's slice) before it uses them and frees them after,
+// prefetching the next unit's while it computes; after_step has nothing left to do.
 //
 // Averaging: the core scales every rank's loss gradient by 1/dp_size (folded into the loss
 // scale of backward), so the sum over the group is the mean and nothing is left to divide.
@@ -23,7 +31,9 @@ namespace {
 const triad_param_spec_v1 kParams[] = {
     {"stage", TRIAD_PARAM_INT, "0",
      "ZeRO stage: 0 = replicate parameters and optimizer state, all-reduce gradients; 1 = "
-     "partition the optimizer state, all-gather the parameters after the step"},
+     "partition the optimizer state, all-gather the parameters after the step; 2 = partition "
+     "the gradients too (reduce-scatter per layer); 3 = partition the parameters too (gathered "
+     "per layer when used)"},
     {"reduce_bucket_size", TRIAD_PARAM_INT, "6553600",
      "elements per gradient all-reduce bucket (DeepSpeed's reduce_bucket_size)"},
     {"overlap_comm", TRIAD_PARAM_BOOL, "true",
@@ -50,19 +60,43 @@ class Zero final : public triad::sdk::DataPlugin {
   ~Zero() override { abandon(); }
 
   triad_data_caps_v1 capabilities() const override {
-    return {(1u << 0) | (1u << 1),
-            TRIAD_TRANSPORT_OP_ALL_REDUCE |
-                (stage_ >= 1 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_GATHER) : 0u)};
+    const uint32_t ops =
+        stage_ == 0   ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE)
+        : stage_ == 1 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER)
+                      : uint32_t(TRIAD_TRANSPORT_OP_REDUCE_SCATTER | TRIAD_TRANSPORT_OP_ALL_GATHER);
+    return {(1u << 0) | (1u << 1) | (1u << 2) | (1u << 3), ops};
   }
 
-  void setup(const triad_data_setup_v1& s) override {
+  void setup(const triad_data_setup_v2& s2) override {
+    const triad_data_setup_v1& s = s2.v1;
     // The core checks capabilities().stages before it gets here.
-    if (stage_ != 0 && stage_ != 1)
+    if (stage_ < 0 || stage_ > 3)
       throw triad::sdk::unsupported("ZeRO stage " + std::to_string(stage_) +
-                                    " is not implemented yet by data plugin 'zero'; use 0 or 1");
+                                    " does not exist; use 0, 1, 2 or 3");
     if (s.grad_dtype.code != kDLFloat || s.grad_dtype.bits != 32)
       throw triad::sdk::unsupported("data plugin 'zero' reduces float32 gradients only");
     setup_ = s;
+    units_.assign(s2.unit_offsets, s2.unit_offsets + s2.num_units);
+    unit_sizes_.assign(s2.unit_sizes, s2.unit_sizes + s2.num_units);
+    pending_.assign(s2.num_units, {});
+    if (stage_ >= 2) {
+      uint64_t at = 0;
+      for (size_t u = 0; u < units_.size(); ++u) {
+        if (units_[u] != at)
+          throw triad::sdk::invalid("unit " + std::to_string(u) + " starts at " +
+                                    std::to_string(units_[u]) + ", not at " + std::to_string(at) +
+                                    ": units must tile the arena in order");
+        at += unit_sizes_[u];
+      }
+      if (at != s.num_elements)
+        throw triad::sdk::invalid("the units cover " + std::to_string(at) + " of " +
+                                  std::to_string(s.num_elements) + " elements");
+      services_.debug("zero stage " + std::to_string(stage_) + ": " +
+                      std::to_string(units_.size()) + " units over " +
+                      std::to_string(s.num_elements) + " elements, dp " +
+                      std::to_string(s.dp_size));
+      return;
+    }
     buckets_.clear();
     // Walk tensors back to front (the order backward finishes them), closing a bucket once
     // it holds reduce_bucket_size elements. Tensors are contiguous, so each bucket is a range.
@@ -84,6 +118,9 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void grads_ready(void* grads, uint64_t offset, uint64_t count) override {
+    if (stage_ >= 2)
+      throw triad::sdk::invalid("grads_ready called at stage " + std::to_string(stage_) +
+                                ", which reduces per unit (reduce_unit)");
     const uint64_t end = offset + count;
     for (auto& b : buckets_) {
       const uint64_t lo = std::max(b.lo, offset), hi = std::min(b.hi, end);
@@ -98,6 +135,9 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void finish_grads(void* grads) override {
+    if (stage_ >= 2)
+      throw triad::sdk::invalid("finish_grads called at stage " + std::to_string(stage_) +
+                                ", which reduces per unit (reduce_unit)");
     for (auto& b : buckets_) {
       if (b.ready != b.hi - b.lo)
         throw triad::sdk::invalid("gradients [" + std::to_string(b.lo) + ", " +
@@ -118,6 +158,9 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void owned_range(uint64_t* offset, uint64_t* count) const override {
+    if (stage_ >= 2)
+      throw triad::sdk::invalid("stage " + std::to_string(stage_) +
+                                " owns one slice of every unit, not one range: call shard()");
     if (stage_ == 0) {
       *offset = 0;
       *count = setup_.num_elements;
@@ -126,8 +169,92 @@ class Zero final : public triad::sdk::DataPlugin {
     triad_transport_block(setup_.num_elements, setup_.dp_size, setup_.dp_rank, offset, count);
   }
 
+  uint32_t partitioning() const override {
+    return stage_ == 2   ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
+           : stage_ == 3 ? uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS)
+                         : 0u;
+  }
+
+  void shard(uint64_t* offsets, uint64_t* counts) const override {
+    if (stage_ < 2)
+      throw triad::sdk::unsupported("stage " + std::to_string(stage_) +
+                                    " does not partition gradients");
+    for (size_t u = 0; u < units_.size(); ++u) {
+      triad_transport_block(unit_sizes_[u], setup_.dp_size, setup_.dp_rank, &offsets[u],
+                            &counts[u]);
+      offsets[u] += units_[u];
+    }
+  }
+
+  void reduce_unit(uint32_t u, void* grads, void* owned) override {
+    check_unit(u, 2, "reduce_unit");
+    const auto& c = setup_.dp_comm;
+    // An empty owned slice may come as a null pointer; transports want a buffer regardless.
+    if (!owned) owned = grads;
+    void* req = nullptr;
+    const int rc = c.ops->reduce_scatter(c.transport, c.comm, grads, owned, unit_sizes_[u],
+                                         setup_.grad_dtype, setup_.device, TRIAD_REDUCE_SUM, &req);
+    if (rc != TRIAD_OK)
+      throw triad::sdk::Error(
+          rc, "could not start the gradient reduce-scatter of unit " + std::to_string(u));
+    pending_[u].push_back(req);
+  }
+
+  void gather_unit(uint32_t u, const void* owned, void* params, DLDataType dtype) override {
+    check_unit(u, 2, "gather_unit");
+    const auto& c = setup_.dp_comm;
+    if (!owned) owned = params;  // an empty owned slice (see reduce_unit)
+    void* req = nullptr;
+    const int rc = c.ops->all_gather(c.transport, c.comm, owned, params, unit_sizes_[u], dtype,
+                                     setup_.device, &req);
+    if (rc != TRIAD_OK)
+      throw triad::sdk::Error(
+          rc, "could not start the parameter all-gather of unit " + std::to_string(u));
+    pending_[u].push_back(req);
+  }
+
+  void wait_unit(uint32_t u) override {
+    if (u >= pending_.size())
+      throw triad::sdk::invalid("wait_unit: no unit " + std::to_string(u) + " (" +
+                                std::to_string(pending_.size()) + " units)");
+    const auto& c = setup_.dp_comm;
+    std::vector<void*> reqs;
+    reqs.swap(pending_[u]);
+    int bad = TRIAD_OK;
+    for (void* r : reqs) {
+      const int rc = bad == TRIAD_OK ? c.ops->wait(c.transport, r, setup_.timeout_ms) : bad;
+      if (rc != TRIAD_OK) bad = rc;
+      c.ops->request_free(c.transport, r);
+    }
+    if (bad != TRIAD_OK)
+      throw triad::sdk::Error(bad,
+                              "the collectives of unit " + std::to_string(u) + " did not complete");
+  }
+
   void after_step(void* params) override {
-    if (stage_ == 0) return;
+    if (stage_ == 0 || stage_ == 3) return;
+    if (stage_ == 2) {
+      // Each unit's owned slices, stepped by their owners, to every rank (in place).
+      const auto& c = setup_.dp_comm;
+      float* p = static_cast<float*>(params);
+      std::vector<void*> reqs;
+      int rc = TRIAD_OK;
+      for (size_t u = 0; u < units_.size() && rc == TRIAD_OK; ++u) {
+        uint64_t off = 0, n = 0;
+        triad_transport_block(unit_sizes_[u], setup_.dp_size, setup_.dp_rank, &off, &n);
+        void* req = nullptr;
+        rc = c.ops->all_gather(c.transport, c.comm, p + units_[u] + off, p + units_[u],
+                               unit_sizes_[u], setup_.grad_dtype, setup_.device, &req);
+        if (req) reqs.push_back(req);
+      }
+      for (void* r : reqs) {
+        if (rc == TRIAD_OK) rc = c.ops->wait(c.transport, r, setup_.timeout_ms);
+        c.ops->request_free(c.transport, r);
+      }
+      if (rc != TRIAD_OK)
+        throw triad::sdk::Error(rc, "parameter all-gather after the step did not complete");
+      return;
+    }
     // Every rank's block, stepped by its owner, to every rank (in place).
     uint64_t off = 0, n = 0;
     owned_range(&off, &n);
@@ -161,10 +288,20 @@ class Zero final : public triad::sdk::DataPlugin {
       c.ops->test(c.transport, b.request, &done);
     }
   }
+  void check_unit(uint32_t u, int min_stage, const char* what) const {
+    if (stage_ < min_stage)
+      throw triad::sdk::invalid(std::string(what) + " called at stage " + std::to_string(stage_));
+    if (u >= units_.size())
+      throw triad::sdk::invalid(std::string(what) + ": no unit " + std::to_string(u) + " (" +
+                                std::to_string(units_.size()) + " units)");
+  }
   void abandon() {
     const auto& c = setup_.dp_comm;
+    if (!c.ops) return;
     for (auto& b : buckets_)
-      if (b.request && c.ops) c.ops->request_free(c.transport, b.request);
+      if (b.request) c.ops->request_free(c.transport, b.request);
+    for (auto& reqs : pending_)
+      for (void* r : reqs) c.ops->request_free(c.transport, r);
   }
 
   triad::sdk::Services services_;
@@ -173,11 +310,15 @@ class Zero final : public triad::sdk::DataPlugin {
   bool overlap_;
   triad_data_setup_v1 setup_{};
   std::vector<Bucket> buckets_;
+  std::vector<uint64_t> units_, unit_sizes_;
+  std::vector<std::vector<void*>> pending_;  // per unit: its reduction and gather in flight
 };
 
 }  // namespace
 
 TRIAD_DATA_PLUGIN(Zero, "zero", "1.0",
                   "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce; "
-                  "stage 1: optimizer state partitioned, parameters all-gathered)",
+                  "stage 1: optimizer state partitioned; stage 2: gradients partitioned, "
+                  "reduce-scattered per layer; stage 3: parameters partitioned, gathered per "
+                  "layer when used)",
                   TRIAD_PARAMS(kParams))

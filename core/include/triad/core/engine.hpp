@@ -75,6 +75,13 @@ struct RunResult {
   std::string output_dir;
   TensorTraffic tensor_traffic_counted;  // by the model, averaged over the steps
   TensorTraffic tensor_traffic_formula;
+  // ZeRO: this rank's model-state bytes (parameters, gradients, Adam's moments) against the
+  // ZeRO paper's formula for the stage (fp32: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N for the Ψ
+  // elements this rank's layout slice holds), and the data-parallel bytes it sent per step
+  // (counted as the data plugin issued them, ring accounting) against the paper's 2Ψ (3Ψ at
+  // stage 3) in the same accounting.
+  double model_state_bytes = 0, model_state_paper = 0;
+  double zero_traffic_counted = 0, zero_traffic_paper = 0;
 };
 
 struct TrainOptions {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "triad/core/device.hpp"
@@ -36,6 +38,17 @@ struct BlockTensors {
 using BlockParams = BlockTensors<const void*>;
 using BlockGrads = BlockTensors<float*>;
 
+// ZeRO-2/3: moves a unit's gradients from its window into this rank's shard (summed over the
+// data-parallel group) and its parameters from the shards into a window; the engine implements
+// it over the data plugin (data_v2.h). Each call starts the transfer; wait() completes them.
+class ShardComm {
+ public:
+  virtual ~ShardComm() = default;
+  virtual void reduce(size_t unit, float* window, float* owned) = 0;
+  virtual void gather(size_t unit, const void* owned, void* window, DType t) = 0;
+  virtual void wait(size_t unit) = 0;
+};
+
 class ModelState {
  public:
   // optimizer: allocate AdamW's moments too (a model only run forward/backward needs none).
@@ -58,12 +71,66 @@ class ModelState {
   // ZeRO stage 1+: keep the moments of [offset, offset + count) only (this rank steps those).
   void shard_optimizer(size_t offset, size_t count);
 
-  // The weight at an arena offset as the layers read it, and its gradient.
+  // ZeRO-2 (and ZeRO-3 with params): the arena cut into units (the layers, tiling it in order),
+  // and this rank's slice (arena offset, count) of each. From then on the gradient arena holds
+  // the owned slices only, back to back (the shard); a unit's gradient lives in a window while
+  // a backward pass writes it, and grads_done() reduces it into the shard. With params the
+  // master weights (and their compute copy) shrink to the shard too and a unit's weights are
+  // gathered into a window when the layers read them, until release(). The moments follow the
+  // shard. Called once, after the weights were initialised, loaded and broadcast.
+  void partition(const std::vector<ArenaRange>& units,
+                 const std::vector<std::pair<size_t, size_t>>& slices, bool params,
+                 ShardComm& comm);
+  bool grads_partitioned() const { return comm_ != nullptr; }
+  bool params_partitioned() const { return params_sharded_; }
+  // The unit whose gradient window stays open across the micro-batches of a step (a tied weight
+  // reduced over the pipeline first): grads_done() for it comes once, after the last.
+  void defer_unit(const ArenaRange& r) { defer_ = unit_of(r.begin); }
+  // Whether the unit holding `r` is reduced after every micro-batch's backward (partitioned and
+  // not deferred): partial sums the model keeps must then be completed every micro-batch.
+  bool reduced_each_micro_batch(const ArenaRange& r) const {
+    return comm_ && r.size() > 0 && unit_of(r.begin) != defer_;
+  }
+  // The unit holding arena range `r`: its gradient of this backward pass is final.
+  void grads_done(const ArenaRange& r);
+  // Every reduction complete (the shard holds the step's summed gradients), windows freed.
+  void finish_grads();
+  // ZeRO-3: start gathering the weights of the unit holding `r` / free them once used (no-ops
+  // otherwise, and for an empty range).
+  void prefetch(const ArenaRange& r) const;
+  void release(const ArenaRange& r) const;
+  // The whole parameter / gradient arena on the device: gathered from the shards when they are
+  // partitioned (collective over the data-parallel group), else a copy.
+  Buffer<float> whole_params() const;
+  Buffer<float> whole_grads() const;
+
+  // The ranges the optimizer steps on this rank, each (arena offset, count, position in the
+  // moments); and where their master weights, gradients, compute copy and moments are.
+  struct Piece {
+    size_t arena = 0, count = 0, pos = 0;
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  float* piece_params(const Piece& p) const {
+    return params_.data() + (params_sharded_ ? p.pos : p.arena);
+  }
+  float* piece_grads(const Piece& p) const { return grads_.data() + (comm_ ? p.pos : p.arena); }
+  void* piece_compute(const Piece& p) const {
+    return act_ == DType::f32 ? nullptr
+                              : advance(compute_.data(), params_sharded_ ? p.pos : p.arena, act_);
+  }
+  float* piece_m(const Piece& p) const { return m_.data() + p.pos; }
+  float* piece_v(const Piece& p) const { return v_.data() + p.pos; }
+  size_t grads_size() const { return comm_ ? shard_ : spec_.total; }
+  size_t params_size() const { return params_sharded_ ? shard_ : spec_.total; }
+
+  // The weight at an arena offset as the layers read it, and its gradient (ZeRO-2/3: in the
+  // unit's window, opened, or gathered and waited for, on first use).
   const void* weight(size_t offset) const {
+    if (params_sharded_) return unit_weight(offset);
     return act_ == DType::f32 ? static_cast<const void*>(params_.data() + offset)
                               : advance(compute_.data(), offset, act_);
   }
-  float* grad(size_t offset) const { return grads_.data() + offset; }
+  float* grad(size_t offset) const { return comm_ ? unit_grad(offset) : grads_.data() + offset; }
   // Block `index` of spec().layers.
   BlockParams block_params(size_t index) const;
   BlockGrads block_grads(size_t index) const;
@@ -78,6 +145,20 @@ class ModelState {
  private:
   template <class P, class F>
   BlockTensors<P> block(size_t index, F at) const;
+  // ZeRO-2/3: one unit's windows and what is in flight for it.
+  struct Unit {
+    ArenaRange range;
+    size_t slice = 0, count = 0, pos = 0;  // owned slice (arena offset, count), shard position
+    Buffer<float> grads;                   // the gradient window, while open or reducing
+    ActBuffer params;                      // the gathered weights (ZeRO-3)
+    bool grads_open = false, reducing = false, gathering = false, resident = false;
+  };
+  size_t unit_of(size_t offset) const;
+  float* unit_grad(size_t offset) const;
+  const void* unit_weight(size_t offset) const;
+  void complete(size_t u) const;  // waits for u's transfers and retires them
+  Buffer<float> copy_arena(const float* arena) const;
+  Buffer<float> gather_shard(const float* shard) const;
   ParamSpec spec_;
   Device& dev_;
   DType act_;
@@ -85,6 +166,13 @@ class ModelState {
   size_t opt_offset_ = 0, opt_count_ = 0;
   ActBuffer compute_;
   std::vector<size_t> block_offsets_;  // 12 per block, in BlockTensors order
+  std::vector<Piece> pieces_;
+  ShardComm* comm_ = nullptr;
+  bool params_sharded_ = false;
+  size_t shard_ = 0;                     // elements of the shard
+  size_t defer_ = size_t(-1);            // the deferred unit, if any
+  mutable std::vector<Unit> units_;      // windows open and close as the layers are used
+  mutable std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
 };
 
 }  // namespace triad

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "triad/sdk/data_v1.h"
+#include "triad/sdk/data_v2.h"
 #include "triad/sdk/plugin.hpp"
 
 namespace triad::sdk {
@@ -13,11 +13,23 @@ class DataPlugin {
  public:
   virtual ~DataPlugin() = default;
   virtual triad_data_caps_v1 capabilities() const = 0;
-  virtual void setup(const triad_data_setup_v1& setup) = 0;
+  virtual void setup(const triad_data_setup_v2& setup) = 0;
   virtual void grads_ready(void* grads, uint64_t offset, uint64_t count) = 0;
   virtual void finish_grads(void* grads) = 0;
   virtual void owned_range(uint64_t* offset, uint64_t* count) const = 0;
   virtual void after_step(void* params) = 0;
+  // ZeRO-2/3 (data_v2.h). A plugin that partitions nothing beyond the optimizer keeps these.
+  virtual uint32_t partitioning() const { return 0; }
+  virtual void shard(uint64_t*, uint64_t*) const {
+    throw unsupported("this data plugin does not partition gradients");
+  }
+  virtual void reduce_unit(uint32_t, void*, void*) {
+    throw unsupported("this data plugin does not partition gradients");
+  }
+  virtual void gather_unit(uint32_t, const void*, void*, DLDataType) {
+    throw unsupported("this data plugin does not partition parameters");
+  }
+  virtual void wait_unit(uint32_t) {}
 };
 
 template <class Impl>
@@ -25,7 +37,7 @@ struct DataAdapter {
   static int capabilities(void* h, triad_data_caps_v1* c) {
     return guarded<Impl>(h, [&](Impl& p) { *c = p.capabilities(); });
   }
-  static int setup(void* h, const triad_data_setup_v1* s) {
+  static int setup(void* h, const triad_data_setup_v2* s) {
     return guarded<Impl>(h, [&](Impl& p) { p.setup(*s); });
   }
   static int grads_ready(void* h, void* g, uint64_t off, uint64_t n) {
@@ -40,12 +52,28 @@ struct DataAdapter {
   static int after_step(void* h, void* params) {
     return guarded<Impl>(h, [&](Impl& p) { p.after_step(params); });
   }
-  static constexpr triad_data_ops_v1 ops = {&capabilities, &setup,       &grads_ready,
-                                            &finish_grads, &owned_range, &after_step};
+  static int partitioning(void* h, uint32_t* flags) {
+    return guarded<Impl>(h, [&](Impl& p) { *flags = p.partitioning(); });
+  }
+  static int shard(void* h, uint64_t* offsets, uint64_t* counts) {
+    return guarded<Impl>(h, [&](Impl& p) { p.shard(offsets, counts); });
+  }
+  static int reduce_unit(void* h, uint32_t unit, void* grads, void* owned) {
+    return guarded<Impl>(h, [&](Impl& p) { p.reduce_unit(unit, grads, owned); });
+  }
+  static int gather_unit(void* h, uint32_t unit, const void* owned, void* params, DLDataType t) {
+    return guarded<Impl>(h, [&](Impl& p) { p.gather_unit(unit, owned, params, t); });
+  }
+  static int wait_unit(void* h, uint32_t unit) {
+    return guarded<Impl>(h, [&](Impl& p) { p.wait_unit(unit); });
+  }
+  static constexpr triad_data_ops_v2 ops = {
+      &capabilities, &setup, &grads_ready, &finish_grads, &owned_range, &after_step,
+      &partitioning, &shard, &reduce_unit, &gather_unit,  &wait_unit};
 };
 
 template <>
-struct KindTraits<triad_data_ops_v1> {
+struct KindTraits<triad_data_ops_v2> {
   static constexpr std::string_view kind = "data";
   static constexpr uint32_t abi_version = TRIAD_DATA_ABI_VERSION;
 };

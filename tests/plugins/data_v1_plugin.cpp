@@ -1,0 +1,81 @@
+// A data plugin written against the version-1 data ABI (data_v1.h) by hand, as a plugin built
+// before data_v2.h would be: stage 0, one all-reduce of the whole arena in finish_grads. It
+// proves the loader's adapter: the core speaks version 2 to it, and the data suite passes.
+#include <cstring>
+#include <new>
+
+#include "triad/sdk/data_v1.h"
+
+namespace {
+
+struct Plugin {
+  triad_data_setup_v1 s{};
+  char err[256] = "";
+};
+
+int create(const triad_services_v1*, const triad_params_v1*, void** handle, char* err, size_t len) {
+  Plugin* p = new (std::nothrow) Plugin;
+  if (!p) {
+    std::strncpy(err, "out of memory", len);
+    return TRIAD_ERR_INTERNAL;
+  }
+  *handle = p;
+  return TRIAD_OK;
+}
+void destroy(void* h) {
+  delete static_cast<Plugin*>(h);
+}
+const char* last_error(void* h) {
+  return static_cast<Plugin*>(h)->err;
+}
+int capabilities(void*, triad_data_caps_v1* c) {
+  c->stages = 1u << 0;
+  c->transport_ops = TRIAD_TRANSPORT_OP_ALL_REDUCE;
+  return TRIAD_OK;
+}
+int setup(void* h, const triad_data_setup_v1* s) {
+  static_cast<Plugin*>(h)->s = *s;
+  return TRIAD_OK;
+}
+int grads_ready(void*, void*, uint64_t, uint64_t) {
+  return TRIAD_OK;
+}
+int finish_grads(void* h, void* grads) {
+  Plugin& p = *static_cast<Plugin*>(h);
+  const triad_comm_ref_v1& c = p.s.dp_comm;
+  void* req = nullptr;
+  int rc = c.ops->all_reduce(c.transport, c.comm, grads, grads, p.s.num_elements, p.s.grad_dtype,
+                             p.s.device, TRIAD_REDUCE_SUM, &req);
+  if (rc == TRIAD_OK) rc = c.ops->wait(c.transport, req, p.s.timeout_ms);
+  if (req) c.ops->request_free(c.transport, req);
+  if (rc != TRIAD_OK) std::strncpy(p.err, "the gradient all-reduce failed", sizeof p.err - 1);
+  return rc;
+}
+int owned_range(void* h, uint64_t* off, uint64_t* n) {
+  *off = 0;
+  *n = static_cast<Plugin*>(h)->s.num_elements;
+  return TRIAD_OK;
+}
+int after_step(void*, void*) {
+  return TRIAD_OK;
+}
+
+const triad_data_ops_v1 kOps = {&capabilities, &setup,       &grads_ready,
+                                &finish_grads, &owned_range, &after_step};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default")))
+const triad_plugin_v1 triad_plugin_descriptor_v1 = {
+    TRIAD_ABI_VERSION_1,
+    1,
+    "data",
+    "v1old",
+    "1.0",
+    "a version-1 data plugin (stage 0), for the loader's adapter",
+    0,
+    nullptr,
+    &create,
+    &destroy,
+    &last_error,
+    &kOps};
