@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "job_store.hpp"
 #include "monitor.hpp"
@@ -54,6 +56,8 @@ class Agent {
 
   Agent(const JobPlan& plan, const ChildSpec& program, const AgentSettings& s)
       : plan_(plan), program_(program), s_(s), host_(host_name()) {
+    for (const RankSlot& r : plan.ranks)
+      lowest_rank_ = &r == &plan.ranks.front() ? r.rank : std::min(lowest_rank_, r.rank);
     tag_ =
         plan.agents > 1 ? "triad-launch[" + plan.agent_name(plan.agent) + "]: " : "triad-launch: ";
   }
@@ -194,7 +198,52 @@ class Agent {
       say("OMP_NUM_THREADS is not set; giving each of the " + std::to_string(n) + " ranks " +
           std::to_string(threads) + " (" + std::to_string(cpus) + " CPUs); set it to override");
     }
-    ranks_.start(std::move(spec), plan_.ranks, s_.prefix);
+    std::function<LinePrefixer::Filter(const RankSlot&)> err_filter;
+    if (s_.training)
+      err_filter = [this](const RankSlot& slot) {
+        return
+            [this, rank = slot.rank](std::string_view line) { return on_error_line(rank, line); };
+      };
+    ranks_.start(std::move(spec), plan_.ranks, s_.prefix, err_filter);
+  }
+
+  // A training rank's stderr line. Its report ("triad-launch: error: ..." or "...: internal
+  // error: ...") is shown once for the job however many ranks find the same, and as the lowest
+  // rank's: another rank's report waits up to kHoldReport for the lowest rank's same line.
+  bool on_error_line(int rank, std::string_view line) {
+    static constexpr std::string_view kHeads[] = {"triad-launch: error: ",
+                                                  "triad-launch: internal error: "};
+    const auto head = std::find_if(std::begin(kHeads), std::end(kHeads),
+                                   [&](std::string_view h) { return line.starts_with(h); });
+    if (head == std::end(kHeads)) return true;
+    if (head == std::begin(kHeads)) reported_.emplace(rank, std::string(line.substr(head->size())));
+    const std::string text(line);
+    if (shown_.count(text)) return false;
+    const auto held = held_.find(text);
+    if (rank == lowest_rank_) {
+      if (held != held_.end()) held_.erase(held);
+      shown_.insert(text);
+      return true;
+    }
+    if (held != held_.end())
+      held->second.rank = std::min(held->second.rank, rank);
+    else
+      held_[text] = HeldReport{rank, Clock::now() + kHoldReport};
+    return false;
+  }
+
+  // Writes the held reports whose wait is over (all of them with `all`).
+  void show_held(bool all) {
+    const auto now = Clock::now();
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (!all && now < it->second.until) {
+        ++it;
+        continue;
+      }
+      write_all(2, "[rank " + std::to_string(it->second.rank) + "] " + it->first + "\n");
+      shown_.insert(it->first);
+      it = held_.erase(it);
+    }
   }
 
   std::string who(const RankSet::Rank& r) const {
@@ -219,9 +268,19 @@ class Agent {
     failure_ = f;
   }
 
-  void on_rank_exit(const RankSet::Rank& r, int status) {
+  void on_rank_exit(RankSet::Rank& r, int status) {
     ExitInfo e = describe_exit(status);
     if (e.code == 0 || r.stopped_by_us) return;
+    ranks_.read_output(r);  // its last lines, which may be its report
+    auto report = reported_.find(r.slot.rank);
+    if (e.code == kExitUserError && report != reported_.end()) {
+      // The rank's own line (shown once) says what is wrong; the launcher adds nothing here.
+      // Other launchers get it in the failure they print.
+      if (failure_) return;
+      on_failure_known(publish(Failure{e.code, who(r) + " failed: " + report->second}));
+      begin_stop(SIGTERM);
+      return;
+    }
     std::string what = who(r) + " " + e.how;
     if (failure_) {
       say(what);
@@ -233,7 +292,7 @@ class Agent {
   }
 
   void reap() {
-    ranks_.reap([this](const RankSet::Rank& r, int status) { on_rank_exit(r, status); });
+    ranks_.reap([this](RankSet::Rank& r, int status) { on_rank_exit(r, status); });
   }
 
   void on_signal(int sig) {
@@ -282,6 +341,7 @@ class Agent {
         if (!drain_until) drain_until = now + 2s;
         if (now >= *drain_until) ranks_.close_pipes();
       }
+      show_held(/*all=*/!running);
       if (!running && !ranks_.pipes_open() && others_done()) return;
       if (stopping_ && !killed_ && now >= kill_at_) {
         for (const auto& r : ranks_.ranks())
@@ -293,7 +353,7 @@ class Agent {
 
       std::vector<pollfd> fds{{sig_fd_, POLLIN, 0}, {monitor_->fd(), POLLIN, 0}};
       ranks_.add_pollfds(fds);
-      if (poll(fds.data(), fds.size(), 250) < 0 && errno != EINTR)
+      if (poll(fds.data(), fds.size(), held_.empty() ? 250 : 20) < 0 && errno != EINTR)
         throw std::runtime_error("poll failed");
       if (fds[1].revents) on_monitor();
       for (size_t i = 2; i < fds.size(); ++i)
@@ -330,6 +390,16 @@ class Agent {
   std::unique_ptr<JobMonitor> monitor_;
   RankSet ranks_;
   std::optional<Failure> failure_;
+  // Reports of a bad input (or a bug) from training ranks: shown, held back, and by rank.
+  struct HeldReport {
+    int rank;
+    Clock::time_point until;
+  };
+  static constexpr std::chrono::milliseconds kHoldReport{300};
+  std::set<std::string> shown_;
+  std::map<std::string, HeldReport> held_;
+  std::map<int, std::string> reported_;  // rank -> its bad-input report (without the head)
+  int lowest_rank_ = 0;                  // of this launcher's ranks: its reports are not held
   int stop_signal_ = 0;
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_, ack_deadline_;

@@ -15,6 +15,10 @@ struct AgentSettings {
   std::chrono::milliseconds heartbeat_timeout{5000};
   std::chrono::milliseconds stop_grace{3000};
   bool prefix = true;
+  // The ranks train (triad-launch --worker), so a bad input is a rank's one line
+  // "triad-launch: error: ..." and exit code 2: the job shows the first such line once (the
+  // same line from other ranks is dropped) and adds no line of its own about that exit.
+  bool training = false;
 };
 
 // program: what every rank runs, and the environment it starts from (the rank's variables

@@ -4,11 +4,76 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "triad/core/error.hpp"
 
 namespace triad::launch {
+
+namespace {
+
+// CLI11's own checks word a bad value as "Value 0 not in range 0.000000 to 1.797...e308"; these
+// say what the flag takes in words. CLI11 prefixes the flag's name ("--nproc-per-node: ...").
+CLI::Validator whole_number(long long lo, long long hi, const std::string& words,
+                            const std::string& desc) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        long long v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        const bool whole = end == text.data() + text.size() && !text.empty();
+        if (ec == std::errc() && whole && v >= lo && v <= hi) return "";
+        if (whole && hi == INT_MAX && text[0] != '-' &&
+            (ec == std::errc::result_out_of_range || v > hi))
+          return "'" + text + "' is too large; give " + words;
+        return "'" + text + "' is not " + words;
+      },
+      desc);
+}
+
+CLI::Validator seconds(bool zero_ok) {
+  const std::string words =
+      zero_ok ? "a number of seconds of at least 0" : "a number of seconds greater than 0";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) &&
+            (zero_ok ? v >= 0 : v > 0))
+          return "";
+        return "'" + text + "' is not " + words;
+      },
+      zero_ok ? "NONNEGATIVE" : "POSITIVE");
+}
+
+CLI::Validator one_of(const std::vector<std::string>& names) {
+  std::string list, set;
+  for (const auto& n : names) {
+    list += (list.empty() ? "" : ", ") + n;
+    set += (set.empty() ? "" : ",") + n;
+  }
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        if (std::find(names.begin(), names.end(), text) != names.end()) return "";
+        return "'" + text + "' is not one of " + list;
+      },
+      "{" + set + "}");
+}
+
+// A CLI11 error as one line: "--nproc-per-node: '0' is not a whole number of at least 1".
+std::string one_line(std::string msg) {
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  while (!msg.empty() && msg.back() == ' ') msg.pop_back();
+  if (!msg.empty() && msg[0] != '-')
+    msg[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(msg[0])));
+  return msg;
+}
+
+}  // namespace
 
 std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   std::vector<std::string> ours;
@@ -36,33 +101,34 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
                "print the resolved config, parameter count, memory per rank and FLOPs per step");
   app.add_flag("-q,--quiet", a.quiet, "no per-step lines, only the summary");
   app.add_option("--nproc-per-node", a.nproc_per_node, "ranks to start on this node")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--nnodes", a.nnodes, "number of nodes")->check(CLI::PositiveNumber);
+      ->check(whole_number(1, INT_MAX, "a whole number of at least 1", "POSITIVE"));
+  app.add_option("--nnodes", a.nnodes, "number of nodes")
+      ->check(whole_number(1, INT_MAX, "a whole number of at least 1", "POSITIVE"));
   app.add_option("--node-rank", a.node_rank, "this node's index, 0..nnodes-1")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, INT_MAX, "a whole number of at least 0", "NONNEGATIVE"));
   app.add_option("--master-addr", a.master_addr,
                  "address of node 0, where the rendezvous runs (default 127.0.0.1; under "
                  "SLURM the first host of the job)");
   app.add_option("--master-port", a.master_port,
                  "rendezvous port (default 29500; a free one when this launcher runs the "
                  "whole job; 0: a free one)")
-      ->check(CLI::Range(0, 65535));
+      ->check(whole_number(0, 65535, "a port number from 0 to 65535", "0..65535"));
   app.add_option("--scheduler", a.scheduler,
                  "where the layout comes from: auto (SLURM under srun, Open MPI under "
                  "mpirun, else the flags), none, slurm, mpi")
-      ->check(CLI::IsMember({"auto", "none", "slurm", "mpi"}));
+      ->check(one_of({"auto", "none", "slurm", "mpi"}));
   app.add_option("--rdzv-timeout", a.rdzv_timeout_s,
                  "seconds to wait for every node's launcher to arrive")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(seconds(false));
   app.add_option("--heartbeat-timeout", a.heartbeat_timeout_s,
                  "seconds of silence after which a node's launcher is presumed dead")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(seconds(false));
   app.add_option("--stop-grace", a.stop_grace_s,
                  "seconds between SIGTERM and SIGKILL when ranks are stopped")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds(true));
   app.add_flag("--no-prefix", a.no_prefix, "do not prefix output lines with '[rank N] '");
   // Internal: the launcher starts its ranks as this same executable with --worker.
   app.add_flag("--worker", a.worker, "")->group("");
@@ -77,7 +143,14 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   try {
     app.parse(ours);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitUserError;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, like every other error of the launcher (CLI11 adds "Run with --help ...").
+    std::string msg = one_line(e.what());
+    // "--nproc-per-node: 1 required INT missing": the flag came last, without its value.
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && msg.find(" missing") != std::string::npos)
+      msg = msg.substr(0, msg.find(':')) + " needs a value";
+    std::fprintf(stderr, "triad-launch: error: %s; see triad-launch --help\n", msg.c_str());
+    return kExitUserError;
   }
   a.nproc_given = app.count("--nproc-per-node") > 0;
   a.nnodes_given = app.count("--nnodes") > 0;

@@ -41,8 +41,14 @@ int run(int argc, char** argv) {
       return 0;
     }
     if (plan.world_size == 1) return train_in_process(a);
-    // Checked here once, rather than failing the same way in every rank.
-    triad::preflight(triad::load_config(a.config_path, a.sets, plan.world_size));
+    // Checked here once, rather than failing the same way in every rank. Rank 0 alone writes
+    // the output folders; every node's ranks read the data.
+    const triad::Config cfg = triad::load_config(a.config_path, a.sets, plan.world_size);
+    triad::preflight(cfg);
+    check_transport(cfg, plan.world_size);
+    bool runs_rank0 = false;
+    for (const RankSlot& r : plan.ranks) runs_rank0 = runs_rank0 || r.rank == 0;
+    triad::check_run_paths(cfg, runs_rank0);
     program.path = self_executable();
     program.argv = {program.path, "--worker", a.config_path};
     for (const auto& s : a.sets) program.argv.push_back("--set=" + s);
@@ -60,6 +66,7 @@ int run(int argc, char** argv) {
   s.heartbeat_timeout = ms(a.heartbeat_timeout_s);
   s.stop_grace = ms(a.stop_grace_s);
   s.prefix = !a.no_prefix;
+  s.training = a.exec.empty();
   return run_agent(plan, program, s);
 }
 

@@ -33,9 +33,12 @@ void LinePrefixer::feed(std::string_view data) {
       partial_.erase(0, cut);
       break;
     }
-    out += prefix_;
-    out += partial_;
-    out.append(data.substr(0, nl + 1));
+    partial_.append(data.substr(0, nl));
+    if (!filter_ || filter_(partial_)) {
+      out += prefix_;
+      out += partial_;
+      out += '\n';
+    }
     partial_.clear();
     data.remove_prefix(nl + 1);
   }
@@ -44,7 +47,7 @@ void LinePrefixer::feed(std::string_view data) {
 
 void LinePrefixer::finish() {
   if (partial_.empty()) return;
-  write_all(fd_, prefix_ + partial_ + "\n");
+  if (!filter_ || filter_(partial_)) write_all(fd_, prefix_ + partial_ + "\n");
   partial_.clear();
 }
 

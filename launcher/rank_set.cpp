@@ -43,7 +43,8 @@ RankSet::~RankSet() {
   }
 }
 
-void RankSet::start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix) {
+void RankSet::start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix,
+                    const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter) {
   for (const RankSlot& slot : slots) {
     spec.env["RANK"] = std::to_string(slot.rank);
     spec.env["LOCAL_RANK"] = std::to_string(slot.local_rank);
@@ -53,7 +54,8 @@ void RankSet::start(ChildSpec spec, const std::vector<RankSlot>& slots, bool pre
     if (prefix) {
       std::string p = "[rank " + std::to_string(slot.rank) + "] ";
       r.out = std::make_unique<LinePrefixer>(p, 1);
-      r.err = std::make_unique<LinePrefixer>(p, 2);
+      r.err = std::make_unique<LinePrefixer>(
+          p, 2, err_filter ? err_filter(slot) : LinePrefixer::Filter{});
     }
     ranks_.push_back(std::move(r));
   }
@@ -89,6 +91,11 @@ void RankSet::on_readable(int fd) {
     if (r.child.out_fd == fd) return drain(r.child.out_fd, *r.out);
     if (r.child.err_fd == fd) return drain(r.child.err_fd, *r.err);
   }
+}
+
+void RankSet::read_output(Rank& r) {
+  if (r.child.out_fd >= 0 && r.out) drain(r.child.out_fd, *r.out);
+  if (r.child.err_fd >= 0 && r.err) drain(r.child.err_fd, *r.err);
 }
 
 void RankSet::close_pipes() {

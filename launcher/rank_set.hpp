@@ -31,15 +31,18 @@ class RankSet {
   ~RankSet();
 
   // Starts one process per slot from spec (RANK and LOCAL_RANK added to its environment).
-  void start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix);
+  // err_filter, when given, makes each rank's stderr filter (with prefixing only).
+  void start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix,
+             const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter = {});
   // Sends sig to every running rank's process group; as_stop marks their end as ours.
   void signal(int sig, bool as_stop);
   // Collects the ranks that ended and calls on_exit(rank, wait status) for each.
   void reap(const std::function<void(Rank&, int)>& on_exit);
 
   void add_pollfds(std::vector<pollfd>& fds) const;
-  void on_readable(int fd);  // reads a pipe poll() flagged, to its EOF if it ended
-  void close_pipes();        // flushes partial lines too
+  void on_readable(int fd);   // reads a pipe poll() flagged, to its EOF if it ended
+  void read_output(Rank& r);  // reads what r's pipes hold now (r ended: its last lines)
+  void close_pipes();         // flushes partial lines too
 
   bool running() const;
   bool pipes_open() const;

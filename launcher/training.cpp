@@ -9,6 +9,8 @@
 #include "triad/core/dist_env.hpp"
 #include "triad/core/engine.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/core/services.hpp"
+#include "triad/core/transport.hpp"
 
 namespace triad::launch {
 
@@ -20,8 +22,7 @@ std::string mib(size_t b) {
   return buf;
 }
 
-int train(const LaunchArgs& a, const DistEnv& dist) {
-  Config cfg = load_config(a.config_path, a.sets, dist.world_size);
+int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
   TrainOptions opts;
   opts.quiet = a.quiet;
   opts.dist = dist;
@@ -47,10 +48,23 @@ int train(const LaunchArgs& a, const DistEnv& dist) {
 
 }  // namespace
 
+void check_transport(const Config& cfg, int world_size) {
+  // One process never connects: a transport section without parameters (the default one,
+  // which a build without UCX lacks) has nothing to check there.
+  if (world_size == 1 && cfg.transport.params.empty()) return;
+  PluginLoader loader;
+  CoreServices services(1, nullptr);
+  auto plugin = loader.load("transport", cfg.transport.name);
+  Transport transport(
+      plugin, resolve_params(plugin->descriptor(), cfg.transport.params, cfg.transport.yaml_path),
+      services.c_services());
+}
+
 int print_dry_run(const LaunchArgs& a, int world_size) {
   Config cfg = load_config(a.config_path, a.sets, world_size);
   // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
   preflight(cfg);
+  check_transport(cfg, world_size);
   const RunPlan p = plan_run(cfg);
   const auto& par = cfg.parallel;
   std::cout << "# resolved config (" << a.config_path << ")\n" << to_yaml(cfg) << "\n";
@@ -99,11 +113,16 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
 }
 
 int train_in_process(const LaunchArgs& a) {
-  return train(a, DistEnv{});
+  // What the run would otherwise meet only after building the model: refused here, exit 2.
+  const Config cfg = load_config(a.config_path, a.sets, 1);
+  check_transport(cfg, 1);
+  check_run_paths(cfg, /*writes_output=*/true);
+  return train(a, cfg, DistEnv{});
 }
 
 int train_as_worker(const LaunchArgs& a) {
-  return train(a, DistEnv::from_environment());
+  const DistEnv dist = DistEnv::from_environment();
+  return train(a, load_config(a.config_path, a.sets, dist.world_size), dist);
 }
 
 }  // namespace triad::launch

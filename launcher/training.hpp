@@ -3,8 +3,15 @@
 #pragma once
 
 #include "cli.hpp"
+#include "triad/core/config.hpp"
 
 namespace triad::launch {
+
+// The transport section: its plugin loads, its parameters resolve against the plugin's table
+// and an instance starts (where the plugin checks their values). A world of one never
+// connects but checks the section all the same when it has parameters, so a bad transport
+// key fails alike at every world size.
+void check_transport(const Config& cfg, int world_size);
 
 // Prints the resolved config and the cost of one step for a world of world_size ranks.
 int print_dry_run(const LaunchArgs& args, int world_size);

@@ -1,6 +1,8 @@
 // triad-info: every plugin on the search path with its kind, name, version, ABIs (descriptor
 // and kind), file, description, capabilities and parameters (like ompi_info). `--kind attention`
 // filters.
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -90,8 +92,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : triad::kExitUserError;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::string msg = e.what();  // one line, without CLI11's "Run with --help" line
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    if (!msg.empty() && msg[0] != '-')
+      msg[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(msg[0])));
+    std::cerr << "triad-info: error: " << msg << "; see triad-info --help" << std::endl;
+    return triad::kExitUserError;
+  }
+  // A kind that is no plugin kind would list nothing; name the kinds there are instead.
+  if (!kind.empty() && triad::current_kind_abi(kind) == 0) {
+    std::string kinds;
+    for (const auto& k : triad::kind_abis())
+      kinds += std::string(kinds.empty() ? "" : ", ") + k.kind;
+    std::cerr << "triad-info: error: --kind '" << kind << "' is not a plugin kind; use one of "
+              << kinds << std::endl;
+    return triad::kExitUserError;
   }
   try {
     triad::PluginLoader loader;

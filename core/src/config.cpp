@@ -30,6 +30,7 @@
 
 #include "config/checks.hpp"
 #include "config/overrides.hpp"
+#include "config/paths.hpp"
 #include "config/reader.hpp"
 #include "config/schema.hpp"
 #include "triad/core/error.hpp"
@@ -50,6 +51,10 @@ YAML::Node load_yaml(const std::string& path) {
   }
   if (std::filesystem::is_directory(path, ec))
     throw UserError("config file '" + path + "' is a directory; give a .yaml file inside it");
+  // A FIFO or a device would block the reader (or never end): refuse anything but a file.
+  if (std::string type = non_regular_file_type(path); !type.empty())
+    throw UserError("config file '" + path + "' is " + type +
+                    ", not a regular file; give a .yaml file, e.g. configs/gpt-tiny.yaml");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -60,7 +65,11 @@ YAML::Node load_yaml(const std::string& path) {
   } catch (const YAML::BadFile&) {
     throw UserError("config file '" + path + "' cannot be read; check its permissions");
   }
-  if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);  // empty file: all defaults
+  // An empty file is likelier a wrong or truncated file than a wish for every default.
+  if (root.IsNull())
+    throw UserError("config file '" + path +
+                    "' is empty (no keys, only blank lines or comments); put the run's sections "
+                    "in it (model:, data:, training:, ...), e.g. start from configs/gpt-tiny.yaml");
   if (!root.IsMap())
     throw UserError("config file '" + path +
                     "' must hold sections (model:, training:, ...) at the top level, not " +

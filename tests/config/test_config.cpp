@@ -4,6 +4,7 @@
 #include "triad/core/config.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -102,8 +103,32 @@ TEST_F(ConfigTest, RepoExampleLoads) {
   EXPECT_EQ(c2.training.global_batch_size, 32);
 }
 
-TEST_F(ConfigTest, EmptyFileGivesDefaults) {
-  Config c = load_config(write(""), {});
+// An empty file (or one of comments only) is likelier a wrong or truncated file than a wish
+// for every default: refused, also under overrides.
+TEST_F(ConfigTest, EmptyFileIsRefused) {
+  expect_error("", {"config file '$F' is empty", "configs/gpt-tiny.yaml"});
+  expect_error("# nothing but a comment\n\n   # and another\n", {"config file '$F' is empty"});
+  expect_error("", {"config file '$F' is empty"}, {"training.train_iters=5"});
+}
+
+// A config path that is a FIFO is refused at once, never opened (a read would block until a
+// writer came); so are other non-files.
+TEST_F(ConfigTest, FifoConfigIsRefused) {
+  const std::string fifo = (dir_ / "run.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    load_config(fifo, {});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("config file '" + fifo +
+                                         "' is a FIFO (named pipe), not a regular file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ConfigTest, EmptySectionsGiveDefaults) {
+  Config c = load_config(write("model:\ntraining:\n"), {});
   Config d;
   EXPECT_EQ(c.model.num_layers, d.model.num_layers);
   EXPECT_EQ(c.model.max_position_embeddings, d.model.seq_length);
@@ -204,6 +229,9 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
       {"optimizer:\n  lr: 0.001\n  min_lr: 0.01\n",
        {"optimizer.min_lr 0.01 is larger than optimizer.lr 0.001", "$F:10:"}},
       {"lr_schedule:\n  lr_warmup_iters: -1\n", {"lr_schedule.lr_warmup_iters: -1", "at least 0"}},
+      {"lr_schedule:\n  lr_warmup_iters: 10\n  lr_decay_iters: 5\n",
+       {"lr_schedule.lr_decay_iters 5 is smaller than lr_schedule.lr_warmup_iters 10 ($F:10:19)",
+        "raise lr_decay_iters to at least 10"}},
       {"lr_schedule:\n  lr_decay_style: cosin\n",
        {"lr_schedule.lr_decay_style: 'cosin' is not one of cosine, linear, constant",
         "did you mean 'cosine'?"}},
@@ -230,6 +258,87 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
       EXPECT_NE(msg.find(piece), std::string::npos) << "message: " << msg << "\nlacks: " << piece;
     }
   }
+}
+
+// The decay may end where the warm-up does, and lr_decay_iters 0 (= train_iters) is never
+// refused, even for a run shorter than its warm-up (a smoke test of a real config).
+TEST_F(ConfigTest, DecayNotBeforeWarmup) {
+  Config c = load_config(
+      write(std::string(kBase) + "lr_schedule:\n  lr_warmup_iters: 10\n  lr_decay_iters: 10\n"),
+      {});
+  EXPECT_EQ(c.lr_schedule.lr_decay_iters, 10);
+  Config d = load_config(write(std::string(kBase) + "lr_schedule:\n  lr_warmup_iters: 20\n"),
+                         {"training.train_iters=3"});
+  EXPECT_EQ(d.lr_schedule.lr_decay_iters, 0);
+  expect_error(kBase,
+               {"lr_schedule.lr_decay_iters 4 is smaller than lr_schedule.lr_warmup_iters 6 "
+                "(--set 'lr_schedule.decay_iters=4')"},
+               {"lr_schedule.warmup_iters=6", "lr_schedule.decay_iters=4"});
+}
+
+// The paths a run meets only once started, checked before: the data file is a regular file
+// (a FIFO refused without opening it), the output folders can be created and written.
+TEST_F(ConfigTest, RunPaths) {
+  auto error_of_paths = [](const Config& c, bool writes_output = true) -> std::string {
+    try {
+      check_run_paths(c, writes_output);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Config c;
+  c.output.dir = (dir_ / "out" / "deeper").string();
+  EXPECT_EQ(error_of_paths(c), "");
+  EXPECT_FALSE(fs::exists(dir_ / "out")) << "the check created the output folder";
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0)
+      << "the check left something behind";
+
+  const std::string file = write("not a folder", "plain.txt");
+  c.output.dir = file + "/sub";
+  std::string msg = error_of_paths(c);
+  EXPECT_NE(msg.find("output.dir '" + file + "/sub' cannot be created: '" + file +
+                     "' is a regular file, not a folder"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(error_of_paths(c, /*writes_output=*/false), "");
+  c.output.dir = file;
+  msg = error_of_paths(c);
+  EXPECT_NE(msg.find("output.dir '" + file + "' is a regular file, not a folder"),
+            std::string::npos)
+      << msg;
+  c.output.dir = "";
+  EXPECT_NE(error_of_paths(c).find("output.dir is empty"), std::string::npos);
+
+  c.output.dir = (dir_ / "out").string();
+  c.output.export_hf = file + "/hf";
+  msg = error_of_paths(c);
+  EXPECT_NE(msg.find("output.export_hf '" + file + "/hf' cannot be created"), std::string::npos)
+      << msg;
+  c.output.export_hf = "";
+
+  const std::string fifo = (dir_ / "data.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  c.data.kind = "text";
+  c.data.path = fifo;
+  msg = error_of_paths(c, false);
+  EXPECT_NE(msg.find("data.path '" + fifo +
+                     "' (data.kind text) is a FIFO (named pipe), not a "
+                     "regular file"),
+            std::string::npos)
+      << msg;
+  c.data.path = (dir_ / "missing.txt").string();
+  msg = error_of_paths(c, false);
+  EXPECT_NE(msg.find("data.path '" + c.data.path +
+                     "' (data.kind text) cannot be opened: No such "
+                     "file or directory"),
+            std::string::npos)
+      << msg;
+  c.data.path = file;
+  EXPECT_EQ(error_of_paths(c, false), "");
+  c.data.kind = "synthetic";
+  c.data.path = fifo;  // not read by synthetic data
+  EXPECT_EQ(error_of_paths(c, false), "");
 }
 
 TEST_F(ConfigTest, ModelShapeRules) {
@@ -384,11 +493,11 @@ TEST_F(ConfigTest, BadOverrides) {
   expect_error(kBase, {"'model.num_layers' is a value, not a section"}, {"model.num_layers.x=1"});
   expect_error(kBase, {"value '[1' is not valid YAML"}, {"model.num_layers=[1"});
   // A plugin section the override created names the default plugin.
-  EXPECT_EQ(load_config(write(""), {"attention.block_q=3"}).attention.name, "naive");
+  EXPECT_EQ(load_config(write("model:\n"), {"attention.block_q=3"}).attention.name, "naive");
   expect_error(kBase, {"device 'gpu' is unknown (--set 'device=gpu'); use cpu or cuda"},
                {"device=gpu"});
   if (cuda_device_built()) {
-    EXPECT_EQ(load_config(write(""), {"device=cuda"}).device, "cuda");
+    EXPECT_EQ(load_config(write("model:\n"), {"device=cuda"}).device, "cuda");
   } else {
     expect_error(kBase,
                  {"device 'cuda' is not available in this build (--set 'device=cuda')",
@@ -477,7 +586,7 @@ TEST_F(ConfigTest, TransportOverrides) {
   expect_error(kBase, {"transport: 'a b' is not a plugin name (--set 'transport=a b')"},
                {"transport=a b"});
   // A parameter set on the command line without a name tunes the default plugin.
-  Config tuned = load_config(write(""), {"transport.tls=tcp"});
+  Config tuned = load_config(write("model:\n"), {"transport.tls=tcp"});
   EXPECT_EQ(tuned.transport.name, "ucx");
   EXPECT_EQ(tuned.transport.params.at("tls"), "tcp");
 }
@@ -493,8 +602,8 @@ TEST_F(ConfigTest, ZeroOptimizationSection) {
   Config big = load_config(write("zero_optimization: {reduce_bucket_size: 1099511627776}\n"), {});
   EXPECT_EQ(big.zero_optimization.reduce_bucket_size, int64_t{1} << 40);
   EXPECT_TRUE(big.zero_optimization.overlap_comm);
-  Config one = load_config(write(""), {"zero_optimization.reduce_bucket_size=1",
-                                       "zero_optimization.overlap_comm=false"});
+  Config one = load_config(write("model:\n"), {"zero_optimization.reduce_bucket_size=1",
+                                               "zero_optimization.overlap_comm=false"});
   EXPECT_EQ(one.zero_optimization.reduce_bucket_size, 1);
   EXPECT_FALSE(one.zero_optimization.overlap_comm);
 
@@ -518,7 +627,7 @@ TEST_F(ConfigTest, ZeroOptimizationSection) {
                {"zero_optimization.reduce_bucket_size has no value"});
   expect_error("zero_optimization:\n  overlap_comm: sometimes\n",
                {"zero_optimization.overlap_comm: 'sometimes' is not true or false ($F:2:17)"});
-  expect_error("",
+  expect_error("model:\n",
                {"reduce_bucket_size: 'big' is not an integer (--set "
                 "'zero_optimization.reduce_bucket_size=big')"},
                {"zero_optimization.reduce_bucket_size=big"});
@@ -532,7 +641,7 @@ TEST_F(ConfigTest, DataParallelWorldSizes) {
   // dp is derived as world / (tp × pp) and the global batch is micro × accumulation × dp.
   for (int world : {2, 4}) {
     SCOPED_TRACE(world);
-    Config c = load_config(write(""), {}, world);
+    Config c = load_config(write("model:\n"), {}, world);
     EXPECT_EQ(c.parallel.data_parallel_size, world);
     EXPECT_EQ(c.training.global_batch_size, world);
     Config given = load_config(
@@ -632,13 +741,13 @@ TEST_F(ConfigTest, ParallelLayout) {
   Config c = load_config(write("parallel:\n  data_parallel_size: 4\n"), {}, 4);
   EXPECT_EQ(c.parallel.data_parallel_size, 4);
   EXPECT_EQ(c.training.global_batch_size, 4);  // micro 1 × accumulation 1 × dp 4
-  Config d = load_config(write(""), {}, 3);
+  Config d = load_config(write("model:\n"), {}, 3);
   EXPECT_EQ(d.parallel.data_parallel_size, 3);
   expect_error("parallel:\n  data_parallel_size: 2\n",
                {"parallel.data_parallel_size 2 does not match the layout ($F:2:23)",
                 "world size 4 / (tp 1 × pp 1) = 4", "drop data_parallel_size"},
                {}, 4);
-  expect_error("", {"world size 0 is not valid"}, {}, 0);
+  expect_error("model:\n", {"world size 0 is not valid"}, {}, 0);
 }
 
 TEST_F(ConfigTest, NullSectionsAndOutput) {

@@ -9,6 +9,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "test_util.hpp"
 #include "triad/core/data.hpp"
@@ -220,7 +221,13 @@ TEST_F(TextLoader, Errors) {
 
   d.path = dir_.path().string();
   EXPECT_THAT(user_error([&] { make_data_loader(d, m, 1, 1, 1, 0, 1); }),
-              HasSubstr("is not a regular file"));
+              HasSubstr("is a directory, not a regular file"));
+
+  // A FIFO is refused at once, not opened for a read that waits for a writer forever.
+  d.path = dir_.file("pipe.txt");
+  ASSERT_EQ(::mkfifo(d.path.c_str(), 0600), 0);
+  EXPECT_THAT(user_error([&] { make_data_loader(d, m, 1, 1, 1, 0, 1); }),
+              HasSubstr("is a FIFO (named pipe), not a regular file"));
 
   d.path = dir_.file("empty.txt");
   test::write_bytes(d.path, "", 0);

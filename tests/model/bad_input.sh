@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # Every bad input to triad-launch: one clear message on one line, exit code 2, no stack
-# trace, and nothing written to the output folder.
+# trace, no hang, and nothing written to the output folder; with 2 ranks, one line for the job.
 # Usage: bad_input.sh TRIAD_LAUNCH SOURCE_DIR WORK_DIR
 set -u
 LAUNCH=$1 SRC=$2 WORK=$3
 rm -rf "$WORK" && mkdir -p "$WORK"
 BASE="$SRC/configs/gpt-tiny.yaml"
 OUT="$WORK/out"
+BIN=$(dirname "$LAUNCH")
+# The launcher's note about OMP_NUM_THREADS is not an error line; keep it out of the count.
+export OMP_NUM_THREADS=1
+# Ranks that get as far as the transport use shared memory only, never a network interface.
+export UCX_TLS=sm,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
 fails=0 passes=0
 
-expect_error() {  # name, expected substring, args...
+# expect_error NAME WANT ARGS...: triad-launch ARGS --set output.dir=$out ($out: $OUT unless the
+# caller sets it) exits 2 within 60 s with one line on stderr that holds WANT.
+expect_error() {
+  local name=$1 want=$2
+  shift 2
+  expect_command "$name" "$want" "$LAUNCH" "$@" --set "output.dir=${out:-$OUT}"
+}
+
+expect_command() {  # name, expected substring, command...
   local name=$1 want=$2
   shift 2
   rm -rf "$OUT"
   local err rc
-  err=$("$LAUNCH" "$@" --set "output.dir=$OUT" 2>&1 >/dev/null)
+  err=$(timeout 60 "$@" 2>&1 >/dev/null)
   rc=$?
   local lines
   lines=$(printf '%s\n' "$err" | grep -c .)
@@ -82,6 +95,63 @@ expect_error vpp_micro_batches "interleaved" "$BASE" --nproc-per-node 2 \
   --set parallel.pipeline_model_parallel_size=2 --set parallel.virtual_pipeline_model_parallel_size=2 \
   --set training.micro_batch_size=8 --set training.gradient_accumulation_steps=3 --set training.global_batch_size=0
 expect_error world_mismatch "data_parallel_size" "$BASE" --nproc-per-node 2 --set parallel.data_parallel_size=4
+
+# An empty config (or one of comments only) is refused, not trained with built-in defaults.
+: >"$WORK/empty.yaml"
+expect_error empty_config "config file '$WORK/empty.yaml' is empty" "$WORK/empty.yaml"
+printf '# a comment\n\n# and another\n' >"$WORK/comments.yaml"
+expect_error comments_only_config "config file '$WORK/comments.yaml' is empty" "$WORK/comments.yaml"
+# Output folders that cannot be made are refused before training (export_hf too, which is
+# written only at the end). /sys refuses new folders, even to root.
+printf 'x' >"$WORK/plain-file"
+out="$WORK/plain-file/run" expect_error output_dir_under_file \
+  "output.dir '$WORK/plain-file/run' cannot be created: '$WORK/plain-file' is a regular file" "$BASE"
+out=/sys/triad-bad-input expect_error output_dir_unwritable \
+  "output.dir '/sys/triad-bad-input' cannot be created: cannot write in '/sys'" "$BASE"
+expect_error export_hf_unwritable "output.export_hf '/sys/triad-bad-input-hf' cannot be created" \
+  "$BASE" --set output.export_hf=/sys/triad-bad-input-hf
+# The launcher's flags: one line naming the flag, the value and what it takes.
+expect_error flag_nproc_zero "--nproc-per-node: '0' is not a whole number of at least 1" \
+  --nproc-per-node 0 "$BASE"
+expect_error flag_port_range "--master-port: '70000' is not a port number from 0 to 65535" \
+  --master-port 70000 "$BASE"
+expect_error flag_timeout "--rdzv-timeout: '-1' is not a number of seconds greater than 0" \
+  --rdzv-timeout -1 "$BASE"
+expect_error flag_scheduler "--scheduler: 'foo' is not one of auto, none, slurm, mpi" \
+  --scheduler foo "$BASE"
+expect_error flag_unknown "the following argument was not expected: --no-such-flag" \
+  --no-such-flag "$BASE"
+expect_command info_kind "--kind 'bogus' is not a plugin kind; use one of attention, transport" \
+  "$BIN/triad-info" --kind bogus
+# A decay that would end before the warm-up does.
+expect_error lr_decay_before_warmup \
+  "lr_schedule.lr_decay_iters 5 is smaller than lr_schedule.lr_warmup_iters 20" "$BASE" \
+  --set lr_schedule.lr_decay_iters=5
+# The transport section is checked at every world size, though one rank never connects.
+expect_error transport_param "transport.no_such_param: unknown parameter of transport plugin 'ucx'" \
+  "$BASE" --set transport.no_such_param=1
+expect_error transport_tls "transport.tls 'bogus' names a transport UCX does not have here" \
+  "$BASE" --set transport.tls=bogus
+expect_error transport_tls_2_ranks "transport.tls 'bogus'" "$BASE" --nproc-per-node 2 \
+  --set transport.tls=bogus
+# Nothing blocks on a FIFO: neither the config nor the data file.
+mkfifo "$WORK/config.fifo" "$WORK/data.fifo"
+expect_error config_fifo "config file '$WORK/config.fifo' is a FIFO (named pipe)" "$WORK/config.fifo"
+expect_error data_fifo "data.path '$WORK/data.fifo' (data.kind text) is a FIFO (named pipe)" \
+  "$BASE" --set data.path="$WORK/data.fifo"
+expect_error data_fifo_2_ranks "data.path '$WORK/data.fifo' (data.kind text) is a FIFO" \
+  "$BASE" --nproc-per-node 2 --set data.path="$WORK/data.fifo"
+# Bad input that only the ranks find: one line for the job (the first failing rank's), not one
+# per rank and none of the launcher's own.
+expect_error truncated_tokens_2_ranks "triad-launch: error: tokens file '$WORK/odd.bin'" "$BASE" \
+  --nproc-per-node 2 --set data.kind=tokens --set data.path="$WORK/odd.bin"
+expect_error corrupt_safetensors_2_ranks "triad-launch: error: safetensors file" "$BASE" \
+  --nproc-per-node 2 --set output.init_from_hf="$WORK/hf"
+# device: cpu, which nccl cannot serve (checked where the transport starts, in the ranks).
+if [[ -e "$BIN/../lib/triad/libtriad-transport-nccl.so" ]]; then
+  expect_error nccl_on_cpu_2_ranks "transport 'nccl' cannot touch host memory" "$BASE" \
+    --nproc-per-node 2 --set transport=nccl
+fi
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

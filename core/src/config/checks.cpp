@@ -75,6 +75,16 @@ void check_training(const Config& c, const Checker& k) {
          " is larger than optimizer.lr " + k.text("optimizer.lr", o.lr) + " (" +
          k.at("optimizer.min_lr") +
          "); the schedule decays from lr down to min_lr, so min_lr must not exceed lr");
+  // Megatron counts lr_decay_iters from step 0, warm-up included: the decay runs from the end
+  // of the warm-up to lr_decay_iters, so it cannot end before the warm-up does.
+  const LrScheduleConfig& s = c.lr_schedule;
+  if (s.lr_decay_iters > 0 && s.lr_decay_iters < s.lr_warmup_iters)
+    fail("lr_schedule.lr_decay_iters " + str(s.lr_decay_iters) +
+         " is smaller than lr_schedule.lr_warmup_iters " + str(s.lr_warmup_iters) + " (" +
+         k.at("lr_schedule.lr_decay_iters") +
+         "); the decay runs from the end of the warm-up to lr_decay_iters (counted from step 0), "
+         "so raise lr_decay_iters to at least " +
+         str(s.lr_warmup_iters) + ", set it to 0 (= train_iters) or shorten the warm-up");
   const DataConfig& d = c.data;
   if ((d.kind == "text" || d.kind == "tokens") && d.path.empty())
     fail("data.path is required for data.kind '" + d.kind + "' (" + k.at("data.kind") +

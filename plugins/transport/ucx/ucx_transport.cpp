@@ -3,9 +3,12 @@
 // when an operation is issued); waiting on one request advances every pending one.
 #include <sched.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -37,8 +40,86 @@ const triad_param_spec_v1 kParams[] = {
      "limit for the blocking setup steps (address exchange, split)"},
 };
 
-std::string ucs_error(const char* what, ucs_status_t st) {
+std::string failed_with(const char* what, ucs_status_t st) {
   return std::string(what) + " failed: " + ucs_status_string(st);
+}
+
+// UCX's log messages while a context starts, held back instead of printed: when `tls` selects
+// nothing, they name what there is ("transport 'x' is not available, please use one or more
+// of: ..."), and the plugin's one error says it instead. Messages of a start that succeeds are
+// passed on to UCX's other handlers (its printing) afterwards.
+struct HeldLog {
+  const char* file;  // UCX's own strings, static
+  unsigned line;
+  const char* function;
+  ucs_log_level_t level;
+  const ucs_log_component_config_t* component;
+  std::string text;
+};
+std::vector<HeldLog>* g_held_log = nullptr;  // set only while a context starts
+
+ucs_log_func_rc_t hold_log(const char* file, unsigned line, const char* function,
+                           ucs_log_level_t level, const ucs_log_component_config_t* component,
+                           const char* format, va_list ap) {
+  if (!g_held_log || level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;
+  char buf[1024];
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  g_held_log->push_back({file, line, function, level, component, buf});
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+// The UCP context with the environment's UCX_* settings and, when given, tls as UCX_TLS. A tls
+// that selects no transport here is an invalid parameter: the message names the value and
+// UCX's list of what is available.
+ucp_context_h start_context(const std::string& tls) {
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, failed_with("ucp_config_read", st));
+  if (!tls.empty()) {
+    st = ucp_config_modify(cfg, "TLS", tls.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      throw invalid("transport.tls '" + tls + "' is not a valid UCX_TLS value (" +
+                    ucs_status_string(st) +
+                    "); give UCX transport names separated by commas, e.g. tcp,self");
+    }
+  }
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES;
+  p.features = UCP_FEATURE_TAG;
+  ucp_context_h ctx = nullptr;
+  std::vector<HeldLog> held;
+  g_held_log = &held;
+  ucs_log_push_handler(hold_log);
+  st = ucp_init(&p, cfg, &ctx);
+  ucs_log_pop_handler();
+  g_held_log = nullptr;
+  ucp_config_release(cfg);
+  if (st == UCS_OK) {
+    for (const HeldLog& m : held)
+      ucs_log_dispatch(m.file, m.line, m.function, m.level,
+                       const_cast<ucs_log_component_config_t*>(m.component), "%s", m.text.c_str());
+    return ctx;
+  }
+  std::string said;
+  for (const HeldLog& m : held) said += (said.empty() ? "" : "; ") + m.text;
+  if (tls.empty())
+    throw sdk::Error(TRIAD_ERR_INTERNAL,
+                     failed_with("ucp_init", st) + (said.empty() ? "" : " (" + said + ")"));
+  // UCX: "transport 'x' is not available, please use one or more of: cma, mm, ..., tcp".
+  const std::string marker = "is not available, please use one or more of: ";
+  for (const HeldLog& m : held) {
+    const size_t at = m.text.find(marker);
+    if (!m.text.starts_with("transport '") || at == std::string::npos) continue;
+    throw invalid("transport.tls '" + tls + "' names a transport UCX does not have here; use " +
+                  "one or more of " + m.text.substr(at + marker.size()) +
+                  " (comma-separated, as UCX_TLS), or leave tls empty for UCX's choice");
+  }
+  // Known names that find no device here, e.g. under UCX_NET_DEVICES.
+  throw invalid("transport.tls '" + tls + "' leaves UCX no usable transport here (" +
+                ucs_status_string(st) + (said.empty() ? "" : ": " + said) +
+                "); check tls and the UCX_* variables (ucx_info -d lists what this machine has), "
+                "or leave tls empty for UCX's choice");
 }
 
 class Ucx final : public sdk::TransportPlugin {
@@ -61,6 +142,9 @@ class Ucx final : public sdk::TransportPlugin {
       spin_ = std::chrono::microseconds(std::max<long long>(0, params.get_int("spin_us")));
     if (params.has("tls")) tls_ = params.get_string("tls");
     if (params.has("setup_timeout_ms")) setup_timeout_ms_ = positive("setup_timeout_ms");
+    // A tls that selects nothing is refused now, when the launcher checks the config, rather
+    // than by every rank's init_world; the context is kept for init_world.
+    if (!tls_.empty()) ctx_ = start_context(tls_);
   }
 
   ~Ucx() override { shutdown(); }
@@ -80,7 +164,8 @@ class Ucx final : public sdk::TransportPlugin {
     ucp_address_t* addr = nullptr;
     size_t addr_len = 0;
     ucs_status_t st = ucp_worker_get_address(worker_, &addr, &addr_len);
-    if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, ucs_error("ucp_worker_get_address", st));
+    if (st != UCS_OK)
+      throw sdk::Error(TRIAD_ERR_INTERNAL, failed_with("ucp_worker_get_address", st));
     std::string key = "addr/rank/" + std::to_string(rank);
     int rc = rdv.set(rdv.ctx, key.c_str(), addr, addr_len);
     ucp_worker_release_address(worker_, addr);
@@ -105,7 +190,7 @@ class Ucx final : public sdk::TransportPlugin {
       st = ucp_ep_create(worker_, &ep, &eps_[size_t(r)]);
       if (st != UCS_OK)
         throw sdk::Error(TRIAD_ERR_INTERNAL,
-                         ucs_error(("connecting to rank " + std::to_string(r)).c_str(), st));
+                         failed_with(("connecting to rank " + std::to_string(r)).c_str(), st));
     }
     std::vector<int> ranks(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) ranks[size_t(r)] = r;
@@ -320,27 +405,12 @@ class Ucx final : public sdk::TransportPlugin {
   }
 
   void start_ucx() {
-    ucp_config_t* cfg = nullptr;
-    ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
-    if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, ucs_error("ucp_config_read", st));
-    if (!tls_.empty()) {
-      st = ucp_config_modify(cfg, "TLS", tls_.c_str());
-      if (st != UCS_OK) {
-        ucp_config_release(cfg);
-        throw invalid("tls '" + tls_ + "' is not a valid UCX_TLS value: " + ucs_status_string(st));
-      }
-    }
-    ucp_params_t p{};
-    p.field_mask = UCP_PARAM_FIELD_FEATURES;
-    p.features = UCP_FEATURE_TAG;
-    st = ucp_init(&p, cfg, &ctx_);
-    ucp_config_release(cfg);
-    if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, ucs_error("ucp_init", st));
+    if (!ctx_) ctx_ = start_context(tls_);
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    st = ucp_worker_create(ctx_, &wp, &worker_);
-    if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, ucs_error("ucp_worker_create", st));
+    ucs_status_t st = ucp_worker_create(ctx_, &wp, &worker_);
+    if (st != UCS_OK) throw sdk::Error(TRIAD_ERR_INTERNAL, failed_with("ucp_worker_create", st));
   }
 
   void shutdown() {

@@ -132,6 +132,13 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size = 1);
 
+// The paths a run would otherwise trip over only once started, checked before any rank starts:
+// data.path (data.kind text or tokens) must be a regular file that opens for reading (a FIFO
+// is refused, never opened); with writes_output (the launcher that runs rank 0), output.dir and
+// output.export_hf must be folders that exist or can be created, and can be written. Leaves
+// nothing behind. Throws UserError naming the key, the value and the fix.
+void check_run_paths(const Config& c, bool writes_output);
+
 // Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
 // layout when inconsistent.
 void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);

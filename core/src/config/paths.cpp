@@ -1,0 +1,127 @@
+// Paths a run would trip over only once started: the data file it reads and the folders it
+// writes. Checked by the launcher before any rank starts, so a bad path is one message and
+// exit 2, not an exception after the model was built (or a read that blocks on a FIFO).
+#include "paths.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "triad/core/config.hpp"
+#include "triad/core/error.hpp"
+
+namespace triad {
+
+namespace config_detail {
+
+std::string file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO (named pipe)";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFLNK:
+      return "a symbolic link";
+    default:
+      return "of an unusual type";
+  }
+}
+
+std::string non_regular_file_type(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  return file_type_name(st.st_mode);
+}
+
+}  // namespace config_detail
+
+namespace {
+
+namespace fs = std::filesystem;
+using config_detail::file_type_name;
+
+// A file the run reads: it exists, is a regular file and opens for reading (without blocking:
+// the type is checked first, and the open is non-blocking).
+void check_input_file(const std::string& key, const std::string& what, const std::string& path,
+                      const std::string& fix) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw UserError(key + " '" + path + "' (" + what +
+                    ") cannot be opened: " + std::strerror(errno) + "; check the path");
+  if (!S_ISREG(st.st_mode))
+    throw UserError(key + " '" + path + "' (" + what + ") is " + file_type_name(st.st_mode) +
+                    ", not a regular file; " + fix);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw UserError(key + " '" + path + "' (" + what +
+                    ") cannot be opened: " + std::strerror(errno) + "; check its permissions");
+  ::close(fd);
+}
+
+// A folder the run creates (if missing) and writes into: the folder itself or, when it does
+// not exist yet, its nearest existing ancestor must be a directory in which a folder can be
+// created. The probe folder is removed at once, so nothing is left behind.
+void check_output_folder(const std::string& key, const std::string& dir, const std::string& fix) {
+  if (dir.empty()) throw UserError(key + " is empty; " + fix);
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  if (ec) at = dir;
+  bool itself = true;  // `at` is the folder, not an ancestor
+  for (;;) {
+    const fs::file_status st = fs::status(at, ec);
+    if (fs::exists(st)) break;
+    if (fs::is_symlink(fs::symlink_status(at, ec)))
+      throw UserError(key + " '" + dir + "' cannot be created: '" + at.string() +
+                      "' is a symbolic link to nothing; remove the link or " + fix);
+    const fs::path up = at.parent_path();
+    if (up.empty() || up == at) break;
+    at = up;
+    itself = false;
+  }
+  struct stat st {};
+  if (::stat(at.c_str(), &st) != 0)
+    throw UserError(key + " '" + dir + "' cannot be created: " + std::strerror(errno) + "; " + fix);
+  if (!S_ISDIR(st.st_mode))
+    throw UserError(key + " '" + dir + "' " +
+                    (itself ? "is " : "cannot be created: '" + at.string() + "' is ") +
+                    file_type_name(st.st_mode) + ", not a folder; " + fix);
+  std::string probe = (at / ".triad-write-check-XXXXXX").string();
+  if (!::mkdtemp(probe.data()))
+    throw UserError(
+        key + " '" + dir + "' " +
+        (itself ? "is not writable" : "cannot be created: cannot write in '" + at.string() + "'") +
+        " (" + std::strerror(errno) + "); " + fix);
+  ::rmdir(probe.c_str());
+}
+
+}  // namespace
+
+void check_run_paths(const Config& c, bool writes_output) {
+  const DataConfig& d = c.data;
+  if ((d.kind == "text" || d.kind == "tokens") && !d.path.empty())
+    check_input_file("data.path", "data.kind " + d.kind, d.path,
+                     "point data.path at a " +
+                         std::string(d.kind == "text" ? "text file" : "uint16 token file"));
+  if (!writes_output) return;
+  check_output_folder("output.dir", c.output.dir,
+                      "choose a folder you can write, e.g. output.dir: runs/my-run");
+  if (!c.output.export_hf.empty())
+    check_output_folder("output.export_hf", c.output.export_hf,
+                        "choose a folder you can write, e.g. output.export_hf: runs/my-run/hf "
+                        "(it is written at the end of training)");
+}
+
+}  // namespace triad
