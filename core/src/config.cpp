@@ -196,8 +196,17 @@ std::string to_yaml(const Config& config) {
       for (const Field& f : s.fields) emit_field(e, f, c);
       continue;
     }
+    if (s.name.find('.') != std::string_view::npos) continue;  // inside its parent, below
     e << YAML::Key << std::string(s.name) << YAML::Value << YAML::BeginMap;
     for (const Field& f : s.fields) emit_field(e, f, c);
+    const std::string prefix = std::string(s.name) + ".";
+    for (const Section& inner : schema()) {
+      if (!std::string_view(inner.name).starts_with(prefix)) continue;
+      e << YAML::Key << std::string(inner.name.substr(prefix.size())) << YAML::Value
+        << YAML::BeginMap;
+      for (const Field& f : inner.fields) emit_field(e, f, c);
+      e << YAML::EndMap;
+    }
     e << YAML::EndMap;
   }
   e << YAML::EndMap;

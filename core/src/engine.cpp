@@ -119,6 +119,32 @@ void adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o
   }
 }
 
+// ZeRO-Offload: the same update on the host: each piece's gradients down, AdamW over the host's
+// master weights and moments, the weights back up (and into the compute copy). Returns the
+// bytes moved each way.
+size_t offloaded_adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o,
+                            double lr, int t) {
+  Device& dev = st.device();
+  Device& host = *st.host();
+  for (const ModelState::Piece& pc : st.pieces())
+    dev.to_host(st.piece_host_grads(pc), st.piece_grads(pc), pc.count * sizeof(float));
+  for (const ModelState::Piece& pc : st.pieces())
+    for (const auto& p : arena.params) {
+      const size_t a = std::max(pc.arena, p.offset);
+      const size_t b = std::min(pc.arena + pc.count, p.offset + p.numel);
+      if (a >= b) continue;
+      const size_t k = a - pc.arena;
+      host.adamw_update(st.piece_master(pc) + k, st.piece_host_grads(pc) + k, st.piece_m(pc) + k,
+                        st.piece_v(pc) + k, b - a, float(lr), float(o.adam_beta1),
+                        float(o.adam_beta2), float(o.adam_eps),
+                        p.weight_decay ? float(o.weight_decay) : 0.0f, t, nullptr, DType::f32);
+    }
+  for (const ModelState::Piece& pc : st.pieces())
+    dev.to_device(st.piece_params(pc), st.piece_master(pc), pc.count * sizeof(float));
+  if (st.act() != DType::f32) st.sync_compute();
+  return st.pieces_size() * sizeof(float);
+}
+
 // ZeRO-2/3: a unit's gradient reduction and weight gather, through the data plugin.
 class DataShardComm final : public ShardComm {
  public:
@@ -493,6 +519,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   tpc.timeout = DistributedRun::kCollectiveTimeout;
   // AdamW's moments come once the data plugin says which range this rank steps.
+  // ZeRO-Offload's host device: its memory is counted apart from the training device's.
+  std::unique_ptr<Device> host_device;
+  if (cfg.zero_optimization.offload_optimizer.device == "cpu") host_device = make_device("cpu");
   ModelState state(spec, *device, act, false);
   // One GPT per model chunk of this stage (one without interleaving), over the same state.
   std::vector<std::unique_ptr<GPT>> chunks;
@@ -541,6 +570,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     state.shard_optimizer(own_off, own_n);
   }
   const bool partitioned = state.grads_partitioned();
+  if (host_device) state.offload_optimizer(*host_device);
+  size_t offloaded_bytes = 0;  // moved each way by the offloaded optimizer steps
   // Model states against the ZeRO paper (fp32 weights, gradients and Adam's two moments; a
   // mixed-precision compute copy is counted apart by the device, not here).
   const int zstage = cfg.zero_optimization.stage;
@@ -805,7 +836,10 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           if (cfg.optimizer.clip_grad > 0 && norm > cfg.optimizer.clip_grad)
             device->scale_inplace(state.grads(), state.grads_size(),
                                   float(cfg.optimizer.clip_grad / (norm + 1e-6)));
-          adamw_step(state, arena, cfg.optimizer, lr, step);
+          if (state.host())
+            offloaded_bytes += offloaded_adamw_step(state, arena, cfg.optimizer, lr, step);
+          else
+            adamw_step(state, arena, cfg.optimizer, lr, step);
           if (dist) {
             dist->data->after_step(model.params());
             // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
@@ -890,6 +924,13 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   }
   result.tensor_traffic_counted = counted;
   result.tensor_traffic_formula = tensor_traffic_formula(cfg, me.pp);
+  if (host_device && !opts.quiet)
+    spdlog::info(
+        "optimizer offloaded to the host: {} each way per step (gradients down, weights up); "
+        "host memory {} (master weights and Adam moments of this rank's shard), training device "
+        "peak {}",
+        mib(offloaded_bytes / size_t(t.train_iters)), mib(host_device->peak_bytes()),
+        mib(device->peak_bytes()));
   if (dist) {
     // The paper counts one forward and backward per step: 2Ψ (reduce-scatter + all-gather, or
     // an all-reduce) for stages 0-2, 3Ψ for stage 3, each times (N-1)/N in ring accounting.

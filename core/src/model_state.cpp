@@ -95,6 +95,20 @@ void ModelState::partition(const std::vector<ArenaRange>& units,
   opt_count_ = shard_;
 }
 
+void ModelState::offload_optimizer(Device& host) {
+  host_ = &host;
+  m_.reset();
+  v_.reset();
+  m_ = Buffer<float>(host, opt_count_, "Adam first moment (host)");
+  v_ = Buffer<float>(host, opt_count_, "Adam second moment (host)");
+  host.fill_zero(m_.data(), opt_count_ * sizeof(float));
+  host.fill_zero(v_.data(), opt_count_ * sizeof(float));
+  master_ = Buffer<float>(host, opt_count_, "master weights (host)");
+  host_grads_ = Buffer<float>(host, opt_count_, "gradients (host)");
+  for (const Piece& p : pieces_)
+    dev_.to_host(master_.data() + p.pos, piece_params(p), p.count * sizeof(float));
+}
+
 size_t ModelState::unit_of(size_t offset) const {
   auto it = std::upper_bound(units_.begin(), units_.end(), offset,
                              [](size_t o, const Unit& u) { return o < u.range.begin; });

@@ -637,6 +637,38 @@ TEST_F(ConfigTest, ZeroOptimizationSection) {
                {"did you mean 'reduce_bucket_size'?"});
 }
 
+// DeepSpeed's nested offload_optimizer section, from the file, a flow map and --set; written
+// back nested; its keys checked like any others.
+TEST_F(ConfigTest, OffloadOptimizerIsANestedSection) {
+  Config c = load_config(write("zero_optimization:\n  stage: 2\n  offload_optimizer:\n    "
+                               "device: cpu\n    pin_memory: true\n"),
+                         {});
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "cpu");
+  EXPECT_TRUE(c.zero_optimization.offload_optimizer.pin_memory);
+  Config flow =
+      load_config(write("zero_optimization: {stage: 1, offload_optimizer: {device: cpu}}\n"), {});
+  EXPECT_EQ(flow.zero_optimization.offload_optimizer.device, "cpu");
+  Config set = load_config(write("model:\n"), {"zero_optimization.stage=3",
+                                               "zero_optimization.offload_optimizer.device=cpu"});
+  EXPECT_EQ(set.zero_optimization.offload_optimizer.device, "cpu");
+  const std::string yaml = to_yaml(set);
+  EXPECT_NE(yaml.find("zero_optimization:\n  stage: 3\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  offload_optimizer:\n    device: cpu\n    pin_memory: false\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_EQ(load_config(write(yaml), {}).zero_optimization.offload_optimizer.device, "cpu");
+  EXPECT_EQ(load_config(write("model:\n"), {}).zero_optimization.offload_optimizer.device, "none");
+  expect_error("zero_optimization:\n  offload_optimizer:\n    device: nvme\n",
+               {"zero_optimization.offload_optimizer.device: 'nvme' is not one of none, cpu"});
+  expect_error(
+      "zero_optimization:\n  offload_optimizer:\n    devise: cpu\n",
+      {"unknown key 'zero_optimization.offload_optimizer.devise'", "did you mean 'device'?"});
+  expect_error("zero_optimization:\n  ofload_optimizer: {device: cpu}\n",
+               {"did you mean 'offload_optimizer'?"});
+  expect_error("zero_optimization:\n  offload_optimizer:\n    device: cpu\n",
+               {"needs zero_optimization.stage 1 or higher", "set stage: 1, 2 or 3"});
+}
+
 TEST_F(ConfigTest, DataParallelWorldSizes) {
   // dp is derived as world / (tp × pp) and the global batch is micro × accumulation × dp.
   for (int world : {2, 4}) {

@@ -11,7 +11,8 @@
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
 #   - init_from_hf into tp 2 and into pp 2: the single-process step-1 loss;
 #   - ZeRO stages 1, 2 and 3 on dp 2 and 4, accumulation 1 and 4, with tp 2 and with pp 2 (and
-#     stage 3 with interleaving, activation recomputation and tp 2 x pp 2 x dp 2): the losses;
+#     stage 3 with interleaving, activation recomputation and tp 2 x pp 2 x dp 2; each stage
+#     with the optimizer offloaded to the host): the losses;
 #     stage 2's and 3's step-1 gradients (gathered from the owned slices) and export_hf (gathered
 #     from the sharded parameters).
 # tp 4 pads the vocabulary of 256 to 512: two ranks hold padding only.
@@ -91,6 +92,12 @@ run z3pp2v2dp2 4 1 2 false "${z3[@]}" --set parallel.virtual_pipeline_model_para
   --set training.micro_batch_size=2
 run z3dp2_ck 2 1 1 false "${z3[@]}" --set training.checkpoint_activations=true
 run z3tp2pp2dp2sp 8 2 2 true "${z3[@]}" --set training.micro_batch_size=2
+# Optimizer offload (the shard's master weights and moments stepped on the host) with each stage.
+off=(--set zero_optimization.offload_optimizer.device=cpu)
+run z1dp2off 2 1 1 false "${z1[@]}" "${off[@]}"
+run z2dp2acc4off 2 1 1 false --set zero_optimization.stage=2 "${off[@]}" \
+  --set training.micro_batch_size=1
+run z3tp2dp2off 4 2 1 true "${z3[@]}" "${off[@]}"
 # Activation recomputation under tp 2 with sequence parallelism (its traffic counted against
 # the formula with the recomputed forward's boundaries) and under pp 2.
 ck=(--set training.checkpoint_activations=true)
@@ -154,7 +161,8 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
                                  "z1pp2dp2", "tp2sp_ck", "pp2_ck",
                                  *[f"z{st}{l}" for st in (2, 3)
                                    for l in ("dp2", "dp4", "dp2acc4", "tp2dp2", "pp2dp2")],
-                                 "z3pp2v2dp2", "z3dp2_ck", "z3tp2pp2dp2sp"]),
+                                 "z3pp2v2dp2", "z3dp2_ck", "z3tp2pp2dp2sp", "z1dp2off",
+                                 "z2dp2acc4off", "z3tp2dp2off"]),
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
                      ("single_l8", ["pp4v2_l8"])):

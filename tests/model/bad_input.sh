@@ -79,6 +79,10 @@ expect_error tp_unknown_plugin "megatrom" "$BASE" --nproc-per-node 2 \
 expect_error zero_stage "zero_optimization.stage 4" "$BASE" --set zero_optimization.stage=4
 expect_error zero_stage_dp "zero_optimization.stage 4" "$BASE" --nproc-per-node 2 \
   --set zero_optimization.stage=4
+expect_error offload_stage0 "needs zero_optimization.stage 1 or higher" "$BASE" \
+  --set zero_optimization.offload_optimizer.device=cpu
+expect_error offload_device "'gpu' is not one of none, cpu" "$BASE" \
+  --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=gpu
 # Pipeline parallelism's rules.
 expect_error pp_layers "num_layers 4 is not divisible by parallel.pipeline_model_parallel_size 3" \
   "$BASE" --nproc-per-node 3 --set parallel.pipeline_model_parallel_size=3

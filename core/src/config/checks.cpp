@@ -121,6 +121,15 @@ void check_available(Config& c, const Checker& k) {
     fail("parallel.tensor_model_parallel_size " + str(p.tensor_model_parallel_size) + " (" +
          k.at("parallel.tensor_model_parallel_size") + ") is not built for device: " + c.device +
          " yet; use tensor_model_parallel_size: 1 there, or device: cpu");
+  const ZeroConfig& z = c.zero_optimization;
+  if (z.offload_optimizer.device != "none" && z.stage < 1)
+    fail("zero_optimization.offload_optimizer.device " + z.offload_optimizer.device + " (" +
+         k.at("zero_optimization.offload_optimizer.device") +
+         ") offloads this rank's shard of the optimizer state, which needs "
+         "zero_optimization.stage 1 or higher (stage " +
+         str(z.stage) +
+         " has no shard); set stage: 1, 2 or 3, or offload_optimizer: {device: "
+         "none}");
   if (c.zero_optimization.stage >= 2 && c.device != "cpu")
     fail("zero_optimization.stage " + str(c.zero_optimization.stage) + " (" +
          k.at("zero_optimization.stage") + ") is not verified on device: " + c.device +

@@ -72,7 +72,9 @@ class Reader {
       std::string key = key_text(it->first, "");
       std::string where = loc_.where(key, it->first.Mark());
       const PluginSection* plugin = find_plugin_choice(key);
-      bool is_section = plugin || (!key.empty() && find_section(key));
+      // Nested sections (a dotted schema name) are read inside their parent only.
+      bool is_section =
+          plugin || (!key.empty() && key.find('.') == std::string::npos && find_section(key));
       if (is_section) {
         auto [prev, fresh] = sections_seen.emplace(key, where);
         if (!fresh)
@@ -81,7 +83,7 @@ class Reader {
       }
       if (plugin) {
         read_plugin_choice(*plugin, it->first, it->second);
-      } else if (const Section* s = key.empty() ? nullptr : find_section(key)) {
+      } else if (const Section* s = is_section ? find_section(key) : nullptr) {
         read_section(*s, it->first, it->second);
       } else if (const Field* f = find_field(top, key)) {
         read_field(top, *f, it->first, it->second);
@@ -116,11 +118,13 @@ class Reader {
     std::vector<std::string_view> names;
     if (section.empty()) {
       for (const Section& s : schema())
-        if (!s.name.empty()) names.push_back(s.name);
+        if (!s.name.empty() && s.name.find('.') == std::string_view::npos) names.push_back(s.name);
       for (const PluginSection& p : plugin_choices()) names.push_back(p.name);
       for (std::string_view n : names_of(*find_section(""))) names.push_back(n);
     } else {
       names = names_of(*find_section(section));
+      for (const Section& s : schema())  // the sections nested in this one
+        if (s.name.starts_with(section + ".")) names.push_back(s.name.substr(section.size() + 1));
     }
     std::string guess = closest(key, names);
     if (!guess.empty()) throw UserError(msg + "; did you mean '" + guess + "'?");
@@ -139,6 +143,10 @@ class Reader {
                       ":\n    " + std::string(s.fields.front().name) + ": ...");
     for (auto it = body.begin(); it != body.end(); ++it) {
       std::string k = key_text(it->first, name);
+      if (const Section* inner = find_section(name + "." + k)) {
+        read_section(*inner, it->first, it->second);
+        continue;
+      }
       const Field* f = find_field(s, k);
       if (!f) unknown_key(name, k, loc_.where(name + "." + k, it->first.Mark()));
       read_field(s, *f, it->first, it->second);

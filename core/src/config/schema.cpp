@@ -129,6 +129,13 @@ std::vector<Section> build_schema() {
            F("reduce_bucket_size", TRIAD_SLOT(zero_optimization.reduce_bucket_size)).min(1),
            F("overlap_comm", TRIAD_SLOT(zero_optimization.overlap_comm)),
        }},
+      // A section inside zero_optimization (a name with a dot nests it in its parent).
+      {"zero_optimization.offload_optimizer",
+       {
+           F("device", TRIAD_SLOT(zero_optimization.offload_optimizer.device))
+               .one_of({"none", "cpu"}),
+           F("pin_memory", TRIAD_SLOT(zero_optimization.offload_optimizer.pin_memory)),
+       }},
       {"output",
        {
            F("dir", TRIAD_SLOT(output.dir)),

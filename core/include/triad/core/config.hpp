@@ -88,6 +88,14 @@ struct ZeroConfig {
   int64_t reduce_bucket_size = 6553600;
   // Start each bucket's all-reduce as soon as its gradients are complete, during backward.
   bool overlap_comm = true;
+  // offload_optimizer: {device: cpu}: the fp32 master weights and Adam's moments of this rank's
+  // shard live on the host and are stepped there (stage 1 and above); "none" keeps them on the
+  // training device. pin_memory is accepted for DeepSpeed configs (host memory is what the
+  // host device allocates).
+  struct Offload {
+    std::string device = "none";
+    bool pin_memory = false;
+  } offload_optimizer;
 };
 
 // A plugin choice: its name plus its YAML section (validated against the plugin's schema

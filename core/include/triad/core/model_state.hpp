@@ -118,6 +118,14 @@ class ModelState {
     return act_ == DType::f32 ? nullptr
                               : advance(compute_.data(), params_sharded_ ? p.pos : p.arena, act_);
   }
+  // ZeRO-Offload (offload_optimizer: {device: cpu}): the moments and an fp32 master copy of the
+  // pieces move to `host` (called after the optimizer state was sharded); the optimizer then
+  // steps there: gradients down, AdamW on the host's threads, weights back up.
+  void offload_optimizer(Device& host);
+  Device* host() const { return host_; }
+  float* piece_master(const Piece& p) const { return master_.data() + p.pos; }
+  float* piece_host_grads(const Piece& p) const { return host_grads_.data() + p.pos; }
+  size_t pieces_size() const { return opt_count_; }
   float* piece_m(const Piece& p) const { return m_.data() + p.pos; }
   float* piece_v(const Piece& p) const { return v_.data() + p.pos; }
   size_t grads_size() const { return comm_ ? shard_ : spec_.total; }
@@ -169,6 +177,8 @@ class ModelState {
   std::vector<Piece> pieces_;
   ShardComm* comm_ = nullptr;
   bool params_sharded_ = false;
+  Device* host_ = nullptr;               // ZeRO-Offload's host device, if any
+  Buffer<float> master_, host_grads_;    // on the host: the pieces' weights and gradients
   size_t shard_ = 0;                     // elements of the shard
   size_t defer_ = size_t(-1);            // the deferred unit, if any
   mutable std::vector<Unit> units_;      // windows open and close as the layers are used
