@@ -522,7 +522,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   // ZeRO-Offload's host device: its memory is counted apart from the training device's.
   std::unique_ptr<Device> host_device;
   if (cfg.zero_optimization.offload_optimizer.device == "cpu") host_device = make_device("cpu");
-  ModelState state(spec, *device, act, false);
+  ModelState state(spec, *device, act, /*optimizer=*/false, /*gradients=*/false);
   // One GPT per model chunk of this stage (one without interleaving), over the same state.
   std::vector<std::unique_ptr<GPT>> chunks;
   for (int c = 0; c < v; ++c) {
@@ -558,6 +558,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
 
   // AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only; with
   // stage 2 the gradients, with stage 3 the parameters too.
+  if (host_device) state.offload_optimizer(*host_device);
   const uint32_t partitioning = dist ? dist->data->partitioning() : 0u;
   std::unique_ptr<DataShardComm> shard_comm;
   if (partitioning & TRIAD_DATA_PARTITION_GRADS) {
@@ -570,7 +571,6 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     state.shard_optimizer(own_off, own_n);
   }
   const bool partitioned = state.grads_partitioned();
-  if (host_device) state.offload_optimizer(*host_device);
   size_t offloaded_bytes = 0;  // moved each way by the offloaded optimizer steps
   // Model states against the ZeRO paper (fp32 weights, gradients and Adam's two moments; a
   // mixed-precision compute copy is counted apart by the device, not here).

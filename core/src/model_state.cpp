@@ -14,10 +14,11 @@ const char* const kBlockNames[12] = {"ln_1.weight",      "ln_1.bias",          "
                                      "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 }  // namespace
 
-ModelState::ModelState(const ParamSpec& spec, Device& dev, DType act, bool optimizer)
+ModelState::ModelState(const ParamSpec& spec, Device& dev, DType act, bool optimizer,
+                       bool gradients)
     : spec_(spec), dev_(dev), act_(act) {
   params_ = Buffer<float>(dev_, spec_.total, "parameters");
-  grads_ = Buffer<float>(dev_, spec_.total, "gradients");
+  if (gradients) grads_ = Buffer<float>(dev_, spec_.total, "gradients");
   // Mixed precision: the forward and backward read a copy of the weights in the activation
   // dtype, refreshed by every optimizer step (fp32: they read the master weights themselves).
   if (act_ != DType::f32) compute_ = ActBuffer(dev_, spec_.total, act_, "compute weights");
@@ -45,13 +46,32 @@ BlockGrads ModelState::block_grads(size_t index) const {
 }
 
 void ModelState::shard_optimizer(size_t offset, size_t count) {
+  if (!grads_.data()) {  // deferred by the constructor: the whole arena's
+    grads_ = Buffer<float>(dev_, spec_.total, "gradients");
+    dev_.fill_zero(grads_.data(), spec_.total * sizeof(float));
+  }
+  opt_offset_ = offset;
+  pieces_ = {Piece{offset, count, 0}};
+  alloc_optimizer(count);
+}
+
+void ModelState::alloc_optimizer(size_t n) {
+  // On the host with ZeRO-Offload (never on the training device first).
+  Device& d = host_ ? *host_ : dev_;
   m_.reset();
   v_.reset();
-  m_ = Buffer<float>(dev_, count, "Adam first moment");
-  v_ = Buffer<float>(dev_, count, "Adam second moment");
-  opt_offset_ = offset;
-  opt_count_ = count;
-  pieces_ = {Piece{offset, count, 0}};
+  master_.reset();
+  host_grads_.reset();
+  m_ = Buffer<float>(d, n, host_ ? "Adam first moment (host)" : "Adam first moment");
+  v_ = Buffer<float>(d, n, host_ ? "Adam second moment (host)" : "Adam second moment");
+  d.fill_zero(m_.data(), n * sizeof(float));
+  d.fill_zero(v_.data(), n * sizeof(float));
+  opt_count_ = n;
+  if (!host_) return;
+  master_ = Buffer<float>(d, n, "master weights (host)");
+  host_grads_ = Buffer<float>(d, n, "gradients (host)");
+  for (const Piece& p : pieces_)
+    dev_.to_host(master_.data() + p.pos, piece_params(p), p.count * sizeof(float));
 }
 
 void ModelState::partition(const std::vector<ArenaRange>& units,
@@ -87,26 +107,13 @@ void ModelState::partition(const std::vector<ArenaRange>& units,
     params_sharded_ = true;
     sync_compute();
   }
-  m_.reset();
-  v_.reset();
-  m_ = Buffer<float>(dev_, shard_, "Adam first moment");
-  v_ = Buffer<float>(dev_, shard_, "Adam second moment");
   opt_offset_ = 0;
-  opt_count_ = shard_;
+  alloc_optimizer(shard_);
 }
 
 void ModelState::offload_optimizer(Device& host) {
   host_ = &host;
-  m_.reset();
-  v_.reset();
-  m_ = Buffer<float>(host, opt_count_, "Adam first moment (host)");
-  v_ = Buffer<float>(host, opt_count_, "Adam second moment (host)");
-  host.fill_zero(m_.data(), opt_count_ * sizeof(float));
-  host.fill_zero(v_.data(), opt_count_ * sizeof(float));
-  master_ = Buffer<float>(host, opt_count_, "master weights (host)");
-  host_grads_ = Buffer<float>(host, opt_count_, "gradients (host)");
-  for (const Piece& p : pieces_)
-    dev_.to_host(master_.data() + p.pos, piece_params(p), p.count * sizeof(float));
+  if (!pieces_.empty()) alloc_optimizer(opt_count_);  // already sharded: move it
 }
 
 size_t ModelState::unit_of(size_t offset) const {

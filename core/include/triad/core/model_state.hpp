@@ -52,7 +52,10 @@ class ShardComm {
 class ModelState {
  public:
   // optimizer: allocate AdamW's moments too (a model only run forward/backward needs none).
-  ModelState(const ParamSpec& spec, Device& dev, DType act, bool optimizer = true);
+  // gradients = false defers the gradient arena to shard_optimizer() or partition(), which
+  // then allocate only what the ZeRO stage keeps (so no whole arena ever exists at stage 2+).
+  ModelState(const ParamSpec& spec, Device& dev, DType act, bool optimizer = true,
+             bool gradients = true);
 
   const ParamSpec& spec() const { return spec_; }
   Device& device() const { return dev_; }
@@ -119,8 +122,9 @@ class ModelState {
                               : advance(compute_.data(), params_sharded_ ? p.pos : p.arena, act_);
   }
   // ZeRO-Offload (offload_optimizer: {device: cpu}): the moments and an fp32 master copy of the
-  // pieces move to `host` (called after the optimizer state was sharded); the optimizer then
-  // steps there: gradients down, AdamW on the host's threads, weights back up.
+  // pieces live on `host` (called before the optimizer state is sharded, they are allocated
+  // there directly); the optimizer then steps there: gradients down, AdamW on the host's
+  // threads, weights back up.
   void offload_optimizer(Device& host);
   Device* host() const { return host_; }
   float* piece_master(const Piece& p) const { return master_.data() + p.pos; }
@@ -164,7 +168,8 @@ class ModelState {
   size_t unit_of(size_t offset) const;
   float* unit_grad(size_t offset) const;
   const void* unit_weight(size_t offset) const;
-  void complete(size_t u) const;  // waits for u's transfers and retires them
+  void complete(size_t u) const;   // waits for u's transfers and retires them
+  void alloc_optimizer(size_t n);  // the moments (and offload's host buffers) for n elements
   Buffer<float> copy_arena(const float* arena) const;
   Buffer<float> gather_shard(const float* shard) const;
   ParamSpec spec_;
