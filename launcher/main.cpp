@@ -49,6 +49,7 @@ int run(int argc, char** argv) {
     bool runs_rank0 = false;
     for (const RankSlot& r : plan.ranks) runs_rank0 = runs_rank0 || r.rank == 0;
     triad::check_run_paths(cfg, runs_rank0);
+    check_memory(cfg, plan.world_size, int(plan.ranks.size()));
     program.path = self_executable();
     program.argv = {program.path, "--worker", a.config_path};
     for (const auto& s : a.sets) program.argv.push_back("--set=" + s);

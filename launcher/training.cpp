@@ -1,5 +1,7 @@
 #include "training.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include "triad/core/config.hpp"
 #include "triad/core/dist_env.hpp"
 #include "triad/core/engine.hpp"
+#include "triad/core/memory_plan.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/transport.hpp"
@@ -112,11 +115,20 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   return 0;
 }
 
+void check_memory(const Config& cfg, int world_size, int local_ranks) {
+  // The training device's memory is the host's on the CPU; a GPU's is not known here.
+  if (cfg.device != "cpu") return;
+  const size_t available = host_memory_available();
+  if (available == 0) return;  // unknown: nothing to compare with
+  check_memory_fits(cfg, world_size, available / size_t(std::max(1, local_ranks)));
+}
+
 int train_in_process(const LaunchArgs& a) {
   // What the run would otherwise meet only after building the model: refused here, exit 2.
   const Config cfg = load_config(a.config_path, a.sets, 1);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);
+  check_memory(cfg, 1, 1);
   return train(a, cfg, DistEnv{});
 }
 

@@ -13,6 +13,11 @@ namespace triad::launch {
 // key fails alike at every world size.
 void check_transport(const Config& cfg, int world_size);
 
+// Refuses, before any allocation, a CPU run whose estimated peak per rank (memory_plan.hpp)
+// exceeds this machine's available memory shared by the local_ranks ranks it starts here:
+// one line with the estimate, the limit and the cheapest change that fits.
+void check_memory(const Config& cfg, int world_size, int local_ranks);
+
 // Prints the resolved config and the cost of one step for a world of world_size ranks.
 int print_dry_run(const LaunchArgs& args, int world_size);
 // The whole job in this process (world of one).

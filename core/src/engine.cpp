@@ -161,18 +161,6 @@ class DataShardComm final : public ShardComm {
   DataParallelBackend& data_;
 };
 
-// The arena's units for the data plugin: the embedding, each block, the head (those held), in
-// arena order.
-std::vector<ArenaRange> arena_units(const ParamSpec& spec) {
-  std::vector<ArenaRange> u;
-  if (spec.embedding.size()) u.push_back(spec.embedding);
-  for (const LayerRange& l : spec.layers) u.push_back(l.range);
-  if (spec.head.size()) u.push_back(spec.head);
-  std::sort(u.begin(), u.end(),
-            [](const ArenaRange& a, const ArenaRange& b) { return a.begin < b.begin; });
-  return u;
-}
-
 }  // namespace
 
 namespace {

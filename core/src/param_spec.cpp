@@ -314,4 +314,14 @@ void full_from_local(const ParamSpec& spec, int tp_rank, const GptLayout& full_l
   }
 }
 
+std::vector<ArenaRange> arena_units(const ParamSpec& spec) {
+  std::vector<ArenaRange> u;
+  if (spec.embedding.size()) u.push_back(spec.embedding);
+  for (const LayerRange& l : spec.layers) u.push_back(l.range);
+  if (spec.head.size()) u.push_back(spec.head);
+  std::sort(u.begin(), u.end(),
+            [](const ArenaRange& a, const ArenaRange& b) { return a.begin < b.begin; });
+  return u;
+}
+
 }  // namespace triad

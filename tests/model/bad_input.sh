@@ -79,6 +79,10 @@ expect_error tp_unknown_plugin "megatrom" "$BASE" --nproc-per-node 2 \
 expect_error zero_stage "zero_optimization.stage 4" "$BASE" --set zero_optimization.stage=4
 expect_error zero_stage_dp "zero_optimization.stage 4" "$BASE" --nproc-per-node 2 \
   --set zero_optimization.stage=4
+# A run far beyond this machine's memory is refused before anything is allocated.
+expect_error memory_estimate "the run needs an estimated" "$BASE" --set model.num_layers=48 \
+  --set model.hidden_size=2048 --set model.num_attention_heads=16 --set model.seq_length=1024 \
+  --set training.micro_batch_size=64 --set training.global_batch_size=64
 expect_error offload_stage0 "needs zero_optimization.stage 1 or higher" "$BASE" \
   --set zero_optimization.offload_optimizer.device=cpu
 expect_error offload_device "'gpu' is not one of none, cpu" "$BASE" \

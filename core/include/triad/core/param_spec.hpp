@@ -123,6 +123,10 @@ struct ParamSpec {
   const LayerRange& layer(int global_layer) const;        // throws std::out_of_range
 };
 
+// The arena's units (ZeRO-2/3 partition and gather per unit): the embedding, each block, the
+// head (those held, non-empty), in arena order; they tile the arena.
+std::vector<ArenaRange> arena_units(const ParamSpec& spec);
+
 // vocab_size rounded up to a multiple of divisible_by × tp_size (Megatron's rule).
 int64_t padded_vocab_size(int64_t vocab_size, int divisible_by, int tp_size);
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The memory estimator (triad-estimate, triad/core/memory_plan.hpp) against the peaks the engine
+# measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
+# dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
+# chunks; optimizer offload; activation checkpointing; flash2), each checked against
+# triad-estimate's total per rank
+# at the configured stage: within 10% of the run's peak_memory_bytes (rank 0) and, with pp > 1,
+# of each stage's stage_peak_memory_bytes. Prints estimate, measured and ratio for each.
+# Usage: memory_estimate.sh TRIAD_LAUNCH TRIAD_ESTIMATE SOURCE_DIR WORK_DIR PYTHON
+set -euo pipefail
+LAUNCH=$1 ESTIMATE=$2 SRC=$3 WORK=$4 PY=$5
+rm -rf "$WORK" && mkdir -p "$WORK"
+CFG="$SRC/configs/gpt-tiny.yaml"
+export OMP_NUM_THREADS=1  # the flash plugins' workspace is per thread: runs and estimates alike
+common=(--set model.num_layers=4 --set training.train_iters=2 --set training.micro_batch_size=4
+        --set training.gradient_accumulation_steps=1 --set training.global_batch_size=0
+        --set transport.tls=sm,self)
+# run NAME RANKS [--set ...]: the training run (metrics in $WORK/NAME) and the estimate of the
+# same config ($WORK/NAME.json).
+run() {
+  local name=$1 n=$2
+  shift 2
+  "$LAUNCH" --nproc-per-node "$n" -q "$CFG" "${common[@]}" --set "output.dir=$WORK/$name" "$@" \
+    > "$WORK/$name.log" 2>&1 || { echo "run $name failed:"; cat "$WORK/$name.log"; exit 1; }
+  local rc=0
+  "$ESTIMATE" "$CFG" --world "$n" "${common[@]}" "$@" --memory-per-device 1TiB --json \
+    > "$WORK/$name.json" 2> "$WORK/$name.err" || rc=$?
+  [ "$rc" -eq 0 ] || { echo "triad-estimate for $name exited $rc:"; cat "$WORK/$name.err"; exit 1; }
+}
+z() { echo "--set zero_optimization.stage=$1"; }
+# ZeRO stages 0-3 on dp 2, and with a smaller micro-batch (the model states weigh more).
+for st in 0 1 2 3; do
+  # shellcheck disable=SC2046
+  run z${st}dp2 2 $(z $st)
+  # shellcheck disable=SC2046
+  run z${st}dp2b1 2 $(z $st) --set training.micro_batch_size=1
+done
+# dp 4; accumulation 4 (ZeRO-2/3 reduce every micro-batch's windows).
+run z1dp4 4 $(z 1) --set training.micro_batch_size=1
+run z2dp4 4 $(z 2) --set training.micro_batch_size=1
+run z3dp4 4 $(z 3) --set training.micro_batch_size=1
+run z0dp2acc4 2 $(z 0) --set training.micro_batch_size=1 --set training.gradient_accumulation_steps=4
+run z2dp2acc4 2 $(z 2) --set training.micro_batch_size=1 --set training.gradient_accumulation_steps=4
+run z3dp2acc4 2 $(z 3) --set training.micro_batch_size=1 --set training.gradient_accumulation_steps=4
+# tp 2 x dp 2 with sequence parallelism.
+tp2=(--set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true)
+run z0tp2dp2sp 4 $(z 0) "${tp2[@]}"
+run z3tp2dp2sp 4 $(z 3) "${tp2[@]}"
+# pp 2 x dp 2: 1f1b and gpipe over 4 micro-batches, interleaved chunks.
+pp2=(--set parallel.pipeline_model_parallel_size=2 --set training.micro_batch_size=2
+     --set training.gradient_accumulation_steps=4)
+run z1pp2dp2 4 $(z 1) "${pp2[@]}"
+run z2pp2dp2 4 $(z 2) "${pp2[@]}"
+run z3pp2dp2gpipe 4 $(z 3) "${pp2[@]}" --set pipeline=gpipe
+run z0pp2gpipe 2 $(z 0) "${pp2[@]}" --set pipeline=gpipe
+run z3pp2v2dp2 4 $(z 3) "${pp2[@]}" --set parallel.virtual_pipeline_model_parallel_size=2
+# ZeRO-Offload: the moments on the host device (not in the device's peak) once set up.
+off=(--set zero_optimization.offload_optimizer.device=cpu)
+run z1dp2off 2 $(z 1) "${off[@]}"
+run z2dp2acc4off 2 $(z 2) "${off[@]}" --set training.micro_batch_size=1 \
+  --set training.gradient_accumulation_steps=4
+run z3tp2dp2off 4 $(z 3) "${tp2[@]}" "${off[@]}"
+# Activation checkpointing, and the flash2 plugin's workspace.
+run z0dp2ck 2 $(z 0) --set training.checkpoint_activations=true
+run z3dp2ck 2 $(z 3) --set training.checkpoint_activations=true
+run z2dp2flash2 2 $(z 2) --set attention.name=flash2 --set model.position_embedding=rope
+
+"$PY" - "$WORK" <<'PYEOF'
+import glob, json, os, sys
+work = sys.argv[1]
+fails = 0
+print(f"{'case':16} {'stage':>5} {'pp':>3} {'estimate':>12} {'measured':>12} {'ratio':>7}  phase")
+for path in sorted(glob.glob(f"{work}/*.json")):
+    name = os.path.basename(path)[:-5]
+    est = json.load(open(path))
+    rows = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
+    last = rows[-1]
+    st = est["configured_stage"]
+    stages = est["zero_stages"][st]["pipeline_stages"]
+    # rank 0 (pipeline stage 0) reports peak_memory_bytes; with pp > 1 each stage's peak too.
+    pairs = [("-", stages[0]["total"], last["peak_memory_bytes"], stages[0]["peak_phase"])]
+    if est["pipeline_model_parallel_size"] > 1:
+        pairs += [(str(s), e["total"], int(m), e["peak_phase"])
+                  for s, (e, m) in enumerate(zip(stages, last["stage_peak_memory_bytes"]))]
+    for pp, e, m, phase in pairs:
+        ratio = e / m
+        ok = 0.9 <= ratio <= 1.1
+        fails += not ok
+        print(f"{name:16} {st:>5} {pp:>3} {e:>12} {m:>12} {ratio:>7.4f}  {phase}"
+              + ("" if ok else "  FAIL: outside 10%"))
+print("FAIL" if fails else "PASS", f"{fails} outside 10%")
+sys.exit(1 if fails else 0)
+PYEOF

@@ -1,0 +1,141 @@
+// The memory estimator (memory_plan.hpp): a one-process run's measured peak, the ZeRO stages'
+// model states against the paper's formulas, the fix search and check_memory_fits. The
+// multi-process runs are checked by memory_estimate.sh.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "triad/core/config.hpp"
+#include "triad/core/engine.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/memory_plan.hpp"
+
+using namespace triad;
+
+namespace {
+
+Config tiny(int world, std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"model.num_layers=4",
+                                   "training.micro_batch_size=4",
+                                   "training.gradient_accumulation_steps=1",
+                                   "training.global_batch_size=0",
+                                   "training.train_iters=2",
+                                   "data.kind=synthetic"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return load_config(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml", sets, world);
+}
+
+}  // namespace
+
+// One process allocates exactly what the estimator replays (the dist test covers the layouts).
+TEST(MemoryPlan, OneProcessPeakIsTheEstimate) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{},
+                                                {"training.checkpoint_activations=true"},
+                                                {"training.gradient_accumulation_steps=4"},
+                                                {"attention.name=flash2"}}) {
+    const Config cfg = tiny(1, extra);
+    TrainOptions o;
+    o.quiet = true;
+    o.write_output = false;
+    const RunResult r = train(cfg, o);
+    const size_t measured = r.steps.back().peak_bytes;
+    const size_t estimate = peak_per_rank(estimate_memory(cfg, 1));
+    EXPECT_NEAR(double(estimate) / double(measured), 1.0, 0.02)
+        << (extra.empty() ? "" : extra[0]) << ": estimate " << estimate << ", measured "
+        << measured;
+  }
+}
+
+// The model states follow the paper's formulas: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N (to the
+// rounding of each unit's slice), and every stage below needs more than the one above.
+TEST(MemoryPlan, ZeroStagesMatchThePaper) {
+  const Config cfg = tiny(4);  // dp 4
+  const auto all = estimate_memory_zero_stages(cfg, 4);
+  const double psi = double(all[0][0].elements), N = 4;
+  const double paper[4] = {16 * psi, 8 * psi + 8 * psi / N, 4 * psi + 12 * psi / N, 16 * psi / N};
+  const char* names[4] = {"16Ψ", "8Ψ+8Ψ/N", "4Ψ+12Ψ/N", "16Ψ/N"};
+  for (int s = 0; s < 4; ++s) {
+    const MemoryEstimate& e = all[size_t(s)][0];
+    EXPECT_EQ(e.zero_stage, s);
+    EXPECT_EQ(e.paper_formula, names[s]);
+    EXPECT_DOUBLE_EQ(e.paper_model_states, paper[s]);
+    EXPECT_NEAR(double(e.model_states()), paper[s], 256.0) << "stage " << s;
+    if (s >= 2) {
+      EXPECT_GT(e.grad_windows, 0u) << "stage " << s;
+    }
+    if (s == 3) {
+      EXPECT_GT(e.param_windows, 0u);
+    }
+    if (s > 0) {
+      EXPECT_LT(e.step(), all[size_t(s - 1)][0].step()) << "stage " << s;
+    }
+  }
+  // ZeRO-3 builds the whole weights before partitioning them: its setup holds 4Ψ bytes of them
+  // (the step then holds 16Ψ/N of model states and the windows).
+  EXPECT_GE(all[3][0].setup, 4 * all[3][0].elements + all[3][0].activations);
+  // One process partitions nothing: every stage is stage 0's memory.
+  const auto one = estimate_memory_zero_stages(tiny(1), 1);
+  for (int s = 1; s < 4; ++s) EXPECT_EQ(one[size_t(s)][0].total(), one[0][0].total());
+}
+
+TEST(MemoryPlan, CheapestFixTriesZeroStagesFirst) {
+  const Config cfg = tiny(2, {"training.micro_batch_size=1"});  // dp 2, stage 0
+  const auto all = estimate_memory_zero_stages(cfg, 2);
+  // Between stage 1's and stage 0's need: stage 1 is the fix.
+  const size_t limit = (all[0][0].total() + all[1][0].total()) / 2;
+  const auto fix = cheapest_memory_fix(cfg, 2, limit);
+  ASSERT_TRUE(fix);
+  EXPECT_EQ(fix->sets, std::vector<std::string>{"zero_optimization.stage=1"});
+  EXPECT_EQ(fix->bytes, all[1][0].total());
+  // Nothing fits in a byte.
+  EXPECT_FALSE(cheapest_memory_fix(cfg, 2, 1));
+  // One process at micro-batch 4: a smaller micro-batch (same global batch) comes before
+  // checkpointing.
+  const Config one = tiny(1);
+  const size_t need = peak_per_rank(estimate_memory(one, 1));
+  const auto smaller = cheapest_memory_fix(one, 1, need - 1);
+  ASSERT_TRUE(smaller);
+  EXPECT_EQ(smaller->sets[0], "training.micro_batch_size=2");
+  EXPECT_EQ(smaller->sets[1], "training.gradient_accumulation_steps=2");
+  EXPECT_LT(smaller->bytes, need);
+}
+
+TEST(MemoryPlan, CheckMemoryFits) {
+  const Config cfg = tiny(2, {"training.micro_batch_size=1"});
+  const size_t need = peak_per_rank(estimate_memory(cfg, 2));
+  EXPECT_NO_THROW(check_memory_fits(cfg, 2, need));
+  try {
+    check_memory_fits(cfg, 2, need - 1024);
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(memory_text(double(need))), std::string::npos) << m;
+    EXPECT_NE(m.find(memory_text(double(need - 1024))), std::string::npos) << m;
+    EXPECT_NE(m.find("--set zero_optimization.stage=1"), std::string::npos) << m;
+  }
+  try {
+    check_memory_fits(cfg, 2, 1);
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("use more ranks"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MemoryPlan, DryRunPlanUsesTheEstimate) {
+  const Config cfg =
+      tiny(4, {"parallel.pipeline_model_parallel_size=2", "training.gradient_accumulation_steps=4",
+               "zero_optimization.stage=2"});
+  const RunPlan p = plan_run(cfg);
+  const auto est = estimate_memory(cfg, 4);
+  ASSERT_EQ(p.stage_bytes.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) EXPECT_EQ(p.stage_bytes[s], est[s].total());
+  EXPECT_EQ(p.total_bytes(), est[0].total());
+  EXPECT_EQ(p.optimizer_bytes, est[0].optimizer);
+}
+
+TEST(MemoryPlan, HostMemoryIsKnown) {
+  std::string how;
+  EXPECT_GT(host_memory_available(&how), 0u);
+  EXPECT_FALSE(how.empty());
+}

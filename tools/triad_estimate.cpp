@@ -1,0 +1,273 @@
+// triad-estimate CONFIG [--world N] [--set key=value ...] [--memory-per-device SIZE] [--json]:
+// the memory one rank of the config's layout needs, under every ZeRO stage 0-3, estimated
+// without allocating (triad/core/memory_plan.hpp: the engine's allocations replayed). Prints one
+// table per pipeline stage (rows: ZeRO stages 0-3, the configured one marked; columns: parameters,
+// gradients, optimizer states, activations, attention workspace, communication buffers and
+// windows, the total per rank, and the ZeRO paper's model-state formula) and ends with one line:
+// whether the configured run fits the memory limit per rank, and when it does not, the cheapest
+// change that does (a higher ZeRO stage, a smaller micro-batch, activation checkpointing).
+// The limit: --memory-per-device, else what this machine has available (MemAvailable, or the
+// memory cgroup's limit where lower) shared by the job's ranks.
+// Exit 0 fits, 1 does not fit, 2 bad input (one line on stderr).
+#include <cctype>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/config.hpp"
+#include "triad/core/engine.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/memory_plan.hpp"
+
+namespace {
+
+using triad::MemoryEstimate;
+
+// "16GiB", "16G", "80GB", "512 MiB", "1.5e9": binary units for K/M/G/T and KiB..TiB, decimal for
+// KB..TB, bytes without a unit.
+size_t parse_size(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string unit;
+  for (size_t i = pos; i < text.size(); ++i)
+    if (!std::isspace(static_cast<unsigned char>(text[i])))
+      unit += char(std::toupper(static_cast<unsigned char>(text[i])));
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},       {"B", 1},        {"K", 0x1p10},   {"KIB", 0x1p10}, {"KB", 1e3},
+      {"M", 0x1p20}, {"MIB", 0x1p20}, {"MB", 1e6},     {"G", 0x1p30},   {"GIB", 0x1p30},
+      {"GB", 1e9},   {"T", 0x1p40},   {"TIB", 0x1p40}, {"TB", 1e12}};
+  if (pos > 0 && value > 0)
+    for (const auto& [name, scale] : units)
+      if (unit == name) return size_t(value * scale);
+  throw triad::UserError("--memory-per-device '" + text +
+                         "' is not a size; give a positive number with an optional unit, e.g. "
+                         "80GiB, 16G, 512MiB or 40GB");
+}
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+nlohmann::json to_json(const MemoryEstimate& e) {
+  return {{"zero_stage", e.zero_stage},
+          {"elements", e.elements},
+          {"params", e.params},
+          {"grads", e.grads},
+          {"optimizer", e.optimizer},
+          {"activations", e.activations},
+          {"workspace", e.workspace},
+          {"buffers", e.buffers()},
+          {"grad_windows", e.grad_windows},
+          {"param_windows", e.param_windows},
+          {"pipeline_sends", e.pipeline_sends},
+          {"tensor_exchange", e.tensor_exchange},
+          {"scalars", e.scalars},
+          {"step", e.step()},
+          {"setup", e.setup},
+          {"export_hf", e.export_hf},
+          {"host", e.host},
+          {"total", e.total()},
+          {"peak_phase", e.peak_phase()},
+          {"paper_model_states", e.paper_model_states},
+          {"paper_formula", e.paper_formula}};
+}
+
+triad::Config load(const std::string& path, const std::vector<std::string>& sets, int world,
+                   bool world_given) {
+  try {
+    return triad::load_config(path, sets, world);
+  } catch (const triad::UserError& e) {
+    const std::string m = e.what();
+    if (world_given || m.find("world size") == std::string::npos) throw;
+    throw triad::UserError(m + " (triad-estimate --world N: the job's ranks, default 1)");
+  }
+}
+
+int run(const std::string& path, int world, bool world_given, const std::vector<std::string>& sets,
+        const std::string& memory, bool json) {
+  const triad::Config cfg = load(path, sets, world, world_given);
+  const auto& par = cfg.parallel;
+  const int configured = cfg.zero_optimization.stage;
+  const auto all = triad::estimate_memory_zero_stages(cfg, world);
+  const std::vector<MemoryEstimate>& mine = all[size_t(std::clamp(configured, 0, 3))];
+  // A CPU run's offloaded optimizer state (host device) lives in the same memory.
+  const bool with_host = cfg.device == "cpu";
+  const size_t need = triad::peak_per_rank(mine, with_host);
+  size_t limit = 0;
+  std::string limit_text;
+  if (!memory.empty()) {
+    limit = parse_size(memory);
+    limit_text = "--memory-per-device " + memory;
+  } else {
+    std::string how;
+    const size_t host = triad::host_memory_available(&how);
+    if (host == 0)
+      throw triad::UserError(
+          "cannot tell how much memory this machine has available (no MemAvailable in "
+          "/proc/meminfo); give --memory-per-device");
+    limit = host / size_t(world);
+    limit_text = how + " " + triad::memory_text(double(host)) +
+                 (world > 1 ? " shared by the job's " + std::to_string(world) + " ranks" : "") +
+                 (cfg.device == "cuda" ? "; for GPU memory give --memory-per-device" : "");
+  }
+  const bool fits = need <= limit;
+  std::optional<triad::MemoryFix> fix;
+  if (!fits) fix = triad::cheapest_memory_fix(cfg, world, limit);
+
+  if (json) {
+    nlohmann::json j{{"config", path},
+                     {"world", world},
+                     {"tensor_model_parallel_size", par.tensor_model_parallel_size},
+                     {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
+                     {"data_parallel_size", par.data_parallel_size},
+                     {"configured_stage", configured},
+                     {"peak_per_rank", need},
+                     {"limit_bytes", limit},
+                     {"fits", fits},
+                     {"fix", nullptr},
+                     {"zero_stages", nlohmann::json::array()}};
+    for (int s = 0; s < 4; ++s) {
+      nlohmann::json stages = nlohmann::json::array();
+      for (const MemoryEstimate& e : all[size_t(s)]) stages.push_back(to_json(e));
+      j["zero_stages"].push_back(
+          {{"stage", s},
+           {"peak_per_rank", triad::peak_per_rank(all[size_t(s)], with_host)},
+           {"pipeline_stages", stages}});
+    }
+    if (fix) j["fix"] = {{"text", fix->text}, {"sets", fix->sets}, {"bytes", fix->bytes}};
+    std::cout << j.dump(2) << std::endl;
+    return fits ? 0 : 1;
+  }
+
+  const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
+  std::cout << "triad-estimate: " << path << " | world " << world << " = tp " << tp << " x pp "
+            << pp << " x dp " << par.data_parallel_size
+            << (par.sequence_parallel && tp > 1 ? " (sequence parallel)" : "") << " | micro-batch "
+            << cfg.training.micro_batch_size << " x accumulation "
+            << cfg.training.gradient_accumulation_steps << " | " << cfg.precision << " on "
+            << cfg.device << " | pipeline " << cfg.pipeline.name << " | attention "
+            << cfg.attention.name
+            << (cfg.training.checkpoint_activations ? " | activation checkpointing" : "") << "\n";
+  std::cout << "memory per rank in MiB at the step's peak (buffers: ZeRO windows, pipeline send "
+               "copies, tensor-parallel exchange); paper: the ZeRO paper's model states, N = dp "
+            << par.data_parallel_size << (world == 1 ? " (one process: nothing partitioned)" : "")
+            << "\n";
+  const std::vector<int> layers = triad::pipeline_partition(cfg);
+  bool marked_setup = false, marked_export = false;
+  int first = 0;
+  for (int st = 0; st < pp; ++st) {
+    const MemoryEstimate& e0 = all[0][size_t(st)];
+    std::cout << "\n";
+    if (pp > 1)
+      std::cout << "pipeline stage " << st << " (layers " << first << "-"
+                << first + layers[size_t(st)] - 1 << (st == 0 ? " + embedding" : "")
+                << (st == pp - 1 ? " + head" : "") << "): ";
+    first += layers[size_t(st)];
+    std::cout << "Ψ = " << e0.elements << " parameters per rank\n";
+    std::cout << "   ZeRO" << pad("params", 11) << pad("grads", 11) << pad("optimizer", 11)
+              << pad("activations", 13) << pad("workspace", 11) << pad("buffers", 11)
+              << pad("total", 13) << "   paper (model states)\n";
+    for (int s = 0; s < 4; ++s) {
+      const MemoryEstimate& e = all[size_t(s)][size_t(st)];
+      std::string total = mib(e.total());
+      const std::string phase = e.peak_phase();
+      if (phase == "setup")
+        total += " s", marked_setup = true;
+      else if (phase == "export_hf")
+        total += " e", marked_export = true;
+      else
+        total += "  ";
+      std::cout << (s == configured ? " * " : "   ") << pad(std::to_string(s), 4)
+                << pad(mib(e.params), 11) << pad(mib(e.grads), 11) << pad(mib(e.optimizer), 11)
+                << pad(mib(e.activations), 13) << pad(mib(e.workspace), 11)
+                << pad(mib(e.buffers()), 11) << pad(total, 13) << "   "
+                << mib(size_t(e.paper_model_states)) << " (" << e.paper_formula << ")\n";
+    }
+  }
+  std::cout << "\n* configured (zero_optimization.stage " << configured << ")";
+  if (marked_setup)
+    std::cout << "; s: the peak is at setup, when the whole weights exist before ZeRO "
+                 "partitions them";
+  if (marked_export) std::cout << "; e: the peak is output.export_hf gathering the model";
+  std::cout << "\n";
+  if (cfg.zero_optimization.offload_optimizer.device == "cpu") {
+    size_t host = 0;
+    for (const MemoryEstimate& e : mine) host = std::max(host, e.host);
+    std::cout << "offload_optimizer: at stages 1-3 the optimizer states are on the host "
+                 "(optimizer column 0): "
+              << triad::memory_text(double(host))
+              << " per rank of Adam moments, fp32 master weights and gradients of the shard"
+              << (with_host ? ", counted in the need below (the same memory on a CPU run)"
+                            : ", not in the device totals")
+              << "\n";
+  }
+  if (fits) {
+    std::cout << "fits: " << triad::memory_text(double(need)) << " per rank at ZeRO stage "
+              << configured << ", limit " << triad::memory_text(double(limit)) << " per rank ("
+              << limit_text << ")" << std::endl;
+    return 0;
+  }
+  std::cout << "does not fit: " << triad::memory_text(double(need)) << " per rank at ZeRO stage "
+            << configured << " > limit " << triad::memory_text(double(limit)) << " per rank ("
+            << limit_text << "); ";
+  if (fix) {
+    std::cout << "cheapest change that fits: " << fix->text << ", "
+              << triad::memory_text(double(fix->bytes)) << " per rank:";
+    for (const std::string& set : fix->sets) std::cout << " --set " << set;
+    std::cout << std::endl;
+  } else {
+    std::cout << "no higher ZeRO stage, smaller micro-batch or activation checkpointing fits: "
+                 "use more ranks (tensor or pipeline parallelism) or a smaller model"
+              << std::endl;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Estimates the memory per rank of a config's layout under ZeRO stages 0-3 and says whether "
+      "it fits."};
+  std::string config, memory;
+  int world = 1;
+  std::vector<std::string> sets;
+  bool json = false;
+  app.add_option("config", config, "YAML config file")->required();
+  CLI::Option* world_opt =
+      app.add_option("--world", world, "the job's ranks (tp x pp x dp); default 1")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--set", sets, "override a key: --set zero_optimization.stage=2 (repeatable)");
+  app.add_option("--memory-per-device", memory,
+                 "the limit per rank, e.g. 80GiB (default: this machine's available memory "
+                 "shared by the ranks)");
+  app.add_flag("--json", json, "print the estimates as JSON");
+  try {
+    app.parse(argc, argv);
+    return run(config, world, world_opt->count() > 0, sets, memory, json);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "triad-estimate: " << e.what() << " (see --help)" << std::endl;
+    return triad::kExitUserError;
+  } catch (const triad::UserError& e) {
+    std::cerr << "triad-estimate: " << e.what() << std::endl;
+    return triad::kExitUserError;
+  }
+}
