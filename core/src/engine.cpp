@@ -574,14 +574,15 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   if (dist && !opts.quiet)
     spdlog::info(
         "ZeRO stage {} over {} data-parallel ranks: model states {} per rank (parameters {}, "
-        "gradients {}, Adam moments {}); the ZeRO paper's {} = {}",
+        "gradients {}, Adam moments {}); the ZeRO paper's {} = {} ({:.0f} B counted, {:.0f} B "
+        "by the formula)",
         zstage, int(nd), mib(size_t(result.model_state_bytes)), mib(state.params_size() * 4),
         mib(state.grads_size() * 4), mib(state.opt_count() * 8),
         zstage == 0   ? "16Ψ"
         : zstage == 1 ? "8Ψ + 8Ψ/N"
         : zstage == 2 ? "4Ψ + 12Ψ/N"
                       : "16Ψ/N",
-        mib(size_t(result.model_state_paper)));
+        mib(size_t(result.model_state_paper)), result.model_state_bytes, result.model_state_paper);
   if (dist) dist->data->take_traffic();  // from here on: the steps' own
 
   result.output_dir = cfg.output.dir;

@@ -125,6 +125,29 @@ run pp2_flash1 2 1 2 false "${flash1[@]}"
 run pp2gpipe_flash1 2 1 2 false "${flash1[@]}" --set pipeline=gpipe
 run pp2v2_flash1 2 1 2 false "${flash1[@]}" "${vpp[@]}"
 run pp2v2_rope 2 1 2 false "${flash[@]}" "${vpp[@]}"
+# The ZeRO runs' logs: model-state bytes per rank equal the ZeRO paper's formula for the stage,
+# and at one micro-batch per step the data-parallel bytes counted equal the paper's 2Ψ (3Ψ at
+# stage 3); stage 1 all-reduces and then all-gathers, 3Ψ.
+for name in z1dp2 z1dp4 z2dp2 z2dp4 z2tp2dp2 z3dp2 z3dp4 z3tp2dp2; do
+  line=$(grep -o "model states [0-9.]* MiB per rank.*" "$WORK/$name.log") ||
+    { echo "FAIL $name: no model-state line"; exit 1; }
+  # Within 2% (the layers' slices round to whole elements).
+  [[ $line =~ \(([0-9]+)\ B\ counted,\ ([0-9]+)\ B\ by ]] &&
+    awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" \
+      'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }' ||
+    { echo "FAIL $name: model states differ from the ZeRO paper's formula: $line"; exit 1; }
+  traffic=$(grep -o "data-parallel traffic per step per rank: .*" "$WORK/$name.log")
+  [[ $traffic =~ counted\ ([0-9]+)\ B\ \(([0-9.]+)Ψ.*\ =\ ([0-9]+)\ B ]] ||
+    { echo "FAIL $name: no traffic line: $traffic"; exit 1; }
+  case $name in
+    z1*) want=3.00 ;;
+    z3*) want=3.00 ;;
+    *) want=2.00 ;;
+  esac
+  [ "${BASH_REMATCH[2]}" = "$want" ] ||
+    { echo "FAIL $name: data-parallel traffic ${BASH_REMATCH[2]}Ψ, expected ${want}Ψ"; exit 1; }
+  echo "$name: $line; ${BASH_REMATCH[2]}Ψ per step"
+done
 grads g_single 1 1 1 false
 grads g_tp2sp 2 2 1 true
 grads g_tp4 4 4 1 false
