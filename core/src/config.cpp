@@ -136,6 +136,12 @@ void resolve(TrainingConfig& t, int dp, const std::string& layout, const std::st
 // Text that reads back as the same string: the emitter picks plain or quoted style.
 void emit_field(YAML::Emitter& e, const Field& f, Config& c) {
   e << YAML::Key << std::string(f.name) << YAML::Value;
+  if (f.list && !f.list(c)->empty()) {
+    e << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& item : *f.list(c)) e << item;
+    e << YAML::EndSeq;
+    return;
+  }
   std::visit(
       [&](auto* v) {
         using T = std::remove_pointer_t<decltype(v)>;

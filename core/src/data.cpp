@@ -1,13 +1,19 @@
 #include "triad/core/data.hpp"
 
 #include <algorithm>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "data/blend.hpp"
+#include "data/gpt_samples.hpp"
 #include "data/mapped_file.hpp"
 #include "data/sample_order.hpp"
 #include "data/token_file.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/indexed_dataset.hpp"
 
 namespace triad {
 
@@ -128,6 +134,107 @@ std::unique_ptr<DataLoader> make_tokens(const DataConfig& d, const ModelConfig& 
       m.seq_length, layout, d.shuffle, seed);
 }
 
+// Megatron GPT samples (data/gpt_samples.hpp) over one indexed dataset, or Megatron's blend of
+// several: sample n of the run is the blend's pick n, that dataset's own sample number.
+class IndexedLoader final : public DataLoader {
+ public:
+  struct Source {
+    std::unique_ptr<IndexedDataset> ds;  // stable address: samples points at it
+    std::unique_ptr<data::GptSamples> samples;
+    double weight = 1;  // normalized
+  };
+
+  IndexedLoader(std::vector<Source> sources, int T, BatchLayout layout, bool shuffle)
+      : sources_(std::move(sources)), T_(T), layout_(layout), shuffle_(shuffle), buf_(T + 1) {
+    if (sources_.size() > 1) {
+      std::vector<double> w;
+      for (const Source& s : sources_) w.push_back(s.weight);
+      blend_ = std::make_unique<data::BlendOrder>(std::move(w));
+    }
+  }
+
+  void micro_batch(int64_t step, int micro, int32_t* inputs, int32_t* targets) override {
+    for (int j = 0; j < layout_.micro_batch(); ++j) {
+      const int64_t n = layout_.sample(step, micro, j);
+      const data::BlendOrder::Pick p = blend_ ? blend_->at(n) : data::BlendOrder::Pick{0, n};
+      sources_[size_t(p.dataset)].samples->sample(p.sample, buf_.data());
+      std::copy(buf_.begin(), buf_.begin() + T_, inputs + int64_t{j} * T_);
+      std::copy(buf_.begin() + 1, buf_.end(), targets + int64_t{j} * T_);
+    }
+  }
+  int64_t num_tokens() const override {
+    int64_t n = 0;
+    for (const Source& s : sources_) n += s.ds->num_tokens();
+    return n;
+  }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "indexed ";
+    if (sources_.size() > 1) o << "blend of " << sources_.size() << ": ";
+    for (size_t k = 0; k < sources_.size(); ++k) {
+      const Source& s = sources_[k];
+      if (k) o << ", ";
+      if (sources_.size() > 1) o << std::setprecision(4) << s.weight << " ";
+      o << s.ds->prefix() << " (" << s.ds->num_documents() << " documents, " << s.ds->num_tokens()
+        << " tokens, " << dtype_name(uint8_t(s.ds->dtype())) << ", "
+        << s.samples->samples_per_epoch() << " samples of " << T_ << "+1 per epoch)";
+    }
+    if (shuffle_) o << ", shuffled";
+    return o.str();
+  }
+
+ private:
+  std::vector<Source> sources_;
+  int T_;
+  BatchLayout layout_;
+  bool shuffle_;
+  std::vector<int32_t> buf_;
+  std::unique_ptr<data::BlendOrder> blend_;
+};
+
+std::unique_ptr<DataLoader> make_indexed(const DataConfig& d, const ModelConfig& m,
+                                         BatchLayout layout, uint64_t seed) {
+  std::vector<data::BlendEntry> entries;
+  if (d.path_list.empty()) {
+    entries.push_back({0.0, d.path});
+  } else if (const data::BlendProblem bad = data::parse_blend(d.path_list, entries); !bad.ok()) {
+    throw UserError(bad.message(""));
+  }
+  std::vector<IndexedLoader::Source> sources;
+  for (const data::BlendEntry& e : entries) {
+    IndexedLoader::Source s;
+    s.ds = std::make_unique<IndexedDataset>(e.prefix);
+    const IndexedDataset& ds = *s.ds;
+    const std::string name = "indexed dataset '" + e.prefix + "'";
+    require_one_window(ds.num_tokens(), m.seq_length, name);
+    // Every id below the vocabulary: one pass over the .bin, skipped when the dtype is
+    // unsigned and cannot hold an id that large.
+    const bool fits = (ds.dtype() == IndexedDType::uint8 && m.vocab_size > 0xff) ||
+                      (ds.dtype() == IndexedDType::uint16 && m.vocab_size > 0xffff);
+    const auto [lo, hi] = fits ? std::pair<int64_t, int64_t>{0, 0} : ds.token_range();
+    if (lo < 0)
+      throw UserError(name + ": " + e.prefix + ".bin holds the negative token id " +
+                      std::to_string(lo) +
+                      "; token ids run from 0, so the file is corrupt or "
+                      "was written with another dtype; regenerate it");
+    if (hi >= m.vocab_size)
+      throw UserError(name + ": the largest token id in " + e.prefix + ".bin is " +
+                      std::to_string(hi) + ", not below model.vocab_size " +
+                      std::to_string(m.vocab_size) + "; set model.vocab_size ≥ " +
+                      std::to_string(hi + 1) +
+                      " (GPT-2's tokenizer needs 50257) or use a dataset from a matching "
+                      "tokenizer");
+    s.samples = std::make_unique<data::GptSamples>(ds, m.seq_length, d.shuffle, seed);
+    // Prefixes without weights blend in proportion to their size, as Megatron's do.
+    s.weight = e.weight > 0 ? e.weight : double(s.samples->samples_per_epoch());
+    sources.push_back(std::move(s));
+  }
+  double sum = 0;
+  for (const auto& s : sources) sum += s.weight;
+  for (auto& s : sources) s.weight /= sum;
+  return std::make_unique<IndexedLoader>(std::move(sources), m.seq_length, layout, d.shuffle);
+}
+
 }  // namespace
 
 std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
@@ -143,11 +250,21 @@ std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const Model
   const uint64_t s = data.seed != 0 ? data.seed : seed;
   if (data.kind == "synthetic")
     return std::make_unique<SyntheticLoader>(model.vocab_size, model.seq_length, layout, s);
-  if (data.kind != "text" && data.kind != "tokens")
-    throw UserError("data.kind '" + data.kind + "' is unknown; use synthetic, text or tokens");
-  if (data.path.empty())
+  if (data.kind != "text" && data.kind != "tokens" && data.kind != "indexed")
+    throw UserError("data.kind '" + data.kind +
+                    "' is unknown; use synthetic, text, tokens or indexed");
+  if (data.path.empty() && data.path_list.empty())
     throw UserError("data.kind " + data.kind + " needs data.path; set it to the " +
-                    (data.kind == "text" ? "text file" : "uint16 token file") + " to train on");
+                    (data.kind == "text"     ? "text file"
+                     : data.kind == "tokens" ? "uint16 token file"
+                                             : "prefix of the .bin/.idx pair") +
+                    " to train on");
+  if (data.kind == "indexed") return make_indexed(data, model, layout, s);
+  if (!data.path_list.empty())
+    throw UserError(
+        "data.path is a list, which only data.kind indexed takes (a blend of "
+        "datasets); give data.kind " +
+        data.kind + " one file");
   return data.kind == "text" ? make_text(data, model, layout, s)
                              : make_tokens(data, model, layout, s);
 }

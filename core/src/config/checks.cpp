@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "../data/blend.hpp"
 #include "schema.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
@@ -86,6 +87,18 @@ void check_training(const Config& c, const Checker& k) {
          "so raise lr_decay_iters to at least " +
          str(s.lr_warmup_iters) + ", set it to 0 (= train_iters) or shorten the warm-up");
   const DataConfig& d = c.data;
+  if (!d.path_list.empty() && d.kind != "indexed")
+    fail("data.path is a list (" + k.at("data.path") + "), which only data.kind indexed takes " +
+         "(a blend of Megatron datasets); give data.kind " + d.kind + " one file");
+  if (d.kind == "indexed" && d.path.empty() && d.path_list.empty())
+    fail("data.path is required for data.kind 'indexed' (" + k.at("data.kind") +
+         "); give the prefix of the .bin/.idx pair, e.g. data: {kind: indexed, path: "
+         "data/corpus_text_document}, or a blend [0.3, data/a, 0.7, data/b]");
+  if (!d.path_list.empty()) {
+    std::vector<data::BlendEntry> blend;
+    if (const data::BlendProblem bad = data::parse_blend(d.path_list, blend); !bad.ok())
+      fail(bad.message(k.at("data.path")));
+  }
   if ((d.kind == "text" || d.kind == "tokens") && d.path.empty())
     fail("data.path is required for data.kind '" + d.kind + "' (" + k.at("data.kind") +
          "); give the file to read, e.g. data: {kind: " + d.kind + ", path: " +

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../data/blend.hpp"
 #include "triad/core/config.hpp"
 #include "triad/core/error.hpp"
 
@@ -115,6 +116,24 @@ void check_run_paths(const Config& c, bool writes_output) {
     check_input_file("data.path", "data.kind " + d.kind, d.path,
                      "point data.path at a " +
                          std::string(d.kind == "text" ? "text file" : "uint16 token file"));
+  if (d.kind == "indexed") {
+    std::vector<data::BlendEntry> blend;
+    if (!d.path_list.empty() && !data::parse_blend(d.path_list, blend).ok()) blend.clear();
+    if (d.path_list.empty() && !d.path.empty()) blend.push_back({0.0, d.path});
+    for (const data::BlendEntry& e : blend) {
+      const std::string& p = e.prefix;
+      for (const std::string ext : {".bin", ".idx"}) {
+        struct stat st {};
+        if (p.size() > ext.size() && p.ends_with(ext) && ::stat((p + ".idx").c_str(), &st) != 0)
+          throw UserError("data.path '" + p + "' (data.kind indexed) ends in " + ext +
+                          ", but it is the prefix of the .bin/.idx pair; write '" +
+                          p.substr(0, p.size() - ext.size()) + "'");
+      }
+      for (const char* ext : {".idx", ".bin"})
+        check_input_file("data.path", "data.kind indexed, prefix '" + p + "'", p + ext,
+                         "point data.path at the prefix P of a P.bin/P.idx pair");
+    }
+  }
   if (!writes_output) return;
   check_output_folder("output.dir", c.output.dir,
                       "choose a folder you can write, e.g. output.dir: runs/my-run");

@@ -170,8 +170,14 @@ class Reader {
                       where + "); keep one");
     }
 
+    if (f.list) f.list(c_)->clear();
+    if (f.list && value.IsSequence()) {
+      read_list(f, written, canonical, value, where);
+      return;
+    }
     if (!value.IsScalar() && !value.IsNull())
-      throw UserError(written + ": expected " + type_name(f) + ", got " + kind_of(value) + " (" +
+      throw UserError(written + ": expected " + type_name(f) +
+                      (f.list ? " or a list of them" : "") + ", got " + kind_of(value) + " (" +
                       where + ")");
     std::string text = value.IsScalar() ? value.Scalar() : "";
     given_[canonical] = GivenKey{written, where, text};
@@ -185,6 +191,25 @@ class Reader {
       throw UserError(written + " has no value (" + where + "); give " + type_name(f) +
                       ", or remove the key to keep the default");
     std::visit([&](auto* out) { parse_into(f, written, text, where, *out); }, slot);
+  }
+
+  // A key that takes a list of text values too (Field::list): each item must be one value.
+  void read_list(const Field& f, const std::string& written, const std::string& canonical,
+                 const YAML::Node& value, const std::string& where) {
+    std::vector<std::string>& out = *f.list(c_);
+    std::string text;
+    for (size_t k = 0; k < value.size(); ++k) {
+      const YAML::Node item = value[k];
+      if (!item.IsScalar())
+        throw UserError(written + ": item " + std::to_string(k + 1) + " of the list is " +
+                        (item.IsNull() ? std::string("empty") : kind_of(item)) + " (" + where +
+                        "); each item is one value, e.g. [0.3, data/a, 0.7, data/b]");
+      out.push_back(item.Scalar());
+      text += (k ? ", " : "") + item.Scalar();
+    }
+    if (std::holds_alternative<std::string*>(f.slot(c_)))
+      std::get<std::string*>(f.slot(c_))->clear();
+    given_[canonical] = GivenKey{written, where, "[" + text + "]"};
   }
 
   static std::string type_name(const Field& f) {

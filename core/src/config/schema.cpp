@@ -37,6 +37,10 @@ class F {
     f_.choices = values;
     return std::move(*this);
   }
+  F&& or_list(std::vector<std::string>* (*list)(Config&)) && {
+    f_.list = list;
+    return std::move(*this);
+  }
   operator Field() && { return std::move(f_); }
 
  private:
@@ -65,8 +69,9 @@ std::vector<Section> build_schema() {
        }},
       {"data",
        {
-           F("kind", TRIAD_SLOT(data.kind)).one_of({"synthetic", "text", "tokens"}),
-           F("path", TRIAD_SLOT(data.path)),
+           F("kind", TRIAD_SLOT(data.kind)).one_of({"synthetic", "text", "tokens", "indexed"}),
+           // A file, an indexed dataset's prefix, or (indexed) a blend: [w1, P1, w2, P2, ...].
+           F("path", TRIAD_SLOT(data.path)).or_list([](Config& c) { return &c.data.path_list; }),
            F("shuffle", TRIAD_SLOT(data.shuffle)),
            F("seed", TRIAD_SLOT(data.seed)),
        }},

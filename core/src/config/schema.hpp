@@ -26,6 +26,9 @@ struct Field {
   std::optional<double> above;            // value > above
   std::optional<double> below;            // value < below
   std::vector<std::string_view> choices;  // for text keys: the only values allowed
+  // A text key that also takes a list of text values (data.path's blend): the list goes here
+  // and the text is cleared; a single value clears the list.
+  std::vector<std::string>* (*list)(Config&) = nullptr;
 };
 
 struct Section {

@@ -29,8 +29,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string kind = "synthetic";  // synthetic | text | tokens
-  std::string path;                // text: UTF-8 file; tokens: flat uint16 file
+  std::string kind = "synthetic";  // synthetic | text | tokens | indexed
+  // text: UTF-8 file; tokens: flat uint16 file; indexed: the prefix P of Megatron's P.bin/P.idx
+  std::string path;
+  // data.path written as a list (kind indexed; `path` is then empty): Megatron's --data-path
+  // blend [w1, P1, w2, P2, ...] or [P1, P2, ...], each item as written (data/blend.hpp).
+  std::vector<std::string> path_list;
   bool shuffle = false;
   uint64_t seed = 0;  // 0 = training.seed
 };
@@ -142,9 +146,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // The paths a run would otherwise trip over only once started, checked before any rank starts:
 // data.path (data.kind text or tokens) must be a regular file that opens for reading (a FIFO
-// is refused, never opened); with writes_output (the launcher that runs rank 0), output.dir and
-// output.export_hf must be folders that exist or can be created, and can be written. Leaves
-// nothing behind. Throws UserError naming the key, the value and the fix.
+// is refused, never opened), and for data.kind indexed each prefix's .bin and .idx alike; with
+// writes_output (the launcher that runs rank 0), output.dir and output.export_hf must be folders
+// that exist or can be created, and can be written. Leaves nothing behind. Throws UserError naming
+// the key, the value and the fix.
 void check_run_paths(const Config& c, bool writes_output);
 
 // Resolves micro × accumulation × dp = global. Throws UserError naming all three and the

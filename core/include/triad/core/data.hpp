@@ -1,9 +1,13 @@
-// Data loaders: synthetic (seeded random tokens), text (UTF-8 file, byte-level tokens) and
-// tokens (flat uint16 file, nanoGPT raw or llm.c with its 256-int32 header).
+// Data loaders: synthetic (seeded random tokens), text (UTF-8 file, byte-level tokens),
+// tokens (flat uint16 file, nanoGPT raw or llm.c with its 256-int32 header) and indexed
+// (Megatron's .bin/.idx datasets, triad/core/indexed_dataset.hpp, alone or blended).
 //
-// Sample n of the run covers tokens [n*T, n*T + T + 1) of the stream (wrapping at the end,
-// window w = n mod number_of_windows); inputs are the first T, targets the last T.
-// With shuffle: true the windows of each epoch are visited in a seeded permutation.
+// text and tokens: sample n of the run covers tokens [n*T, n*T + T + 1) of the stream
+// (wrapping at the end, window w = n mod number_of_windows); inputs are the first T, targets
+// the last T. With shuffle: true the windows of each epoch are visited in a seeded permutation.
+// indexed: Megatron GPTDataset's document, sample and shuffle indices, one epoch at a time, and
+// BlendedDataset's greedy blend (core/src/data/gpt_samples.hpp); with shuffle: true the first
+// epoch's order is Megatron's for the same seed.
 // Step s's global batch is samples s*G .. s*G+G-1 (G = global batch). Micro-batch i on
 // data-parallel rank r holds samples s*G + (i*dp + r)*B + j, j in [0,B): DP = 1, 2, 4 see the
 // same global batch.

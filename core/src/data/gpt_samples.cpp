@@ -1,0 +1,141 @@
+#include "gpt_samples.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "sample_order.hpp"
+#include "triad/core/error.hpp"
+
+namespace triad::data {
+
+GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed)
+    : ds_(&ds), T_(seq_length), shuffle_(shuffle), seed_(seed) {
+  if (T_ < 1) throw std::invalid_argument("GptSamples: seq_length must be at least 1");
+  if (ds.num_sequences() > std::numeric_limits<int32_t>::max())
+    throw UserError("indexed dataset '" + ds.prefix() + "' has " +
+                    std::to_string(ds.num_sequences()) +
+                    " sequences; Megatron's document index (int32) holds at most " +
+                    std::to_string(std::numeric_limits<int32_t>::max()) +
+                    "; split it into several datasets and blend them");
+  E_ = ds.num_tokens();
+  S_ = E_ > 0 ? (E_ - 1) / T_ : 0;
+  if (S_ < 1) throw std::invalid_argument("GptSamples: the dataset is shorter than one sample");
+}
+
+GptSamples::Epoch GptSamples::epoch(int64_t e) const {
+  Epoch out;
+  build(e, out);
+  return out;
+}
+
+void GptSamples::build(int64_t e, Epoch& out) const {
+  const int64_t N = ds_->num_sequences();
+  // Epoch 0 is numpy.random.RandomState(seed): MT19937 with Knuth's 32-bit initialisation.
+  std::mt19937 rng(static_cast<uint32_t>(e == 0 ? seed_ : mix(seed_, static_cast<uint64_t>(e))));
+  out.document_index.resize(static_cast<size_t>(N));
+  std::iota(out.document_index.begin(), out.document_index.end(), int32_t{0});
+  if (shuffle_) numpy_shuffle(out.document_index, rng);
+
+  // helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1.
+  const std::vector<int32_t>& doc = out.document_index;
+  out.sample_index.assign(static_cast<size_t>(2 * (S_ + 1)), 0);
+  int64_t pos = 0, off = 0;
+  for (int64_t k = 1; k <= S_; ++k) {
+    int64_t remaining = int64_t{T_} + 1;
+    for (;;) {
+      const int64_t len = ds_->sequence_length(doc[static_cast<size_t>(pos)]) - off;
+      remaining -= len;
+      if (remaining <= 0) {
+        off += remaining + len - 1;  // sample k-1's last token, sample k's first
+        break;
+      }
+      if (++pos == N) throw std::logic_error("GptSamples: ran past the epoch's last document");
+      off = 0;
+    }
+    out.sample_index[static_cast<size_t>(2 * k)] = pos;
+    out.sample_index[static_cast<size_t>(2 * k + 1)] = off;
+  }
+
+  out.shuffle_index.clear();
+  if (shuffle_) {
+    out.shuffle_index.resize(static_cast<size_t>(S_));
+    std::iota(out.shuffle_index.begin(), out.shuffle_index.end(), int64_t{0});
+    numpy_shuffle(out.shuffle_index, rng);
+  }
+}
+
+void GptSamples::sample(int64_t n, int32_t* out) {
+  if (n < 0) throw std::out_of_range("GptSamples: negative sample " + std::to_string(n));
+  const int64_t e = n / S_, i = n % S_;
+  if (e != cached_) {
+    build(e, cache_);
+    cached_ = e;
+  }
+  const int64_t j = shuffle_ ? cache_.shuffle_index[static_cast<size_t>(i)] : i;
+  const std::vector<int64_t>& si = cache_.sample_index;
+  const std::vector<int32_t>& doc = cache_.document_index;
+  const int64_t pb = si[size_t(2 * j)], ob = si[size_t(2 * j + 1)];
+  const int64_t pe = si[size_t(2 * j + 2)], oe = si[size_t(2 * j + 3)];
+  // GPTDataset._query_document_sample_shuffle_indices: the first document from its offset,
+  // the ones between whole, the last up to and including the next sample's first token.
+  if (pb == pe) {
+    ds_->read(doc[size_t(pb)], ob, oe - ob + 1, out);
+    return;
+  }
+  int32_t* w = out;
+  for (int64_t p = pb; p <= pe; ++p) {
+    const int32_t id = doc[size_t(p)];
+    const int64_t from = p == pb ? ob : 0;
+    const int64_t count = p == pe ? oe + 1 : ds_->sequence_length(id) - from;
+    ds_->read(id, from, count, w);
+    w += count;
+  }
+  if (w - out != int64_t{T_} + 1)
+    throw std::logic_error("GptSamples: sample " + std::to_string(n) + " has " +
+                           std::to_string(w - out) + " tokens");
+}
+
+BlendOrder::BlendOrder(std::vector<double> weights) : w_(std::move(weights)) {
+  if (w_.empty()) throw std::invalid_argument("BlendOrder: no datasets");
+  double sum = 0;
+  for (double w : w_) {
+    if (!(w > 0)) throw std::invalid_argument("BlendOrder: weights must be positive");
+    sum += w;
+  }
+  for (double& w : w_) w /= sum;
+  drawn_.assign(w_.size(), 0);
+}
+
+void BlendOrder::next_chunk() {
+  begin_ = end_;
+  chunk_.resize(static_cast<size_t>(kChunk));
+  for (int64_t i = begin_; i < begin_ + kChunk; ++i) {
+    const double x = std::max(static_cast<double>(i), 1.0);
+    size_t best = 0;
+    double best_error = w_[0] * x - static_cast<double>(drawn_[0]);
+    for (size_t d = 1; d < w_.size(); ++d) {
+      const double error = w_[d] * x - static_cast<double>(drawn_[d]);
+      if (error > best_error) {
+        best_error = error;
+        best = d;
+      }
+    }
+    chunk_[size_t(i - begin_)] = {static_cast<int>(best), drawn_[best]++};
+  }
+  end_ = begin_ + kChunk;
+}
+
+BlendOrder::Pick BlendOrder::at(int64_t n) {
+  if (n < 0) throw std::out_of_range("BlendOrder: negative sample " + std::to_string(n));
+  if (n < begin_) {  // asked for an earlier chunk: replay from the start
+    std::fill(drawn_.begin(), drawn_.end(), 0);
+    begin_ = end_ = 0;
+  }
+  while (n >= end_) next_chunk();
+  return chunk_[size_t(n - begin_)];
+}
+
+}  // namespace triad::data
