@@ -33,12 +33,12 @@ TEST(DataSuite, VersionOnePluginPassesThroughTheAdapter) {
   EXPECT_THAT(out, HasSubstr("PASS v1old stage=0 dp=4 odd-sizes default gradients"));
 }
 
-// Stages 0 and 1 × dp 1, 2, 4 × 4 arenas × 3 bucket settings × 4 checks, a communicator-use case
-// per world and a ranks case per forked world; stages 2 and 3 skipped.
+// Stages 0-3 × dp 1, 2, 4 × 4 arenas × 3 bucket settings × 4 checks, a communicator-use case
+// per world and a ranks case per forked world.
 TEST(DataSuite, CorrectHostilePluginPasses) {
   std::string out;
   EXPECT_EQ(
-      run_tool(std::string(kHostile) + " --param bug=none --expect-pass 298 --expect-skip 2", &out),
+      run_tool(std::string(kHostile) + " --param bug=none --expect-pass 596 --expect-skip 0", &out),
       0)
       << out;
   EXPECT_THAT(out, HasSubstr("PASS hostile stage=1 dp=4 three-elements default owned ranges "
@@ -85,6 +85,15 @@ TEST(DataSuite, CatchesEachPlantedDefect) {
       {"no_gather",
        {"FAIL hostile stage=1 dp=2 one-tensor default parameters: rank ",
         "where every rank must hold its owner's"}},
+      {"shard_overlap",
+       {"FAIL hostile stage=2 dp=2 one-tensor default owned ranges: unit 0: rank 1 owns [0, 2050), "
+        "overlapping rank 0's [0, 2050)"}},
+      {"no_reduce",
+       {"FAIL hostile stage=2 dp=2 one-tensor default gradients: rank ",
+        "where the sum over 2 ranks and 2 micro-batches is"}},
+      {"gather_skip",
+       {"FAIL hostile stage=3 dp=2 one-tensor default parameters: rank ",
+        "where every rank must hold its owner's", "after gather_unit"}},
       {"unbounded_wait",
        {"FAIL hostile stage=0 dp=1 communicator use: hostile stage=0 dp=1 one-tensor default: "
         "waited with timeout_ms -1 (no limit), beyond the setup's timeout_ms 30000"}},
