@@ -125,6 +125,11 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
                  "seconds of silence after which a node's launcher is presumed dead")
       ->capture_default_str()
       ->check(seconds(false));
+  app.add_option("--collective-timeout", a.collective_timeout_s,
+                 "seconds one collective or point-to-point wait of a rank may take before the "
+                 "job is stopped, naming what it waited for (training.collective_timeout; "
+                 "default 300)")
+      ->check(seconds(false));
   app.add_option("--stop-grace", a.stop_grace_s,
                  "seconds between SIGTERM and SIGKILL when ranks are stopped")
       ->capture_default_str()
@@ -168,6 +173,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
         "no CONFIG given; use 'triad-launch [options] CONFIG' to train or 'triad-launch "
         "[options] --exec PROGRAM [ARGS...]' to run a program per rank (see --help)");
   }
+  if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key
+    a.sets.push_back("training.collective_timeout=" + std::to_string(*a.collective_timeout_s));
   return std::nullopt;
 }
 

@@ -97,7 +97,11 @@ DataParallelBackend::DataParallelBackend(std::shared_ptr<const LoadedPlugin> plu
       caps_(instance_.capabilities(ops_.capabilities)) {}
 
 void DataParallelBackend::check(int status, const char* what) const {
-  if (status != TRIAD_OK) throw UserError(instance_.who() + ": " + instance_.failure(status, what));
+  if (status == TRIAD_OK) return;
+  std::string msg = instance_.who() + ": " + instance_.failure(status, what);
+  if (status == TRIAD_TRANSPORT_ERR_TIMEOUT && transport_error_)
+    msg += "; the transport: " + transport_error_();
+  throw UserError(msg);
 }
 
 void DataParallelBackend::setup(const GptLayout& layout,

@@ -187,7 +187,7 @@ struct DistributedRun {
     device->to_device(scalars.data(), v.data(), v.size() * sizeof(float));
     comm.all_reduce(scalars.data(), scalars.data(), v.size(), dl_float32(), TRIAD_REDUCE_SUM,
                     device->dl_device())
-        .wait(kCollectiveTimeout);
+        .wait(timeout);
     device->to_host(v.data(), scalars.data(), v.size() * sizeof(float));
     return std::vector<double>(v.begin(), v.end());
   }
@@ -198,12 +198,13 @@ struct DistributedRun {
     Communicator& tp = *comms.tp;
     Buffer<float> all(*device, n * size_t(tp.size()), "tensor-parallel gather");
     tp.all_gather(src, all.data(), n * size_t(tp.size()), dl_float32(), device->dl_device())
-        .wait(kCollectiveTimeout);
+        .wait(timeout);
     std::vector<float> host(all.size());
     device->to_host(host.data(), all.data(), host.size() * sizeof(float));
     return host;
   }
-  static constexpr std::chrono::milliseconds kCollectiveTimeout{300000};
+  // Every wait's bound (training.collective_timeout).
+  std::chrono::milliseconds timeout{300000};
 };
 
 // The installed plugins of `kind` other than `chosen` that `can` accepts, each created with its
@@ -274,6 +275,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
                                                   const PluginLoader& loader,
                                                   const CoreServices& services, Device& device) {
   auto run = std::make_unique<DistributedRun>();
+  run->timeout = std::chrono::milliseconds(int64_t(cfg.training.collective_timeout * 1000));
   run->device = &device;
   run->scalars = Buffer<float>(device, 1, "collective scalars");
   // Load and check both plugins before connecting to anyone.
@@ -291,6 +293,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
     ops |= TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_REDUCE_SCATTER;
   if (groups.pp_size() > 1) ops |= TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_TAGS;
   run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
+  run->data->explain_failures_with([t = run->transport.get()] { return t->last_error(); });
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
                                           "transport/" + cfg.transport.name + "/");
@@ -380,7 +383,7 @@ std::vector<float> whole_model(const GPT& model, DistributedRun* dist, const flo
     dist->comms.pp
         ->all_reduce(buf.data(), buf.data(), full.size(), dl_float32(), TRIAD_REDUCE_SUM,
                      dev.dl_device())
-        .wait(DistributedRun::kCollectiveTimeout);
+        .wait(dist->timeout);
     dev.to_host(full.data(), buf.data(), full.size() * sizeof(float));
   }
   return full;
@@ -505,7 +508,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.sequence_parallel = par.sequence_parallel;
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
-  tpc.timeout = DistributedRun::kCollectiveTimeout;
+  const std::chrono::milliseconds timeout(int64_t(t.collective_timeout * 1000));
+  tpc.timeout = timeout;
   // AdamW's moments come once the data plugin says which range this rank steps.
   // ZeRO-Offload's host device: its memory is counted apart from the training device's.
   std::unique_ptr<Device> host_device;
@@ -535,12 +539,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     std::vector<std::pair<size_t, size_t>> unit_list;
     for (const ArenaRange& r : units) unit_list.emplace_back(r.begin, r.size());
     dist->data->setup(arena, unit_list, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
-                      DistributedRun::kCollectiveTimeout.count());
+                      dist->timeout.count());
 
     // Every data-parallel replica starts from its group's first rank's weights, whatever it
     // initialised or loaded.
     dpc.broadcast(model.params(), model.num_params(), dl_float32(), 0, device->dl_device())
-        .wait(DistributedRun::kCollectiveTimeout);
+        .wait(dist->timeout);
     model.sync_compute_weights();
   }
 
@@ -693,7 +697,6 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const bool holds_wte = spec.placement.has_embedding || spec.placement.has_head;
   const size_t wte_off = holds_wte ? spec.find("wte.weight").offset : 0;
   const size_t wte_n = holds_wte ? spec.find("wte.weight").numel : 0;
-  const auto timeout = DistributedRun::kCollectiveTimeout;
   auto peer_wait = [&](TransportRequest r, const char* what, int peer) {
     try {
       r.wait(timeout);

@@ -277,6 +277,10 @@ Transport::Transport(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedP
 
 Transport::~Transport() = default;
 
+std::string Transport::last_error() const {
+  return inst_->instance.last_error();
+}
+
 const std::string& Transport::name() const {
   return inst_->name;
 }

@@ -120,6 +120,32 @@ timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.
 expect_count out.d "^parameters:" 1
 pass "2 training ranks run 2 data-parallel steps; dry run prints once"
 
+# 7b. A stuck rank (SIGSTOP) ends the job within twice the collective timeout, and the error
+# names the rank the others waited for.
+start_bg "$LAUNCH" --collective-timeout 4 --stop-grace 1 --nproc-per-node 2 \
+  "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=100000 --set output.dir="$SCRATCH/stuck" \
+  >out.s 2>err.s
+job=$BG
+for _ in $(seq 300); do
+  grep -q "step  *2/" out.s err.s 2>/dev/null && break
+  sleep 0.1
+done
+worker=$(pgrep -f -- "--worker .*output.dir=$SCRATCH/stuck" | tail -1)
+[[ -n $worker ]] || fail "no training rank to stop ($(cat err.s))"
+stopped=$(pgrep -f -- "--worker .*output.dir=$SCRATCH/stuck" | while read -r p; do
+  grep -qz "^RANK=1$" /proc/$p/environ 2>/dev/null && echo $p; done | head -1)
+[[ -n $stopped ]] || fail "no rank 1 among the training ranks"
+t0=$(date +%s)
+kill -STOP "$stopped"
+wait $job
+rc=$?
+took=$(($(date +%s) - t0))
+kill -CONT "$stopped" 2>/dev/null
+[[ $rc -ne 0 ]] || fail "the job with a stopped rank exited 0"
+((took <= 8)) || fail "the job with a stopped rank took ${took} s to end (collective timeout 4 s)"
+expect err.s "waiting to (send to|receive from) rank 1" "the error naming the stopped rank 1"
+pass "a stopped rank ends the job in ${took} s (timeout 4 s), named in the error"
+
 # 8. Mistakes get one clear message and exit 2.
 "$LAUNCH" --nproc-per-node 2 --exec ./no-such-program >out.e 2>err.e
 [[ $? -eq 2 ]] || fail "a missing program did not exit 2"

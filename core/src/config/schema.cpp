@@ -89,6 +89,7 @@ std::vector<Section> build_schema() {
                .min(0),
            F("seed", TRIAD_SLOT(training.seed)),
            F("log_interval", TRIAD_SLOT(training.log_interval)).min(1),
+           F("collective_timeout", TRIAD_SLOT(training.collective_timeout)).gt(0),
            F("checkpoint_activations", TRIAD_SLOT(training.checkpoint_activations))
                .aka({"recompute_activations"}),
        }},

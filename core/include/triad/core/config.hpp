@@ -50,6 +50,11 @@ struct TrainingConfig {
   // Recompute each block's forward during backward, keeping only block inputs (Megatron's
   // --recompute-granularity full).
   bool checkpoint_activations = false;
+  // Seconds any one collective or point-to-point wait of a multi-rank run may take before the
+  // rank gives up and names what it waited for (the launcher's --collective-timeout). 300 s:
+  // past any single step of the CPU configurations here (GPT-2 small at B 4: ~5 s) and a GPU's
+  // start-up, and half PyTorch's 10-minute NCCL watchdog, so a stuck job ends in minutes.
+  double collective_timeout = 300;
 };
 
 struct OptimizerConfig {

@@ -3,6 +3,7 @@
 // data-parallel communicator lent to it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ class DataParallelBackend {
   // accounting (the ZeRO paper's): an all-reduce of n elements 2(N-1)/N n, a reduce-scatter or
   // an all-gather (N-1)/N n, a broadcast n; counted as the plugin issues its collectives.
   double take_traffic();
+  // Where a failed call's message gets the transport's own account (a timed-out wait names the
+  // operation and the peer it waited for; the plugin only sees the status).
+  void explain_failures_with(std::function<std::string()> transport_error) {
+    transport_error_ = std::move(transport_error);
+  }
 
  private:
   // The communicator the plugin borrows: the transport's, through a counting table.
@@ -51,6 +57,7 @@ class DataParallelBackend {
   static const triad_transport_ops_v1 kCountingOps;
   void check(int status, const char* what) const;
   Counted counted_;
+  std::function<std::string()> transport_error_;
   PluginInstance instance_;
   const triad_data_ops_v2& ops_;
   triad_data_caps_v1 caps_{};

@@ -120,6 +120,8 @@ class Transport {
 
   const std::string& name() const;
   const triad_transport_caps_v1& capabilities() const;
+  // The plugin's message about its last failure (e.g. which peer a timed-out wait waited for).
+  std::string last_error() const;
   // Throws UserError naming the transport and what it lacks (memory, dtype, operation).
   void check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const;
 
