@@ -120,8 +120,8 @@ timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.
 expect_count out.d "^parameters:" 1
 pass "2 training ranks run 2 data-parallel steps; dry run prints once"
 
-# 7b. A stuck rank (SIGSTOP) ends the job within twice the collective timeout, and the error
-# names the rank the others waited for.
+# 7b. A stuck rank (SIGSTOP) ends the job within twice the collective timeout, the error names
+# the rank the others waited for, and the waiting rank does not spin a core meanwhile.
 start_bg "$LAUNCH" --collective-timeout 4 --stop-grace 1 --nproc-per-node 2 \
   "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=100000 --set output.dir="$SCRATCH/stuck" \
   >out.s 2>err.s
@@ -135,8 +135,18 @@ worker=$(pgrep -f -- "--worker .*output.dir=$SCRATCH/stuck" | tail -1)
 stopped=$(pgrep -f -- "--worker .*output.dir=$SCRATCH/stuck" | while read -r p; do
   grep -qz "^RANK=1$" /proc/$p/environ 2>/dev/null && echo $p; done | head -1)
 [[ -n $stopped ]] || fail "no rank 1 among the training ranks"
+waiting=$(pgrep -f -- "--worker .*output.dir=$SCRATCH/stuck" | while read -r p; do
+  grep -qz "^RANK=0$" /proc/$p/environ 2>/dev/null && echo $p; done | head -1)
 t0=$(date +%s)
 kill -STOP "$stopped"
+# The waiting rank naps rather than spinning: under 25% of a core over 2 s of its wait.
+sleep 1
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+before=$(ticks "$waiting")
+sleep 2
+used=$(($(ticks "$waiting") - before))
+hz=$(getconf CLK_TCK)
+((used * 100 <= 25 * 2 * hz)) || fail "rank 0 used $used of $((2 * hz)) ticks while waiting"
 wait $job
 rc=$?
 took=$(($(date +%s) - t0))
@@ -144,7 +154,7 @@ kill -CONT "$stopped" 2>/dev/null
 [[ $rc -ne 0 ]] || fail "the job with a stopped rank exited 0"
 ((took <= 8)) || fail "the job with a stopped rank took ${took} s to end (collective timeout 4 s)"
 expect err.s "waiting to (send to|receive from) rank 1" "the error naming the stopped rank 1"
-pass "a stopped rank ends the job in ${took} s (timeout 4 s), named in the error"
+pass "a stopped rank ends the job in ${took} s (timeout 4 s), named in the error; the waiting rank used $used of $((2 * hz)) ticks"
 
 # 8. Mistakes get one clear message and exit 2.
 "$LAUNCH" --nproc-per-node 2 --exec ./no-such-program >out.e 2>err.e

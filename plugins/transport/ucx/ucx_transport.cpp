@@ -10,6 +10,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "algorithms.hpp"
@@ -397,8 +398,15 @@ class Ucx final : public sdk::TransportPlugin {
       // Yield on an empty poll: the rank we wait for may share this core, and then every
       // microsecond spent spinning is a microsecond of latency (measured: latency ~ spin).
       // On a free core sched_yield returns at once, so polling barely slows down.
+      // A wait that stays quiet much longer (a slow or stopped peer) naps instead, so a waiting
+      // rank does not hold a core: 100 us naps after 20 ms of silence, 1 ms after 500 ms.
+      using std::chrono::milliseconds, std::chrono::microseconds;
       if (events)
         quiet_since = now;
+      else if (now - quiet_since > milliseconds(500))
+        std::this_thread::sleep_for(milliseconds(1));
+      else if (now - quiet_since > milliseconds(20))
+        std::this_thread::sleep_for(microseconds(100));
       else if (now - quiet_since > spin_)
         sched_yield();
     }
