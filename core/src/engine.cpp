@@ -97,26 +97,33 @@ std::string mib(size_t b) {
   return buf;
 }
 
+// f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a
+// tensor: offset, numel): n elements starting k elements into the piece.
+template <class Items, class F>
+void for_each_overlap(const std::vector<ModelState::Piece>& pieces, const Items& items, F f) {
+  for (const ModelState::Piece& pc : pieces)
+    for (const auto& item : items) {
+      const size_t a = std::max(pc.arena, item.offset);
+      const size_t b = std::min(pc.arena + pc.count, item.offset + item.numel);
+      if (a < b) f(pc, item, a - pc.arena, b - a);
+    }
+}
+
 // AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; only the
 // pieces whose moments this rank keeps (its ZeRO shard; the whole arena below stage 1). In
 // mixed precision the compute copy of the weights is refreshed in the same pass.
 void adamw_step(ModelState& st, const GptLayout& arena, const OptimizerConfig& o, double lr,
                 int t) {
   Device& dev = st.device();
-  for (const ModelState::Piece& pc : st.pieces()) {
-    void* compute = st.piece_compute(pc);
-    for (const auto& p : arena.params) {
-      const size_t a = std::max(pc.arena, p.offset);
-      const size_t b = std::min(pc.arena + pc.count, p.offset + p.numel);
-      if (a >= b) continue;
-      const size_t k = a - pc.arena;  // into the piece
-      dev.adamw_update(st.piece_params(pc) + k, st.piece_grads(pc) + k, st.piece_m(pc) + k,
-                       st.piece_v(pc) + k, b - a, float(lr), float(o.adam_beta1),
-                       float(o.adam_beta2), float(o.adam_eps),
-                       p.weight_decay ? float(o.weight_decay) : 0.0f, t,
-                       compute ? advance(compute, k, st.act()) : nullptr, st.act());
-    }
-  }
+  for_each_overlap(st.pieces(), arena.params,
+                   [&](const ModelState::Piece& pc, const ParamInfo& p, size_t k, size_t n) {
+                     void* compute = st.piece_compute(pc);
+                     dev.adamw_update(st.piece_params(pc) + k, st.piece_grads(pc) + k,
+                                      st.piece_m(pc) + k, st.piece_v(pc) + k, n, float(lr),
+                                      float(o.adam_beta1), float(o.adam_beta2), float(o.adam_eps),
+                                      p.weight_decay ? float(o.weight_decay) : 0.0f, t,
+                                      compute ? advance(compute, k, st.act()) : nullptr, st.act());
+                   });
 }
 
 // ZeRO-Offload: the same update on the host: each piece's gradients down, AdamW over the host's
@@ -128,21 +135,18 @@ size_t offloaded_adamw_step(ModelState& st, const GptLayout& arena, const Optimi
   Device& host = *st.host();
   for (const ModelState::Piece& pc : st.pieces())
     dev.to_host(st.piece_host_grads(pc), st.piece_grads(pc), pc.count * sizeof(float));
-  for (const ModelState::Piece& pc : st.pieces())
-    for (const auto& p : arena.params) {
-      const size_t a = std::max(pc.arena, p.offset);
-      const size_t b = std::min(pc.arena + pc.count, p.offset + p.numel);
-      if (a >= b) continue;
-      const size_t k = a - pc.arena;
-      host.adamw_update(st.piece_master(pc) + k, st.piece_host_grads(pc) + k, st.piece_m(pc) + k,
-                        st.piece_v(pc) + k, b - a, float(lr), float(o.adam_beta1),
-                        float(o.adam_beta2), float(o.adam_eps),
-                        p.weight_decay ? float(o.weight_decay) : 0.0f, t, nullptr, DType::f32);
-    }
+  for_each_overlap(st.pieces(), arena.params,
+                   [&](const ModelState::Piece& pc, const ParamInfo& p, size_t k, size_t n) {
+                     host.adamw_update(st.piece_master(pc) + k, st.piece_host_grads(pc) + k,
+                                       st.piece_m(pc) + k, st.piece_v(pc) + k, n, float(lr),
+                                       float(o.adam_beta1), float(o.adam_beta2), float(o.adam_eps),
+                                       p.weight_decay ? float(o.weight_decay) : 0.0f, t, nullptr,
+                                       DType::f32);
+                   });
   for (const ModelState::Piece& pc : st.pieces())
     dev.to_device(st.piece_params(pc), st.piece_master(pc), pc.count * sizeof(float));
   if (st.act() != DType::f32) st.sync_compute();
-  return st.pieces_size() * sizeof(float);
+  return st.opt_count() * sizeof(float);
 }
 
 // ZeRO-2/3: a unit's gradient reduction and weight gather, through the data plugin.
@@ -794,28 +798,21 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         case TRIAD_PIPE_OPTIMIZER_STEP: {
           // The global gradient norm: every split tensor's slices, each replicated tensor once
           // per tensor group, the tied word embedding once (on the first stage).
+          // With ZeRO-2/3 this rank holds its slices of those tensors only (summed over the
+          // data-parallel group below); otherwise the whole arena.
           double sq = 0;
-          if (partitioned) {
-            // This rank's slices of those tensors, then the sum over the data-parallel group.
-            for (const ModelState::Piece& pc : state.pieces())
-              for (const TensorSpec& ts : spec.tensors) {
-                if (ts.replicated_in_tp && me.tp != 0) continue;
-                if (ts.tie_group == "wte" && pp > 1 && me.pp != 0) continue;
-                const size_t a = std::max(pc.arena, ts.offset);
-                const size_t b = std::min(pc.arena + pc.count, ts.offset + ts.numel);
-                if (a < b) sq += device->sum_squares(state.piece_grads(pc) + (a - pc.arena), b - a);
-              }
-            sq = dist->sum(*dist->comms.dp, sq);
-            if (tp > 1) sq = dist->sum(*dist->comms.tp, sq);
-            if (pp > 1) sq = dist->sum(*dist->comms.pp, sq);
-          } else if (tp == 1 && pp == 1) {
+          if (!partitioned && tp == 1 && pp == 1) {
             sq = device->sum_squares(model.grads(), model.num_params());
           } else {
-            for (const TensorSpec& ts : spec.tensors) {
-              if (ts.replicated_in_tp && me.tp != 0) continue;
-              if (ts.tie_group == "wte" && pp > 1 && me.pp != 0) continue;
-              sq += device->sum_squares(model.grads() + ts.offset, ts.numel);
-            }
+            const std::vector<ModelState::Piece> whole{{0, state.size(), 0}};
+            for_each_overlap(
+                partitioned ? state.pieces() : whole, spec.tensors,
+                [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t k, size_t n) {
+                  if (ts.replicated_in_tp && me.tp != 0) return;
+                  if (ts.tie_group == "wte" && pp > 1 && me.pp != 0) return;
+                  sq += device->sum_squares(state.piece_grads(pc) + k, n);
+                });
+            if (partitioned) sq = dist->sum(*dist->comms.dp, sq);
             if (tp > 1) sq = dist->sum(*dist->comms.tp, sq);
             if (pp > 1) sq = dist->sum(*dist->comms.pp, sq);
           }

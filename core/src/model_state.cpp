@@ -50,7 +50,6 @@ void ModelState::shard_optimizer(size_t offset, size_t count) {
     grads_ = Buffer<float>(dev_, spec_.total, "gradients");
     dev_.fill_zero(grads_.data(), spec_.total * sizeof(float));
   }
-  opt_offset_ = offset;
   pieces_ = {Piece{offset, count, 0}};
   alloc_optimizer(count);
 }
@@ -107,7 +106,6 @@ void ModelState::partition(const std::vector<ArenaRange>& units,
     params_sharded_ = true;
     sync_compute();
   }
-  opt_offset_ = 0;
   alloc_optimizer(shard_);
 }
 

@@ -65,11 +65,8 @@ class ModelState {
   float* grads() const { return grads_.data(); }
   // The activation-dtype copy of the weights in mixed precision; null in fp32.
   void* compute() const { return act_ == DType::f32 ? nullptr : compute_.data(); }
-  // AdamW's moments for the arena range [opt_offset(), opt_offset() + opt_count()) (the whole
+  // AdamW's moments: opt_count() elements, for the arena ranges of pieces() (the whole
   // arena unless sharded); null without optimizer state.
-  float* adam_m() const { return m_.data(); }
-  float* adam_v() const { return v_.data(); }
-  size_t opt_offset() const { return opt_offset_; }
   size_t opt_count() const { return opt_count_; }
   // ZeRO stage 1+: keep the moments of [offset, offset + count) only (this rank steps those).
   void shard_optimizer(size_t offset, size_t count);
@@ -129,7 +126,6 @@ class ModelState {
   Device* host() const { return host_; }
   float* piece_master(const Piece& p) const { return master_.data() + p.pos; }
   float* piece_host_grads(const Piece& p) const { return host_grads_.data() + p.pos; }
-  size_t pieces_size() const { return opt_count_; }
   float* piece_m(const Piece& p) const { return m_.data() + p.pos; }
   float* piece_v(const Piece& p) const { return v_.data() + p.pos; }
   size_t grads_size() const { return comm_ ? shard_ : spec_.total; }
@@ -176,7 +172,7 @@ class ModelState {
   Device& dev_;
   DType act_;
   Buffer<float> params_, grads_, m_, v_;
-  size_t opt_offset_ = 0, opt_count_ = 0;
+  size_t opt_count_ = 0;
   ActBuffer compute_;
   std::vector<size_t> block_offsets_;  // 12 per block, in BlockTensors order
   std::vector<Piece> pieces_;
