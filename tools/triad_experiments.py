@@ -1,0 +1,423 @@
+"""What triad-study and triad-autotune share: finding Triad's programs, running one experiment
+through triad-launch in a folder of its own, reading back its metrics, the statistics over
+repeats, the environment a result was measured in, and one-line errors for bad input.
+
+An experiment is one launch of a config with a list of `--set` overrides on a number of ranks.
+Its folder holds the run's own output (config.yaml, metrics.jsonl), the launcher's output
+(run.log) and result.json, written last: a folder with result.json is finished, which is what
+makes both tools resumable.
+"""
+import datetime
+import json
+import math
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+EXIT_BAD_INPUT = 2  # the launcher's code for refused input; the tools use it too
+
+# Per-step metrics of metrics.jsonl the tools report: key, short label, higher is better.
+METRICS = [
+    ("samples_per_s", "samples/s", True),
+    ("tokens_per_s", "tokens/s", True),
+    ("tflops_per_device", "TFLOP/s per device", True),
+    ("ms_per_step", "ms/step", False),
+    ("peak_memory_bytes", "peak memory (bytes)", False),
+]
+HIGHER_IS_BETTER = {key: higher for key, _, higher in METRICS}
+LABELS = {key: label for key, label, _ in METRICS}
+
+LAUNCHER_MODES = ("local", "slurm", "mpi")
+
+
+class BadInput(Exception):
+    """Input the user must fix: printed as one line, exit 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding programs
+
+def _search_dirs():
+    """Where Triad's programs may be: beside the running script (build/bin, or <prefix>/bin),
+    beside this module, the bin folder next to a share/triad install, then the source tree's
+    build/bin when run from tools/ directly."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else here
+    dirs = [script, here, os.path.normpath(os.path.join(here, "..", "..", "bin"))]
+    if os.path.basename(here) == "tools":
+        dirs.append(os.path.join(os.path.dirname(here), "build", "bin"))
+    return dirs
+
+
+def find_program(name):
+    """The path of a Triad program (triad-launch, triad-estimate): TRIAD_BIN_DIR if set, then
+    beside these tools, then PATH."""
+    dirs = []
+    if os.environ.get("TRIAD_BIN_DIR"):
+        dirs.append(os.environ["TRIAD_BIN_DIR"])
+    dirs += _search_dirs()
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    p = shutil.which(name)
+    if p:
+        return p
+    raise BadInput(f"cannot find {name} beside {dirs[0] if dirs else 'this tool'} or on PATH; "
+                   f"build Triad (tools/bootstrap) or set TRIAD_BIN_DIR to the folder holding it")
+
+
+def build_info():
+    """What CMake wrote beside the installed tools (source folder, version), or {}."""
+    for d in _search_dirs():
+        p = os.path.join(d, "triad-tools.json")
+        if os.path.isfile(p):
+            try:
+                return json.load(open(p))
+            except (OSError, ValueError):
+                pass
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Values and overrides
+
+def format_value(v):
+    """A YAML value as --set writes it: true/false, numbers as Python prints them, strings."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return ""
+    return str(v)
+
+
+def value_sets(key, value):
+    """--set lines for one key: a mapping value ({name: flash2, block_q: 32}) becomes one line
+    per leaf (attention.name=flash2 ...)."""
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += value_sets(f"{key}.{k}", v)
+        return out
+    if isinstance(value, list):
+        raise BadInput(f"'{key}' value {value!r} is a list; a grid value must be a scalar or a "
+                       f"mapping (give the list of values once: {key}: [a, b])")
+    return [f"{key}={format_value(value)}"]
+
+
+def short_value(v):
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{short_value(x)}" for k, x in v.items()) + "}"
+    return format_value(v)
+
+
+def slug(text):
+    """A folder name from an experiment's label: letters, digits and ._=- kept."""
+    keep = "".join(c if c.isalnum() or c in "._=-" else "_" for c in text)
+    return keep[:200] or "base"
+
+
+def flatten(tree, prefix=""):
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching
+
+def launch_command(launch, config, sets, world=1, mode="local", quiet=True, dry_run=False):
+    """The command line that runs `config` with `sets` on `world` ranks in a launcher mode:
+    local (triad-launch starts the ranks), slurm (one srun task that starts them), mpi (one
+    mpirun task per rank)."""
+    tail = [config] + (["-q"] if quiet else []) + (["--dry-run"] if dry_run else [])
+    for s in sets:
+        tail += ["--set", s]
+    if mode == "local" or dry_run:
+        return [launch, "--nproc-per-node", str(world)] + tail
+    if mode == "slurm":
+        return ["srun", "-N1", "-n1", launch, "--nproc-per-node", str(world)] + tail
+    if mode == "mpi":
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "TRIAD_JOB_TOKEN",
+                "-n", str(world), launch] + tail
+    raise BadInput(f"launcher mode '{mode}' is not one of {', '.join(LAUNCHER_MODES)}")
+
+
+def error_line(text):
+    """The line a failed launch explains itself with: its last 'error' line, else its last."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for l in reversed(lines):
+        if "error" in l.lower():
+            return l
+    return lines[-1] if lines else ""
+
+
+def dry_run(launch, config, sets, world):
+    """(ok, resolved config as a nested dict or None, the refusal line)."""
+    cmd = launch_command(launch, config, sets, world, dry_run=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        return False, None, error_line(p.stderr) or f"triad-launch --dry-run exited {p.returncode}"
+    return True, parse_dry_run(p.stdout), ""
+
+
+def parse_dry_run(text):
+    """The resolved config a dry run prints first, up to its 'layout:' line."""
+    import yaml
+    head = text.split("\nlayout:", 1)[0]
+    try:
+        return yaml.safe_load(head) or {}
+    except yaml.YAMLError:
+        return {}
+
+
+def estimate(estimator, config, sets, world, memory=None):
+    """triad-estimate's verdict for a config: (peak bytes per rank for ZeRO stages 0-3, the
+    limit in bytes, None) or (None, None, the refusal line) when the layout is invalid."""
+    cmd = [estimator, config, "--world", str(world), "--json"]
+    for s in sets:
+        cmd += ["--set", s]
+    if memory:
+        cmd += ["--memory-per-device", str(memory)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):  # 0 fits, 1 does not fit, 2 bad input
+        return None, None, error_line(p.stderr) or f"triad-estimate exited {p.returncode}"
+    j = json.loads(p.stdout)
+    peaks = [z["peak_per_rank"] for z in sorted(j["zero_stages"], key=lambda z: z["stage"])]
+    return peaks, j["limit_bytes"], None
+
+
+def classify(rc, log_text, timed_out):
+    """ok | refused (bad input for this combination) | oom (does not fit, or killed for memory)
+    | timeout | failed."""
+    low = log_text.lower()
+    if timed_out:
+        return "timeout"
+    if rc == 0:
+        return "ok"
+    if ("needs an estimated" in low or "out of memory" in low or "bad_alloc" in low
+            or "cannot allocate" in low or rc in (137, -signal.SIGKILL)):
+        return "oom"
+    if rc == EXIT_BAD_INPUT:
+        return "refused"
+    return "failed"
+
+
+def read_metrics(out_dir):
+    path = os.path.join(out_dir, "metrics.jsonl")
+    recs = []
+    if os.path.isfile(path):
+        for line in open(path):
+            line = line.strip()
+            if line:
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    pass  # a line cut short by a crash
+    return recs
+
+
+def summarize(records, warmup):
+    """One run's values: the mean of each per-step metric over the measured steps (those after
+    `warmup`), and the peak memory over every step. None when no measured step exists."""
+    measured = [r for r in records if r.get("step", 0) > warmup]
+    if not measured:
+        return None
+    out = {}
+    for key, _, _ in METRICS:
+        vals = [float(r[key]) for r in (records if key == "peak_memory_bytes" else measured)
+                if r.get(key) is not None]
+        if not vals:
+            out[key] = None
+        elif key == "peak_memory_bytes":
+            out[key] = max(vals)
+        else:
+            out[key] = sum(vals) / len(vals)
+    out["measured_steps"] = len(measured)
+    return out
+
+
+def mean_sem(values):
+    """Mean and σ of the mean (sample standard deviation / sqrt(n)); σ is 0 for one value."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None, None
+    n = len(vals)
+    m = sum(vals) / n
+    if n == 1:
+        return m, 0.0
+    var = sum((v - m) ** 2 for v in vals) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def run_experiment(launch, folder, config, sets, world, warmup, steps, mode="local",
+                   timeout=None, env=None, spec=None):
+    """Runs one experiment in `folder` (created afresh) for warmup + steps steps and writes
+    folder/result.json: status, exit code, seconds, load average, the values (summarize) and
+    the refusal or failure line. Returns that record."""
+    if os.path.exists(folder):
+        shutil.rmtree(folder)  # an unfinished earlier attempt: ours to replace
+    os.makedirs(folder)
+    out_dir = os.path.join(folder, "run")
+    all_sets = list(sets) + [f"training.train_iters={warmup + steps}", f"output.dir={out_dir}"]
+    cmd = launch_command(launch, config, all_sets, world, mode)
+    run_env = dict(os.environ if env is None else env)
+    if mode == "mpi" and "TRIAD_JOB_TOKEN" not in run_env:
+        run_env["TRIAD_JOB_TOKEN"] = secrets.token_hex(16)
+    load_before = os.getloadavg()[0]
+    t0 = time.monotonic()
+    timed_out = False
+    with open(os.path.join(folder, "run.log"), "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        # A session of its own, so a timeout stops the ranks too, not only the launcher.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
+    seconds = time.monotonic() - t0
+    text = open(os.path.join(folder, "run.log")).read()
+    status = classify(rc, text, timed_out)
+    values = summarize(read_metrics(out_dir), warmup) if status == "ok" else None
+    if status == "ok" and values is None:
+        status = "failed"  # exited 0 but measured nothing
+    message = "" if status == "ok" else (
+        f"ran past {timeout:g} s" if timed_out else error_line(text.split("\n", 1)[-1]))
+    result = {"status": status, "rc": rc, "seconds": round(seconds, 3),
+              "loadavg_before": load_before, "loadavg_after": os.getloadavg()[0],
+              "values": values, "message": message, "command": cmd, "world": world,
+              "warmup_steps": warmup, "steps": steps, "spec": spec}
+    write_json(os.path.join(folder, "result.json"), result)
+    return result
+
+
+def finished(folder, spec):
+    """The result.json of an experiment already run with the same spec, else None."""
+    path = os.path.join(folder, "result.json")
+    try:
+        result = json.load(open(path))
+    except (OSError, ValueError):
+        return None
+    return result if result.get("spec") == spec else None
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)  # never a half-written result.json
+
+
+# ---------------------------------------------------------------------------------------------
+# The environment
+
+def _first(cmd, cwd=None):
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           cwd=cwd, timeout=20)
+        return p.stdout.strip() if p.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def environment(launch):
+    """The machine, thread settings, Triad commit and library versions a result came from."""
+    info = build_info()
+    source = info.get("source_dir") or os.path.dirname(os.path.dirname(os.path.realpath(launch)))
+    env = {"time": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "host": platform.node(), "platform": platform.platform(),
+           "cpu": "", "cpus": os.cpu_count(),
+           "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+           "memory_total_bytes": None, "loadavg": list(os.getloadavg()),
+           "threads": {k: os.environ.get(k) for k in
+                       ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "UCX_TLS")},
+           "triad": {"launch": launch, "version": info.get("version", ""), "source": source,
+                     "commit": "", "dirty": None, "build_type": info.get("build_type", "")},
+           "python": platform.python_version(), "libraries": {}}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                env["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                env["memory_total_bytes"] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    # Read-only git queries (no index refresh: other work may share the checkout).
+    commit = _first(["git", "-C", source, "rev-parse", "HEAD"])
+    if commit:
+        env["triad"]["commit"] = commit
+        env["triad"]["dirty"] = bool(_first(["git", "--no-optional-locks", "-C", source,
+                                              "status", "--porcelain", "-uno"]))
+    libs = env["libraries"]
+    for mod in ("yaml", "numpy", "matplotlib"):
+        try:
+            libs[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - absent or broken: not recorded
+            pass
+    # The Debian packages the runtime links (OpenBLAS, UCX, yaml-cpp, spdlog, Boost, OpenMP).
+    dpkg = _first(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
+                   "libopenblas0*", "libucx0*", "libyaml-cpp0*", "libspdlog1*",
+                   "libboost-filesystem1*", "libgomp1", "openmpi-bin"])
+    for line in dpkg.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2].startswith("ii"):
+            libs[parts[0]] = parts[1]
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+
+class Progress:
+    """One line per experiment: [i/n] name: outcome (seconds) | ETA h:mm:ss, the ETA from the
+    mean time of the experiments run so far in this invocation; [i] and no ETA when the total
+    is not known (a search that stops early)."""
+
+    def __init__(self, total, tool):
+        self.total, self.done, self.tool = total, 0, tool
+        self.times = []
+
+    def line(self, name, outcome, seconds=None, ran=True):
+        self.done += 1
+        if ran and seconds is not None:
+            self.times.append(seconds)
+        if self.total is None:
+            took = f" ({seconds:.1f} s)" if seconds is not None and ran else ""
+            print(f"[{self.done}] {name}: {outcome}{took}", flush=True)
+            return
+        left = self.total - self.done
+        eta = ""
+        if self.times and left > 0:
+            eta = " | ETA " + str(datetime.timedelta(seconds=round(
+                left * sum(self.times) / len(self.times))))
+        took = f" ({seconds:.1f} s)" if seconds is not None and ran else ""
+        width = len(str(self.total))
+        print(f"[{self.done:>{width}}/{self.total}] {name}: {outcome}{took}{eta}", flush=True)
+
+
+def fail(tool, message):
+    """Bad input: one line on stderr, exit 2."""
+    print(f"{tool}: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
