@@ -260,8 +260,12 @@ class Agent {
       stopping_ = true;
       kill_at_ = Clock::now() + s_.stop_grace;
     }
+    if (sig == SIGKILL) killed_ = true;
     ranks_.signal(sig, /*as_stop=*/true);
   }
+  // A failure elsewhere ends the ranks at once: on SIGTERM a training rank finishes its step and
+  // saves a checkpoint (a preemption), which a job that already failed must not wait for.
+  void stop_after_failure() { begin_stop(SIGKILL); }
 
   void on_failure_known(const Failure& f) {
     if (!failure_) ack_deadline_ = Clock::now() + s_.stop_grace + 5s;
@@ -278,7 +282,7 @@ class Agent {
       // Other launchers get it in the failure they print.
       if (failure_) return;
       on_failure_known(publish(Failure{e.code, who(r) + " failed: " + report->second}));
-      begin_stop(SIGTERM);
+      stop_after_failure();
       return;
     }
     std::string what = who(r) + " " + e.how;
@@ -288,7 +292,7 @@ class Agent {
     }
     say(what + "; stopping " + (plan_.agents > 1 ? "every rank of the job" : "the other ranks"));
     on_failure_known(publish(Failure{e.code, what}));
-    begin_stop(SIGTERM);
+    stop_after_failure();
   }
 
   void reap() {
@@ -320,7 +324,7 @@ class Agent {
     if (f && !failure_) {
       say(f->desc + "; stopping the ranks of " + plan_.agent_name(plan_.agent));
       on_failure_known(*f);
-      begin_stop(SIGTERM);
+      stop_after_failure();
     }
   }
 

@@ -130,8 +130,15 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
                  "job is stopped, naming what it waited for (training.collective_timeout; "
                  "default 300)")
       ->check(seconds(false));
+  app.add_flag("--resume", a.resume,
+               "continue from the newest checkpoint in checkpoint.load (or checkpoint.save), or "
+               "from the start when there is none; metrics are appended (checkpoint.resume)");
+  app.add_flag("--overwrite", a.overwrite,
+               "train into an output.dir that already holds a run, replacing its metrics "
+               "(output.overwrite)");
   app.add_option("--stop-grace", a.stop_grace_s,
-                 "seconds between SIGTERM and SIGKILL when ranks are stopped")
+                 "seconds the ranks get after a SIGTERM/SIGINT passed on to them (to finish the "
+                 "step and save a checkpoint) before SIGKILL")
       ->capture_default_str()
       ->check(seconds(true));
   app.add_flag("--no-prefix", a.no_prefix, "do not prefix output lines with '[rank N] '");
@@ -175,6 +182,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   }
   if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key
     a.sets.push_back("training.collective_timeout=" + std::to_string(*a.collective_timeout_s));
+  if (a.resume && !exec_seen) a.sets.push_back("checkpoint.resume=true");
+  if (a.overwrite && !exec_seen) a.sets.push_back("output.overwrite=true");
   return std::nullopt;
 }
 

@@ -29,10 +29,12 @@ struct LaunchArgs {
 
   double rdzv_timeout_s = 300;     // peers must arrive within this
   double heartbeat_timeout_s = 5;  // a launcher silent this long is presumed dead
-  double stop_grace_s = 3;         // SIGTERM, then SIGKILL after this
+  double stop_grace_s = 30;        // SIGTERM, then SIGKILL after this
   // Seconds a rank's collective or point-to-point wait may take (training.collective_timeout;
   // the flag is a --set of it, so the YAML key and the flag are one setting).
   std::optional<double> collective_timeout_s;
+  // --resume / --overwrite: checkpoint.resume / output.overwrite set to true.
+  bool resume = false, overwrite = false;
   bool no_prefix = false;
 };
 

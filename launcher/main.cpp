@@ -6,13 +6,17 @@
 //   triad-launch [options] --exec PROGRAM [ARGS...]
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "agent.hpp"
 #include "cli.hpp"
 #include "plan.hpp"
 #include "spawn.hpp"
 #include "training.hpp"
+#include "triad/core/checkpoint.hpp"
 #include "triad/core/config.hpp"
 #include "triad/core/engine.hpp"
 #include "triad/core/error.hpp"
@@ -23,6 +27,16 @@ using namespace triad::launch;
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+// OpenMP threads that sleep when they wait, rather than spin, lose far less when another
+// process shares the cores, and cost little alone (README "Performance"). An OpenMP runtime
+// reads OMP_WAIT_POLICY once, as it loads before main, so a launcher started without it sets
+// it and starts itself again; ranks inherit it. A policy the user set is kept.
+void wait_passively_by_default(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only if it failed: then go on as started
 }
 
 int run(int argc, char** argv) {
@@ -49,6 +63,7 @@ int run(int argc, char** argv) {
     bool runs_rank0 = false;
     for (const RankSlot& r : plan.ranks) runs_rank0 = runs_rank0 || r.rank == 0;
     triad::check_run_paths(cfg, runs_rank0);
+    triad::check_checkpoint_to_load(cfg);
     check_memory(cfg, plan.world_size, int(plan.ranks.size()));
     program.path = self_executable();
     program.argv = {program.path, "--worker", a.config_path};
@@ -74,6 +89,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  wait_passively_by_default(argv);
   spdlog::set_pattern("[%H:%M:%S] %v");
   try {
     return run(argc, argv);

@@ -4,9 +4,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
+#include "triad/core/checkpoint.hpp"
 #include "triad/core/config.hpp"
 #include "triad/core/dist_env.hpp"
 #include "triad/core/engine.hpp"
@@ -30,9 +33,20 @@ int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
   opts.quiet = a.quiet;
   opts.dist = dist;
   const RunResult r = triad::train(cfg, opts);
+  // A run stopped by a signal ends with 128 + the signal (it did not finish), one stopped by
+  // training.exit_interval with 0 (it did what was asked), each rank alike.
+  const int code = r.stop_signal ? 128 + r.stop_signal : 0;
+  if (r.stopped_at && dist.rank == 0)
+    spdlog::info(
+        "stopped after step {} of {} ({}); {}", r.stopped_at, cfg.training.train_iters,
+        r.stop_signal ? "on " + std::string(r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+                      : "training.exit_interval " + std::to_string(cfg.training.exit_interval),
+        r.checkpoint.empty()
+            ? std::string("no checkpoint.save is set, so nothing was saved")
+            : "checkpoint saved: " + r.checkpoint + " (continue with --resume or checkpoint.load)");
   // Every rank sees the same loss; one summary is enough.
   const auto& s = r.steps;
-  if (dist.rank != 0 || s.empty()) return 0;
+  if (dist.rank != 0 || s.empty()) return code;
   // Summary: throughput excludes step 1 (warm-up: first touches of every buffer).
   double tok = 0, tfl = 0, ms = 0;
   size_t n = 0;
@@ -42,11 +56,13 @@ int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
     ms += s[i].ms;
   }
   spdlog::info(
-      "done: {} steps | loss {:.4f} -> {:.4f} | {:.1f} ms/step | {:.0f} tokens/s | "
+      "done: {} steps | loss {:.4f} -> {:.4f}{} | {:.1f} ms/step | {:.0f} tokens/s | "
       "{:.3f} TFLOP/s | peak {} | output {}",
-      s.size(), s.front().loss, s.back().loss, ms / double(n), tok / double(n), tfl / double(n),
-      mib(s.back().peak_bytes), r.output_dir);
-  return 0;
+      s.size(), s.front().loss, s.back().loss,
+      std::isfinite(r.valid_loss) ? fmt::format(" | validation loss {:.4f}", r.valid_loss)
+                                  : std::string(),
+      ms / double(n), tok / double(n), tfl / double(n), mib(s.back().peak_bytes), r.output_dir);
+  return code;
 }
 
 }  // namespace
@@ -128,6 +144,7 @@ int train_in_process(const LaunchArgs& a) {
   const Config cfg = load_config(a.config_path, a.sets, 1);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);
+  check_checkpoint_to_load(cfg);
   check_memory(cfg, 1, 1);
   return train(a, cfg, DistEnv{});
 }

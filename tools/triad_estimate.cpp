@@ -3,12 +3,14 @@
 // without allocating (triad/core/memory_plan.hpp: the engine's allocations replayed). Prints one
 // table per pipeline stage (rows: ZeRO stages 0-3, the configured one marked; columns: parameters,
 // gradients, optimizer states, activations, attention workspace, communication buffers and
-// windows, the total per rank, and the ZeRO paper's model-state formula) and ends with one line:
-// whether the configured run fits the memory limit per rank, and when it does not, the cheapest
-// change that does (a higher ZeRO stage, a smaller micro-batch, activation checkpointing).
+// windows, the total per rank, and the ZeRO paper's model-state formula), then the activations
+// and total under each training.recompute_granularity (none, selective, full), and ends with one
+// line: whether the configured run fits the memory limit per rank, and when it does not, the
+// cheapest change that does (a higher ZeRO stage, a smaller micro-batch, recomputation).
 // The limit: --memory-per-device, else what this machine has available (MemAvailable, or the
 // memory cgroup's limit where lower) shared by the job's ranks.
 // Exit 0 fits, 1 does not fit, 2 bad input (one line on stderr).
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <iostream>
@@ -62,6 +64,29 @@ std::string mib(size_t bytes) {
 
 std::string pad(const std::string& s, size_t width) {
   return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+// The configured ZeRO stage under each recompute granularity: activations and total per rank,
+// each the largest over the pipeline stages.
+struct ByRecompute {
+  std::string granularity;
+  size_t activations = 0, peak = 0;
+};
+
+std::vector<ByRecompute> by_recompute(const triad::Config& cfg, int world, bool with_host) {
+  std::vector<ByRecompute> out;
+  for (const std::string g : {"none", "selective", "full"}) {
+    triad::Config alt = cfg;
+    alt.training.recompute_granularity = g;
+    alt.training.checkpoint_activations = g == "full";
+    alt.training.recompute_activations = g == "selective";
+    const std::vector<MemoryEstimate> est = triad::estimate_memory(alt, world);
+    ByRecompute r{g};
+    for (const MemoryEstimate& e : est) r.activations = std::max(r.activations, e.activations);
+    r.peak = triad::peak_per_rank(est, with_host);
+    out.push_back(r);
+  }
+  return out;
 }
 
 nlohmann::json to_json(const MemoryEstimate& e) {
@@ -129,6 +154,7 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
   const bool fits = need <= limit;
   std::optional<triad::MemoryFix> fix;
   if (!fits) fix = triad::cheapest_memory_fix(cfg, world, limit);
+  const std::vector<ByRecompute> recompute = by_recompute(cfg, world, with_host);
 
   if (json) {
     nlohmann::json j{{"config", path},
@@ -141,7 +167,11 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
                      {"limit_bytes", limit},
                      {"fits", fits},
                      {"fix", nullptr},
+                     {"recompute_granularity", cfg.training.recompute_granularity},
+                     {"by_recompute", nlohmann::json::object()},
                      {"zero_stages", nlohmann::json::array()}};
+    for (const ByRecompute& r : recompute)
+      j["by_recompute"][r.granularity] = {{"activations", r.activations}, {"peak", r.peak}};
     for (int s = 0; s < 4; ++s) {
       nlohmann::json stages = nlohmann::json::array();
       for (const MemoryEstimate& e : all[size_t(s)]) stages.push_back(to_json(e));
@@ -163,7 +193,10 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
             << cfg.training.gradient_accumulation_steps << " | " << cfg.precision << " on "
             << cfg.device << " | pipeline " << cfg.pipeline.name << " | attention "
             << cfg.attention.name
-            << (cfg.training.checkpoint_activations ? " | activation checkpointing" : "") << "\n";
+            << (cfg.training.recompute_granularity != "none"
+                    ? " | recompute " + cfg.training.recompute_granularity
+                    : "")
+            << "\n";
   std::cout << "memory per rank in MiB at the step's peak (buffers: ZeRO windows, pipeline send "
                "copies, tensor-parallel exchange); paper: the ZeRO paper's model states, N = dp "
             << par.data_parallel_size << (world == 1 ? " (one process: nothing partitioned)" : "")
@@ -205,6 +238,13 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
     std::cout << "; s: the peak is at setup, when the whole weights exist before ZeRO "
                  "partitions them";
   if (marked_export) std::cout << "; e: the peak is output.export_hf gathering the model";
+  std::cout << "\n";
+  std::cout << "training.recompute_granularity at ZeRO stage " << configured
+            << " (activations / total per rank, MiB):";
+  for (const ByRecompute& r : recompute)
+    std::cout << (r.granularity == "none" ? " " : ", ") << r.granularity
+              << (r.granularity == cfg.training.recompute_granularity ? "*" : "") << " "
+              << mib(r.activations) << " / " << mib(r.peak);
   std::cout << "\n";
   if (cfg.zero_optimization.offload_optimizer.device == "cpu") {
     size_t host = 0;

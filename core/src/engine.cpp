@@ -3,18 +3,24 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "triad/core/attention.hpp"
+#include "triad/core/checkpoint.hpp"
 #include "triad/core/data.hpp"
 #include "triad/core/data_parallel.hpp"
 #include "triad/core/device.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/files.hpp"
 #include "triad/core/gpt_layout.hpp"
 #include "triad/core/hf.hpp"
 #include "triad/core/model.hpp"
@@ -86,6 +92,62 @@ void preflight(const Config& cfg) {
 }
 
 namespace {
+
+// SIGTERM / SIGINT during training (a SLURM preemption, Ctrl-C): the step in progress finishes,
+// the ranks agree to stop, a checkpoint is saved when checkpoint.save is set, and the run ends.
+// A second signal ends the process at once (the default action, restored by the first).
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  std::signal(sig, SIG_DFL);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGTERM, old_term_);
+    std::signal(SIGINT, old_int_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*old_term_)(int) = SIG_DFL;
+  void (*old_int_)(int) = SIG_DFL;
+};
+
+// Resuming into a run's folder: its metrics records up to the resumed step stay, later ones
+// (steps the checkpoint does not hold, about to be trained again) go. Rewritten atomically.
+void keep_metrics_until(const std::filesystem::path& file, int step) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::string kept, line;
+  int dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    int s = 0;
+    try {
+      s = nlohmann::json::parse(line).at("step").get<int>();
+    } catch (const nlohmann::json::exception&) {
+      ++dropped;  // a torn last line of a run that was killed
+      continue;
+    }
+    if (s <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  write_file_atomic(file, kept);
+  if (dropped)
+    spdlog::info("{}: kept the records up to step {}, dropped {} after it (trained again now)",
+                 file.string(), step, dropped);
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -454,7 +516,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const ProcessGroups groups(env.world_size, tp, par.pipeline_model_parallel_size, dp);
   const RankCoords me = groups.coords(env.rank);
   // Everything that can fail on bad input happens before the output folder is touched.
-  auto device = make_device(cfg.device, env.local_rank, cfg.allow_tf32);
+  auto device = make_device(cfg.device, env.local_rank, cfg.allow_tf32, cfg.device_gemm);
   const double peak_tflops =
       cfg.peak_tflops > 0 ? cfg.peak_tflops : device->peak_tflops(cfg.precision, cfg.allow_tf32);
   PluginLoader loader;
@@ -490,6 +552,28 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     for (int c = 0; c < v; ++c)
       place.chunks.push_back({(c * pp + me.pp) * chunk_layers, chunk_layers});
   const ParamSpec spec = build_param_spec(m, place);
+  // A checkpoint to start from, checked whole (its files, sizes, checksums, the model and the
+  // batch) before anything is allocated, connected or written.
+  std::unique_ptr<Checkpoint> ckpt;
+  if (const std::string dir = checkpoint_to_load(cfg); !dir.empty()) {
+    ckpt = std::make_unique<Checkpoint>(dir);
+    ckpt->check_model(m, "checkpoint.load");
+    if (ckpt->global_batch_size() != t.global_batch_size)
+      throw UserError("checkpoint.load '" + ckpt->path() + "' was saved with global_batch_size " +
+                      std::to_string(ckpt->global_batch_size()) + " but this run has " +
+                      std::to_string(t.global_batch_size) +
+                      "; the data position is counted in steps of that batch: keep "
+                      "training.global_batch_size " +
+                      std::to_string(ckpt->global_batch_size()) +
+                      " (micro batch, accumulation and layout may change)");
+    if (ckpt->step() >= t.train_iters)
+      throw UserError("checkpoint.load '" + ckpt->path() + "' is at step " +
+                      std::to_string(ckpt->step()) + ", not before training.train_iters " +
+                      std::to_string(t.train_iters) +
+                      ": nothing is left to train; raise train_iters to continue");
+    ckpt->verify();
+  }
+  const int start_step = ckpt ? ckpt->step() : 0;
   // This stage's instructions for one step (the one-stage schedule is plain gradient
   // accumulation).
   auto pplugin = loader.load("pipeline", cfg.pipeline.name);
@@ -506,6 +590,21 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     make_data_plugin(cfg, loader, services);  // a ZeRO stage it lacks is refused alike
   auto data = make_data_loader(cfg.data, m, t.micro_batch_size, t.global_batch_size,
                                cfg.data.seed ? cfg.data.seed : t.seed, me.dp, dp);
+  // Validation data (training.eval_interval): data.split's validation part, or data.valid_path
+  // whole; opened now, so a part too small is refused before anything trains.
+  std::unique_ptr<DataLoader> valid;
+  if (t.eval_interval > 0) {
+    DataConfig vd = cfg.data;
+    DataPart part = DataPart::valid;
+    if (!vd.valid_path.empty()) {
+      vd.path = vd.valid_path;
+      vd.path_list.clear();
+      vd.split.clear();
+      part = DataPart::train;  // the whole file
+    }
+    valid = make_data_loader(vd, m, t.micro_batch_size, t.global_batch_size,
+                             cfg.data.seed ? cfg.data.seed : t.seed, me.dp, dp, part);
+  }
   TensorParallel tpc;
   tpc.rank = me.tp;
   tpc.size = tp;
@@ -526,10 +625,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     if (v > 1)
       sc = {c * chunk_layers, chunk_layers, me.pp == 0 && c == 0, me.pp == pp - 1 && c == v - 1};
     chunks.push_back(std::make_unique<GPT>(m, state, tpc, attention, t.micro_batch_size,
-                                           schedule.buffers, sc, t.checkpoint_activations));
+                                           schedule.buffers, sc, recompute_of(t)));
   }
   GPT& model = *chunks[0];
-  if (!cfg.output.init_from_hf.empty()) {
+  if (ckpt) {
+    state.params_from_host(ckpt->params(spec));
+  } else if (!cfg.output.init_from_hf.empty()) {
     std::vector<float> full(model.full_layout().total);
     import_hf(cfg.output.init_from_hf, m, model.full_layout(), full.data());
     model.params_from_full(full.data());
@@ -566,6 +667,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     if (dist) dist->data->owned_range(&own_off, &own_n);
     state.shard_optimizer(own_off, own_n);
   }
+  if (ckpt) ckpt->load_optimizer(state);
   const bool partitioned = state.grads_partitioned();
   size_t offloaded_bytes = 0;  // moved each way by the offloaded optimizer steps
   // Model states against the ZeRO paper (fp32 weights, gradients and Adam's two moments; a
@@ -594,12 +696,23 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   if (dist) dist->data->take_traffic();  // from here on: the steps' own
 
   result.output_dir = cfg.output.dir;
-  std::ofstream jsonl;
+  std::optional<LineFile> jsonl;
   if (opts.write_output) {
-    fs::create_directories(cfg.output.dir);
-    std::ofstream(fs::path(cfg.output.dir) / "config.yaml") << to_yaml(cfg);
-    jsonl.open(fs::path(cfg.output.dir) / "metrics.jsonl", std::ios::trunc);
+    // A folder holding a run was refused before the ranks started unless it is resumed (then
+    // appended to) or output.overwrite (then started anew).
+    const fs::path out = cfg.output.dir, metrics = out / "metrics.jsonl";
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec)
+      throw UserError("output.dir '" + cfg.output.dir + "' cannot be created: " + ec.message());
+    const bool append = cfg.checkpoint.resume || ckpt;
+    if (append) keep_metrics_until(metrics, start_step);
+    write_file_atomic(out / "config.yaml", to_yaml(cfg));
+    jsonl.emplace(metrics, append);
   }
+  if (ckpt && !opts.quiet)
+    spdlog::info("resuming from checkpoint {} (step {}, {} samples consumed)", ckpt->path(),
+                 start_step, int64_t(start_step) * t.global_batch_size);
   if (!opts.quiet) {
     spdlog::info(
         "model: {} layers, hidden {}, {} heads, seq {}, vocab {} (padded {}), {} positions: {} "
@@ -709,7 +822,67 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                       " pipeline stage " + std::to_string(peer) + " failed: " + e.what());
     }
   };
-  for (int step = 1; step <= t.train_iters; ++step) {
+  // Validation: forward passes only, over eval_iters global batches of the validation data, the
+  // pipeline's activations passed on as in training (buffer 0; no backward follows). Evaluation
+  // `round` reads validation batches [round·eval_iters, (round+1)·eval_iters): like Megatron's
+  // validation iterator, each evaluation moves on to new samples, and the round is a function
+  // of the step, so a resumed run evaluates what the run that never stopped did.
+  const uint32_t kEvalTags = 1u << 30;
+  auto evaluate = [&](int64_t round) {
+    const size_t io = model.stage_bytes(B) / dtype_bytes(act);
+    std::vector<int32_t> in(size_t(B) * T), tg(in.size());
+    double sum = 0;
+    for (int it = 0; it < t.eval_iters; ++it)
+      for (int mb = 0; mb < accum; ++mb)
+        for (int c = 0; c < v; ++c) {
+          GPT& chunk = *chunks[size_t(c)];
+          const bool first = me.pp == 0 && c == 0, last = me.pp == pp - 1 && c == v - 1;
+          if (first || last) valid->micro_batch(round * t.eval_iters + it, mb, in.data(), tg.data());
+          if (!first)
+            peer_wait(ppc->recv(chunk.stage_io(0).input, io, dl_dtype(act), prev_stage(c).first,
+                                kEvalTags + tag_of(mb, c, 0), device->dl_device()),
+                      "receiving a validation activation from", prev_stage(c).first);
+          sum += chunk.forward(in.data(), tg.data(), B, 0);
+          if (pp > 1) device->synchronize();
+          if (!last) {
+            const auto [to, to_chunk] = next_stage(c);
+            send(chunk.stage_io(0).output, io, to, kEvalTags + tag_of(mb, to_chunk, 0));
+          }
+        }
+    for (auto& f : inflight) peer_wait(std::move(f.req), "a send to", me.pp);
+    for (auto& f : inflight) spare.push_back(std::move(f.data));
+    inflight.clear();
+    double loss = sum / (double(t.eval_iters) * accum);
+    if (pp > 1) loss = dist->sum(*dist->comms.pp, loss);
+    if (dist) loss = dist->sum(*dist->comms.dp, loss) / dp;
+    return loss;
+  };
+
+  // Checkpoints: this rank's place, and how every rank hears of every other's file.
+  CheckpointRank ck_rank;
+  ck_rank.rank = env.rank;
+  ck_rank.world = env.world_size;
+  ck_rank.coords = me;
+  ck_rank.world_gather = [&](const std::vector<uint8_t>& mine) {
+    if (!dist) return mine;
+    // Bytes as they are (a gather never computes on them), in 4-byte words on the device.
+    const size_t words = (mine.size() + 3) / 4, n = words * size_t(env.world_size);
+    std::vector<uint8_t> host(n * 4, 0);
+    std::memcpy(host.data(), mine.data(), mine.size());
+    Buffer<float> send(*device, words, "checkpoint reports"), recv(*device, n, "checkpoint reports");
+    device->to_device(send.data(), host.data(), words * 4);
+    dist->world.all_gather(send.data(), recv.data(), n, dl_float32(), device->dl_device())
+        .wait(dist->timeout);
+    device->to_host(host.data(), recv.data(), n * 4);
+    std::vector<uint8_t> all;
+    for (int r = 0; r < env.world_size; ++r)
+      all.insert(all.end(), host.begin() + long(size_t(r) * words * 4),
+                 host.begin() + long(size_t(r) * words * 4 + mine.size()));
+    return all;
+  };
+  const StopSignals stop_signals;
+  std::string last_checkpoint;
+  for (int step = start_step + 1; step <= t.train_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
     model.zero_grad();
@@ -843,9 +1016,14 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       }
     }
     loss /= accum;
-    // The last stage computed the loss; every rank reports the data-parallel mean.
-    if (pp > 1) loss = dist->sum(*dist->comms.pp, loss);
-    if (dist) loss = dist->sum(*dist->comms.dp, loss) / dp;
+    // The last stage computed the loss; every rank reports the data-parallel mean. A stop
+    // signal any rank received rides along, so that every rank stops after the same step.
+    std::vector<double> agreed{loss, double(g_stop_signal != 0)};
+    if (pp > 1) agreed = dist->sum(*dist->comms.pp, agreed);
+    if (dist) agreed = dist->sum(*dist->comms.dp, agreed);
+    if (tp > 1) agreed[1] = dist->sum(*dist->comms.tp, agreed[1]);
+    loss = agreed[0] / (dist ? dp : 1);
+    const bool stop_requested = agreed[1] > 0;
     device->synchronize();  // the step's time includes its device work
     const double ms = ms_since(t0);
     // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
@@ -862,8 +1040,21 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
       efficiency = all[0] / (pp * ms);
       stage_peak.assign(all.begin() + 1, all.end());
     }
+    // Validation every eval_interval steps, and after the last step (Megatron's end-of-training
+    // evaluation) when that is not one of them.
+    const int every_eval = t.eval_interval;
+    double valid_loss = std::nan("");
+    if (valid && (step % every_eval == 0 || step == t.train_iters)) {
+      const int64_t round = step % every_eval == 0 ? step / every_eval - 1 : step / every_eval;
+      valid_loss = evaluate(round);
+      result.valid_loss = valid_loss;
+      if (!opts.quiet)
+        spdlog::info("validation loss at step {} | loss {:.4f} | perplexity {:.3f} | {} batches",
+                     step, valid_loss, std::exp(valid_loss), t.eval_iters);
+    }
 
     StepRecord r;
+    r.valid_loss = valid_loss;
     r.step = step;
     r.loss = loss;
     r.lr = lr;
@@ -878,7 +1069,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     if (!std::isfinite(loss))
       throw UserError("loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
                       "; lower optimizer.lr or enable clip_grad");
-    if (jsonl.is_open()) {
+    if (jsonl) {
       nlohmann::json j{
           {"step", step},
           {"loss", loss},
@@ -892,7 +1083,11 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           {"pipeline_efficiency", pp > 1 ? nlohmann::json(efficiency) : nlohmann::json()},
           {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(stage_peak) : nlohmann::json()},
           {"peak_memory_bytes", r.peak_bytes}};
-      jsonl << j.dump() << "\n" << std::flush;
+      if (std::isfinite(valid_loss)) {
+        j["valid_loss"] = valid_loss;
+        j["valid_ppl"] = std::exp(valid_loss);
+      }
+      jsonl->write_line(j.dump());
     }
     if (!opts.quiet && (step % t.log_interval == 0 || step == 1 || step == t.train_iters))
       spdlog::info(
@@ -902,14 +1097,34 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
           (peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string()) +
               (pp > 1 ? fmt::format(" | pipeline {:.0f}%", 100 * efficiency) : std::string()),
           mib(r.peak_bytes));
+
+    // Megatron's --exit-interval, and a stop signal: save (when checkpoints are on) and end.
+    const bool exit_now = stop_requested || (t.exit_interval > 0 && step % t.exit_interval == 0 &&
+                                             step < t.train_iters);
+    const int every = cfg.checkpoint.save_interval;
+    if (!cfg.checkpoint.save.empty() &&
+        (step == t.train_iters || exit_now || (every > 0 && step % every == 0))) {
+      const auto s0 = std::chrono::steady_clock::now();
+      last_checkpoint = save_checkpoint(cfg, spec, state, ck_rank, step);
+      if (!opts.quiet)
+        spdlog::info("saved checkpoint {} in {:.0f} ms", last_checkpoint, ms_since(s0));
+    }
+    if (exit_now) {
+      result.stop_signal = stop_requested ? (g_stop_signal ? int(g_stop_signal) : SIGTERM) : 0;
+      result.stopped_at = step;
+      break;
+    }
   }
+  result.checkpoint = last_checkpoint;
+  if (jsonl) jsonl->close();
+  const double ran = std::max<size_t>(1, result.steps.size());
   // The tensor group's traffic per step, as counted against Megatron's formula.
   TensorTraffic counted;
   for (const auto& ch : chunks) {
     const TensorCommVolume& vol = ch->comm_volume();
-    counted.activations += vol.activations / t.train_iters;
-    counted.logits += vol.logits / t.train_iters;
-    counted.replicated_grads += vol.replicated_grads / t.train_iters;
+    counted.activations += vol.activations / ran;
+    counted.logits += vol.logits / ran;
+    counted.replicated_grads += vol.replicated_grads / ran;
   }
   result.tensor_traffic_counted = counted;
   result.tensor_traffic_formula = tensor_traffic_formula(cfg, me.pp);
@@ -918,12 +1133,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         "optimizer offloaded to the host: {} each way per step (gradients down, weights up); "
         "host memory {} (master weights and Adam moments of this rank's shard), training device "
         "peak {}",
-        mib(offloaded_bytes / size_t(t.train_iters)), mib(host_device->peak_bytes()),
+        mib(size_t(double(offloaded_bytes) / ran)), mib(host_device->peak_bytes()),
         mib(device->peak_bytes()));
   if (dist) {
     // The paper counts one forward and backward per step: 2Ψ (reduce-scatter + all-gather, or
     // an all-reduce) for stages 0-2, 3Ψ for stage 3, each times (N-1)/N in ring accounting.
-    result.zero_traffic_counted = dist->data->take_traffic() / t.train_iters;
+    result.zero_traffic_counted = dist->data->take_traffic() / ran;
     result.zero_traffic_paper = (zstage == 3 ? 3 : 2) * psi * 4 * (nd - 1) / nd;
     if (!opts.quiet)
       spdlog::info(
@@ -943,7 +1158,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         c.total(), c.activations, c.logits, c.replicated_grads, f.total(), f.activations, f.logits,
         f.replicated_grads);
   }
-  if (!cfg.output.export_hf.empty()) {
+  if (!cfg.output.export_hf.empty() && result.stopped_at == 0) {
     // Every tensor-parallel rank takes part in the gather; rank 0 writes.
     const Buffer<float> whole = state.whole_params();
     const std::vector<float> full = whole_model(model, dist.get(), whole.data());

@@ -1,11 +1,14 @@
 #include "triad/core/hf.hpp"
 
 #include <filesystem>
+
+#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "triad/core/error.hpp"
+#include "triad/core/files.hpp"
 #include "triad/core/safetensors.hpp"
 
 namespace triad {
@@ -110,31 +113,46 @@ void require_learned(const ModelConfig& m, const char* what) {
 void export_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout,
                const float* params) {
   require_learned(m, "export_hf");
-  fs::create_directories(dir);
-  std::vector<std::vector<float>> transposed;
-  transposed.reserve(layout.params.size());
-  std::vector<safetensors::TensorRef> refs;
-  for (const auto& p : layout.params) {
-    const float* src = params + p.offset;
-    if (p.is_matmul_weight) {
-      const int64_t out = p.shape[0], in = p.shape[1];
-      std::vector<float> t(p.numel);
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i) t[i * out + o] = src[o * in + i];
-      transposed.push_back(std::move(t));
-      src = transposed.back().data();
+  // Written beside the folder first, each file complete and fsynced, then moved in: a new folder
+  // by one rename, an existing one file by file (other files there are left alone). A failure
+  // (a full disk) leaves what was there before.
+  const fs::path target = fs::path(dir).lexically_normal();
+  const fs::path stage = target.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::create_directories(stage, ec);
+  if (ec) throw UserError("export_hf: cannot create '" + stage.string() + "': " + ec.message());
+  try {
+    std::vector<std::vector<float>> transposed;
+    transposed.reserve(layout.params.size());
+    std::vector<safetensors::TensorRef> refs;
+    for (const auto& p : layout.params) {
+      const float* src = params + p.offset;
+      if (p.is_matmul_weight) {
+        const int64_t out = p.shape[0], in = p.shape[1];
+        std::vector<float> t(p.numel);
+        for (int64_t o = 0; o < out; ++o)
+          for (int64_t i = 0; i < in; ++i) t[i * out + o] = src[o * in + i];
+        transposed.push_back(std::move(t));
+        src = transposed.back().data();
+      }
+      refs.push_back({kPrefix + p.name, hf_shape(p), src});
     }
-    refs.push_back({kPrefix + p.name, hf_shape(p), src});
+    safetensors::write_f32((stage / "model.safetensors").string(), refs, {{"format", "pt"}});
+    write_file_atomic(stage / "config.json", hf_config_json(m).dump(2) + "\n");
+    if (!fs::exists(target)) {
+      fs::rename(stage, target);
+    } else {
+      for (const char* f : {"model.safetensors", "config.json"}) fs::rename(stage / f, target / f);
+      fs::remove(stage);
+    }
+    fsync_dir(target.parent_path().empty() ? fs::path(".") : target.parent_path());
+  } catch (const UserError& e) {
+    fs::remove_all(stage, ec);
+    throw UserError("export_hf '" + dir + "': " + e.what());
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(stage, ec);
+    throw UserError("export_hf '" + dir + "': " + e.what());
   }
-  safetensors::write_f32((fs::path(dir) / "model.safetensors").string(), refs, {{"format", "pt"}});
-  const fs::path cfg = fs::path(dir) / "config.json";
-  const fs::path tmp = cfg.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << hf_config_json(m).dump(2) << "\n";
-    if (!out) throw UserError("export_hf: cannot write " + tmp.string());
-  }
-  fs::rename(tmp, cfg);
 }
 
 void check_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout) {

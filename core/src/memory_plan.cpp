@@ -292,12 +292,12 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
 // the next send may make some too, but when depends on the transport's timing), so the count is
 // an upper bound: a copy is kept until a later blocking receive of its stage ended no earlier than
 // the peer posted the matching one. When receives are posted comes from running the stages'
-// streams together (a forward costing its chunk's FLOPs, a backward twice that, three times with
-// recomputation; communication free). GPipe's stages thus keep all m copies; 1F1B's first stage
+// streams together (a forward costing its chunk's FLOPs, a backward twice that plus what it
+// recomputes; communication free). GPipe's stages thus keep all m copies; 1F1B's first stage
 // two, the others one.
 std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
                                       const std::vector<std::vector<double>>& fwd_cost,
-                                      bool recompute) {
+                                      const std::vector<std::vector<double>>& bwd_cost) {
   const int pp = int(streams.size());
   // A message: (receiving stage, kind 0 activation / 1 gradient, micro-batch, receiver's chunk).
   using Key = std::tuple<int, int, int, int>;
@@ -321,7 +321,6 @@ std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
       return Key{(s + 1) % pp, 0, in.micro_batch, in.chunk + (s == pp - 1)};
     return Key{(s + pp - 1) % pp, 1, in.micro_batch, in.chunk - (s == 0)};  // prev_stage
   };
-  const double backward_factor = recompute ? 3.0 : 2.0;
   for (;;) {
     int next = -1;
     for (int s = 0; s < pp; ++s) {
@@ -339,13 +338,13 @@ std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
     if (next < 0) break;  // every stream done (schedules() already refused deadlocks)
     Stage& g = st[size_t(next)];
     const triad_pipe_instr_v1& in = streams[size_t(next)].instrs[g.pc++];
-    const double f = fwd_cost[size_t(next)][size_t(std::max(0, in.chunk))];
+    const size_t chunk = size_t(std::max(0, in.chunk));
     switch (in.op) {
       case TRIAD_PIPE_FORWARD:
-        g.t += f;
+        g.t += fwd_cost[size_t(next)][chunk];
         break;
       case TRIAD_PIPE_BACKWARD:
-        g.t += backward_factor * f;
+        g.t += bwd_cost[size_t(next)][chunk];
         break;
       case TRIAD_PIPE_RECV_ACTIVATION:
       case TRIAD_PIPE_RECV_GRAD:
@@ -385,7 +384,8 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
   const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
   const int dp = std::max(1, par.data_parallel_size), v = par.virtual_pipeline_model_parallel_size;
   const int micro = cfg.training.micro_batch_size, accum = cfg.training.gradient_accumulation_steps;
-  const bool recompute = cfg.training.checkpoint_activations;
+  const Recompute recompute = recompute_of(cfg.training);
+  const bool full = recompute == Recompute::full, selective = recompute == Recompute::selective;
   const bool distributed = world_size > 1;
   const bool part_grads = distributed && zero_stage >= 2;
   const bool part_params = distributed && zero_stage >= 3;
@@ -403,10 +403,16 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
   const size_t BT = size_t(micro) * T, BTs = sp ? BT / size_t(tp) : BT;
   const size_t Cl = C / size_t(tp), Fl = 4 * C / size_t(tp);
   const size_t Hl = size_t(m.num_attention_heads / tp);
-  // alloc_block_acts: one block's activations.
+  // alloc_block_acts: one block's activations; core_acts the attention core's output and lse
+  // among them (what selective recomputation keeps one of per model chunk, in work_).
+  const size_t core_acts = BT * Cl * a /* atty */ + BT * Hl * 4 /* lse */;
   const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
-                            (gather_in ? 2 * BT * C * a : 0) + BT * 4 * Cl * a /* qkv, atty */ +
-                            BT * Hl * 4 /* lse */ + 2 * BT * Fl * a /* fch, fch_gelu */;
+                            (gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
+                            core_acts + 2 * BT * Fl * a /* fch, fch_gelu */;
+  // What a set keeps of each block beside its input, and what the recomputation shares (per
+  // model chunk).
+  const size_t kept_per_block = full ? 0 : selective ? block_acts - core_acts : block_acts;
+  const size_t recompute_work = full ? block_acts + BTs * C * a : selective ? core_acts : 0;
   // Backward scratch: dres, dln, dqkv, datty, dfch, dfch_gelu.
   const size_t scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
   const size_t exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
@@ -426,7 +432,8 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
   // Each stage's chunks and its ParamSpec (tensor rank 0).
   std::vector<ParamSpec> specs;
   std::vector<std::vector<Chunk>> stage_chunks;
-  std::vector<std::vector<double>> cost;  // forward FLOPs per chunk, for the send simulation
+  // Forward and backward FLOPs per chunk, for the send simulation.
+  std::vector<std::vector<double>> cost, bwd_cost;
   int first = 0;
   for (int st = 0; st < pp; ++st) {
     Placement place;
@@ -450,16 +457,21 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
     } else {
       chunks.push_back({0, int(specs.back().layers.size()), st == 0, st == pp - 1});
     }
-    std::vector<double> c_cost;
+    std::vector<double> c_cost, b_cost;
     const double Vl = double(specs.back().padded_vocab_size / tp);
-    for (const Chunk& c : chunks)
-      c_cost.push_back(double(BT) * (c.blocks * (24.0 * C * C / tp + 4.0 * T * C / tp) +
-                                     (c.head ? 2.0 * C * Vl : 0.0) + double(C)));
+    for (const Chunk& c : chunks) {
+      const double attention = double(BT) * c.blocks * 4.0 * T * C / tp;
+      c_cost.push_back(
+          double(BT) * (c.blocks * 24.0 * C * C / tp + (c.head ? 2.0 * C * Vl : 0.0) + double(C)) +
+          attention);
+      b_cost.push_back(2 * c_cost.back() + (full ? c_cost.back() : selective ? attention : 0.0));
+    }
     cost.push_back(c_cost);
+    bwd_cost.push_back(b_cost);
     stage_chunks.push_back(chunks);
   }
   const std::vector<int> copies =
-      pp > 1 ? simulate_send_copies(streams, cost, recompute) : std::vector<int>(size_t(pp), 0);
+      pp > 1 ? simulate_send_copies(streams, cost, bwd_cost) : std::vector<int>(size_t(pp), 0);
 
   std::vector<MemoryEstimate> out;
   for (int st = 0; st < pp; ++st) {
@@ -474,7 +486,7 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
     size_t acts = 0;
     for (const Chunk& c : chunks) {
       const size_t nl = size_t(c.blocks);
-      size_t set = nl * (BTs * C * a + (recompute ? 0 : block_acts)) + BTs * C * a /* res_out */ +
+      size_t set = nl * (BTs * C * a /* res_in */ + kept_per_block) + BTs * C * a /* res_out */ +
                    (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
       if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
       if (c.head) {
@@ -482,7 +494,7 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
         set += BTs * C * a + (gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
                2 * BT * 4 + (vocab_parallel_ce ? 3 * BT * 4 : 0);
       }
-      acts += size_t(sets) * set + (recompute ? block_acts + BTs * C * a : 0) + scratch;
+      acts += size_t(sets) * set + recompute_work + scratch;
       e.workspace += ws;
       e.tensor_exchange += exchange;
     }
@@ -567,8 +579,17 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
 struct Candidate {
   int stage;
   int micro;
-  bool ckpt;
+  Recompute recompute;
 };
+
+// Recomputation's cost, cheapest first: selective reruns the attention core, full whole blocks.
+int recompute_cost(Recompute r) {
+  return r == Recompute::none ? 0 : r == Recompute::selective ? 1 : 2;
+}
+
+const char* granularity_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
 
 }  // namespace
 
@@ -596,31 +617,32 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
                                              size_t limit_bytes) {
   const Plugins plugins(cfg);
   const int s0 = cfg.zero_optimization.stage, b0 = cfg.training.micro_batch_size;
-  const bool c0 = cfg.training.checkpoint_activations;
+  const Recompute c0 = recompute_of(cfg.training);
   const int dp = std::max(1, cfg.parallel.data_parallel_size);
   const int per_rank = cfg.training.global_batch_size / dp;  // micro x accumulation
   // The choices of each knob, cheapest first: ZeRO stages above the configured one (only where
   // there is a data-parallel group to partition over), smaller micro-batches that divide the
-  // per-rank batch (largest first), checkpointing.
+  // per-rank batch (largest first), recomputation (selective, then full).
   std::vector<int> stages{s0}, micros{b0};
-  std::vector<bool> ckpts{c0};
+  std::vector<Recompute> ckpts{c0};
   if (world_size > 1 && dp > 1)
     for (int s = s0 + 1; s <= 3; ++s) stages.push_back(s);
   for (int b = b0 - 1; b >= 1; --b)
     if (per_rank % b == 0) micros.push_back(b);
-  if (!c0) ckpts.push_back(true);
+  if (c0 == Recompute::none) ckpts.push_back(Recompute::selective);
+  if (c0 != Recompute::full) ckpts.push_back(Recompute::full);
   // One knob changed, then two, then all three; among those, the knobs in that order (stage,
   // micro-batch, checkpointing; stage + micro-batch, stage + checkpointing, micro-batch +
-  // checkpointing), then the lower stage and the larger micro-batch.
+  // checkpointing), then the lower stage, the larger micro-batch and the cheaper recomputation.
   std::vector<Candidate> order;
-  for (bool ck : ckpts)
+  for (Recompute ck : ckpts)
     for (int b : micros)
       for (int s : stages)
         if (s != s0 || b != b0 || ck != c0) order.push_back({s, b, ck});
   const auto key = [&](const Candidate& c) {
-    const int mask = (c.stage != s0) * 1 + (c.micro != b0) * 2 + (c.ckpt != c0) * 4;
+    const int mask = (c.stage != s0) * 1 + (c.micro != b0) * 2 + (c.recompute != c0) * 4;
     const int changed = (mask & 1) + ((mask >> 1) & 1) + ((mask >> 2) & 1);
-    return std::tuple{changed, mask, c.stage, -c.micro};
+    return std::tuple{changed, mask, c.stage, -c.micro, recompute_cost(c.recompute)};
   };
   std::sort(order.begin(), order.end(),
             [&](const Candidate& x, const Candidate& y) { return key(x) < key(y); });
@@ -629,7 +651,9 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
     alt.zero_optimization.stage = c.stage;
     alt.training.micro_batch_size = c.micro;
     alt.training.gradient_accumulation_steps = per_rank / c.micro;
-    alt.training.checkpoint_activations = c.ckpt;
+    alt.training.recompute_granularity = granularity_name(c.recompute);
+    alt.training.checkpoint_activations = c.recompute == Recompute::full;
+    alt.training.recompute_activations = c.recompute == Recompute::selective;
     size_t bytes = 0;
     try {
       bytes = peak_per_rank(estimate(alt, world_size, c.stage, plugins), alt.device == "cpu");
@@ -653,7 +677,13 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
       fix.sets.push_back("training.gradient_accumulation_steps=" +
                          std::to_string(per_rank / c.micro));
     }
-    if (c.ckpt != c0) add("training.checkpoint_activations=true", "activation checkpointing");
+    if (c.recompute != c0) {
+      add(std::string("training.recompute_granularity=") + granularity_name(c.recompute),
+          c.recompute == Recompute::full ? "activation checkpointing (full recomputation)"
+                                         : "selective recomputation (the attention core)");
+      // The shorthand of the configured granularity would contradict the new one.
+      if (c0 == Recompute::selective) fix.sets.push_back("training.recompute_activations=false");
+    }
     return fix;
   }
   return std::nullopt;

@@ -69,7 +69,7 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
 
 GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
          AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk,
-         bool recompute)
+         Recompute recompute)
     : cfg_(cfg),
       state_(state),
       dev_(state.device()),
@@ -121,11 +121,14 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
     lnf_b_ = spec.find("ln_f.bias").offset;
   }
   pipelined_ = !(has_embedding_ && has_head_);
-  if (recompute_) {
+  if (recompute_ == Recompute::full) {
     alloc_block_acts(work_);
     recompute_out_ =
         ActBuffer(dev_, (sp_ ? size_t(maxB_) * T_ / tp_.size : size_t(maxB_) * T_) * size_t(C_),
                   act_, "activations");
+  } else if (recompute_ == Recompute::selective) {
+    work_.atty = ActBuffer(dev_, size_t(maxB_) * T_ * Cl_, act_, "activations");
+    work_.lse = Buffer<float>(dev_, size_t(maxB_) * T_ * Hl_, "activations");
   }
   for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
   const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
@@ -150,7 +153,7 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
 }
 
-void GPT::alloc_block_acts(LayerActs& a) {
+void GPT::alloc_block_acts(LayerActs& a, bool core) {
   const size_t BT = size_t(maxB_) * T_, C = C_;
   const size_t BTs = sp_ ? BT / tp_.size : BT;
   a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
@@ -158,8 +161,10 @@ void GPT::alloc_block_acts(LayerActs& a) {
   a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
   if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
   a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
-  a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
-  a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+  if (core) {
+    a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
+    a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+  }
   a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
   a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
   a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
@@ -176,9 +181,10 @@ GPT::ActSet GPT::make_act_set() {
   s.layers.resize(static_cast<size_t>(chunk_.blocks));
   for (auto& a : s.layers) {
     a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
-    // With activation recomputation a set keeps each block's input only; the rest lives in
-    // work_, rewritten by each block's forward and recomputed before its backward.
-    if (!recompute_) alloc_block_acts(a);
+    // With full recomputation a set keeps each block's input only; the rest lives in work_,
+    // rewritten by each block's forward and recomputed before its backward. Selective
+    // recomputation keeps all but the attention core's output (work_ again).
+    if (recompute_ != Recompute::full) alloc_block_acts(a, recompute_ == Recompute::none);
   }
   s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
   if (s.layers.empty()) s.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
@@ -282,17 +288,18 @@ std::vector<float> GPT::grads_to_full() const {
 struct GPT::AttnViews {
   HeadView q, k, v, out;
   LseView lse;
-  AttnViews(LayerActs& a, int B, int T, int H, int C, DLDevice d, DType act)
+  // a: the block's qkv; core: where its attention output and lse are (attention_core(a)).
+  AttnViews(LayerActs& a, LayerActs& core, int B, int T, int H, int C, DLDevice d, DType act)
       : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d, act),
         k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d, act),
         v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d, act),
-        out(a.atty.data(), B, T, H, C / H, C, 0, d, act),
-        lse(a.lse.data(), B, H, T, d) {}
+        out(core.atty.data(), B, T, H, C / H, C, 0, d, act),
+        lse(core.lse.data(), B, H, T, d) {}
 };
 
 void GPT::attention_forward(LayerActs& a, int B) {
   const int D = C_ / H_;
-  AttnViews w(a, B, T_, Hl_, Cl_, dev_.dl_device(), act_);
+  AttnViews w(a, attention_core(a), B, T_, Hl_, Cl_, dev_.dl_device(), act_);
   triad_attention_fwd_args_v1 args{&w.q.t,
                                    &w.k.t,
                                    &w.v.t,
@@ -308,7 +315,7 @@ void GPT::attention_forward(LayerActs& a, int B) {
 void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
   const int D = C_ / H_, Cl = Cl_, Hl = Hl_;
   const DLDevice d = dev_.dl_device();
-  AttnViews w(a, B, T_, Hl, Cl, d, act_);
+  AttnViews w(a, attention_core(a), B, T_, Hl, Cl, d, act_);
   HeadView dout(datty, B, T_, Hl, D, Cl, 0, d, act_);
   HeadView dq(dqkv, B, T_, Hl, D, 3 * Cl, 0, d, act_);
   HeadView dk(dqkv, B, T_, Hl, D, 3 * Cl, Cl, d, act_);
@@ -429,7 +436,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
-  LayerActs& a = recompute_ ? work_ : s.layers[i];
+  LayerActs& a = recompute_ == Recompute::full ? work_ : s.layers[i];
   const void* in = s.layers[i].res_in.data();  // the block's input
   const BlockParams p = state_.block_params(chunk_.first_block + i);
   dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
@@ -446,7 +453,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   }
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-  row_parallel_forward(out, a.atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
+  row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
   dev_.residual_forward(a.res_mid.data(), in, out, size_t(Ns) * C, act_);
   dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
                          p.ln2_w, p.ln2_b, Ns, C, eps, act_);
@@ -560,8 +567,9 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
   const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
-  if (recompute_) block_forward(i, s, recompute_out_.data());  // this block's activations again
-  LayerActs& a = recompute_ ? work_ : s.layers[i];
+  const bool full = recompute_ == Recompute::full;
+  if (full) block_forward(i, s, recompute_out_.data());  // this block's activations again
+  LayerActs& a = full ? work_ : s.layers[i];
   const void* in = s.layers[i].res_in.data();
   const BlockParams p = state_.block_params(chunk_.first_block + i);
   const BlockGrads g = state_.block_grads(chunk_.first_block + i);
@@ -578,8 +586,11 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_);
   // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
-  row_parallel_backward(datty_.data(), dres_.data(), a.atty.data(), p.attn_proj_w, g.attn_proj_w,
-                        g.attn_proj_b, N, Cl);
+  // Selective recomputation: the attention core's output and lse again, from the kept (rotated)
+  // q, k and v; the same plugin call on the same inputs, so the same bits.
+  if (recompute_ == Recompute::selective) attention_forward(a, B);
+  row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
+                        g.attn_proj_w, g.attn_proj_b, N, Cl);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
   if (rope_) {
     dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,

@@ -8,6 +8,7 @@
 #include <set>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,7 +196,8 @@ std::vector<float> TensorData::to_f32() const {
                     " bytes, not a whole number of elements");
   std::vector<float> out(bytes.size() / elem);
   if (dtype == "F32") {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    // An empty tensor's data() may be null, which memcpy must never be given.
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;
   }
   for (size_t i = 0; i < out.size(); ++i) {
@@ -206,9 +208,20 @@ std::vector<float> TensorData::to_f32() const {
   return out;
 }
 
-File read(const std::string& path) {
-  const Reader r(path);
-  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+namespace {
+
+// What the header says: the tensors (without their bytes) and where the data region begins.
+struct Parsed {
+  File file;  // tensors' dtype and shape; bytes left empty
+  std::vector<Entry> entries;
+  uint64_t data_begin = 0, file_size = 0;
+};
+
+// Opens `path` into fd and checks everything but the tensor bytes themselves.
+Parsed parse(const Reader& r, const std::string& path, Fd& fd) {
+  // Non-blocking: a FIFO would otherwise wait for a writer forever before the type check below
+  // refuses it (O_NONBLOCK changes nothing for a regular file's reads).
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd.fd < 0)
     r.fail(std::string("cannot be opened: ") + std::strerror(errno) + "; check the path");
   struct stat st {};
@@ -234,29 +247,57 @@ File read(const std::string& path) {
   }
   if (!header.is_object()) r.fail("has a header that is not a JSON object");
 
-  File f;
-  std::vector<Entry> entries;
+  Parsed p;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) r.fail("header: __metadata__ is " + v.dump() + ", not an object");
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string())
           r.fail("header: __metadata__ '" + k + "' is " + s.dump() + ", not a string");
-        f.metadata[k] = s.get<std::string>();
+        p.file.metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    entries.emplace_back();
-    f.tensors[name] = parse_tensor(r, name, v, entries.back());
+    p.entries.emplace_back();
+    p.file.tensors[name] = parse_tensor(r, name, v, p.entries.back());
   }
-  const uint64_t data_begin = 8 + n, data_size = file_size - data_begin;
-  check_tiling(r, entries, data_size, file_size, n);
-  for (const Entry& e : entries) {
-    auto& bytes = f.tensors[e.name].bytes;
+  p.data_begin = 8 + n;
+  p.file_size = file_size;
+  check_tiling(r, p.entries, file_size - p.data_begin, file_size, n);
+  return p;
+}
+
+}  // namespace
+
+File read(const std::string& path) {
+  const Reader r(path);
+  Fd fd;
+  Parsed p = parse(r, path, fd);
+  for (const Entry& e : p.entries) {
+    auto& bytes = p.file.tensors[e.name].bytes;
     bytes.resize(e.end - e.begin);
-    r.read_at(fd.fd, bytes.data(), bytes.size(), data_begin + e.begin);
+    r.read_at(fd.fd, bytes.data(), bytes.size(), p.data_begin + e.begin);
   }
-  return f;
+  return std::move(p.file);
+}
+
+Mapped::Mapped(const std::string& path) {
+  const Reader r(path);
+  Fd fd;
+  Parsed p = parse(r, path, fd);
+  size_ = p.file_size;
+  void* at = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (at == MAP_FAILED) r.fail(std::string("cannot be mapped: ") + std::strerror(errno));
+  base_ = static_cast<const uint8_t*>(at);
+  metadata_ = std::move(p.file.metadata);
+  for (const Entry& e : p.entries) {
+    const TensorData& t = p.file.tensors[e.name];
+    tensors_[e.name] = {t.dtype, t.shape, base_ + p.data_begin + e.begin, e.end - e.begin};
+  }
+}
+
+Mapped::~Mapped() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 void write_f32(const std::string& path, const std::vector<TensorRef>& tensors,

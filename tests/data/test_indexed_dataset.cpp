@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -294,6 +295,29 @@ TEST_F(GptSampleIndices, HandComputedWithMegatronShuffle) {
     EXPECT_EQ(out, o2) << "sample " << n;
   }
   EXPECT_NE(s.epoch(1).document_index, e.document_index);  // epoch 1 is shuffled anew
+}
+
+// A part of data.split: documents [1, 3) (lengths 5, 2; E 7), T 2: S = 3 samples over the
+// stream 200..204 | 300 301, as Megatron's GPTDataset builds them for documents arange(1, 3).
+TEST_F(GptSampleIndices, DocumentRangeOfASplit) {
+  IndexedDataset ds(prefix());
+  data::GptSamples s(ds, 2, false, 1234, 1, 3);
+  EXPECT_EQ(s.samples_per_epoch(), 3);
+  EXPECT_EQ(s.tokens_per_epoch(), 7);
+  const auto e = s.epoch(0);
+  EXPECT_THAT(e.document_index, ElementsAre(1, 2));
+  EXPECT_THAT(e.sample_index, ElementsAre(0, 0, 0, 2, 0, 4, 1, 1));
+  std::vector<int32_t> out(3);
+  s.sample(0, out.data());
+  EXPECT_THAT(out, ElementsAre(200, 201, 202));
+  s.sample(2, out.data());
+  EXPECT_THAT(out, ElementsAre(204, 300, 301));
+  // Shuffled: RandomState(3).shuffle(arange(1, 3)) draws as for arange(2) and keeps the ids.
+  data::GptSamples shuffled(ds, 2, true, 3, 1, 3);
+  const auto se = shuffled.epoch(0);
+  std::vector<int32_t> ids(se.document_index);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_THAT(ids, ElementsAre(1, 2));
 }
 
 TEST_F(GptSampleIndices, EmptyDocumentsAreSkipped) {

@@ -265,3 +265,57 @@ TEST_F(TextLoader, ShortestPossibleFileHasOneWindow) {
 
 }  // namespace
 }  // namespace triad
+
+namespace triad {
+namespace {
+
+// Megatron's get_split_indices: round(w/sum · n) per part, Python's rounding, the parts moved
+// so that they end at n.
+TEST(DataSplit, MegatronRule) {
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(split_range("969,30,1", 1000, DataPart::train), P(0, 969));
+  EXPECT_EQ(split_range("969,30,1", 1000, DataPart::valid), P(969, 999));
+  EXPECT_EQ(split_range("969, 30, 1", 1000, DataPart::test), P(999, 1000));
+  // 124 · 0.969 = 120.16 → 120, 124 · 0.03 = 3.72 → 4, 0.124 → 0.
+  EXPECT_EQ(split_range("969,30,1", 124, DataPart::valid), P(120, 124));
+  EXPECT_EQ(split_range("969,30,1", 124, DataPart::test), P(124, 124));
+  // 10/3 → 3 each, 9 in all: every boundary moves up by one.
+  EXPECT_EQ(split_range("1,1,1", 10, DataPart::train), P(0, 4));
+  EXPECT_EQ(split_range("1,1,1", 10, DataPart::valid), P(4, 7));
+  EXPECT_EQ(split_range("1/1/1", 10, DataPart::test), P(7, 10));
+  // 2.5 rounds to 2 (half to even), then the parts move up by one.
+  EXPECT_EQ(split_range("1,1", 5, DataPart::train), P(0, 3));
+  EXPECT_EQ(split_range("1,1", 5, DataPart::valid), P(3, 5));
+  EXPECT_EQ(split_range("", 7, DataPart::train), P(0, 7));
+  EXPECT_EQ(split_range("", 7, DataPart::valid), P(7, 7));
+  for (const char* bad : {"a,b", "1,2,3,4", "0,0,0", "-1,2", "1,,2x"})
+    EXPECT_THAT(user_error([&] { split_range(bad, 10, DataPart::train); }),
+                HasSubstr("data.split '" + std::string(bad) + "'"))
+        << bad;
+}
+
+// Training and validation read disjoint windows that together are the file's.
+TEST_F(TextLoader, SplitPartsAreDisjoint) {
+  DataConfig d;
+  d.kind = "text";
+  d.path = path_;
+  d.split = "90,10,0";  // 124 windows: 112 | 12 | 0
+  ModelConfig m;
+  m.seq_length = kT;
+  m.vocab_size = 256;
+  std::set<int> seen[2];
+  for (int part = 0; part < 2; ++part) {
+    auto l = make_data_loader(d, m, 1, 1, 1234, 0, 1, DataPart(part));
+    for (int64_t s = 0; s < 200; ++s) seen[part].insert(window_of_.at(rows(*l, s, 0, 1)[0].first));
+  }
+  EXPECT_EQ(seen[0].size(), 112u);
+  EXPECT_EQ(*seen[0].rbegin(), 111);
+  EXPECT_EQ(seen[1].size(), 12u);
+  EXPECT_EQ(*seen[1].begin(), 112);
+  d.split = "100,0,0";
+  EXPECT_THAT(user_error([&] { make_data_loader(d, m, 1, 1, 1234, 0, 1, DataPart::valid); }),
+              HasSubstr("leaves the validation part of text file"));
+}
+
+}  // namespace
+}  // namespace triad

@@ -2,7 +2,8 @@
 # The memory estimator (triad-estimate, triad/core/memory_plan.hpp) against the peaks the engine
 # measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
 # dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
-# chunks; optimizer offload; activation checkpointing; flash2), each checked against
+# chunks; optimizer offload; activation recomputation, full and selective, also under tp 2 and
+# pp 2; flash2), each checked against
 # triad-estimate's total per rank
 # at the configured stage: within 10% of the run's peak_memory_bytes (rank 0) and, with pp > 1,
 # of each stage's stage_peak_memory_bytes. Prints estimate, measured and ratio for each.
@@ -63,6 +64,12 @@ run z3tp2dp2off 4 $(z 3) "${tp2[@]}" "${off[@]}"
 # Activation checkpointing, and the flash2 plugin's workspace.
 run z0dp2ck 2 $(z 0) --set training.checkpoint_activations=true
 run z3dp2ck 2 $(z 3) --set training.checkpoint_activations=true
+sel=(--set training.recompute_granularity=selective)
+run z0dp2sel 2 $(z 0) "${sel[@]}"
+run z0tp2sel 2 $(z 0) --set parallel.tensor_model_parallel_size=2 \
+  --set parallel.sequence_parallel=true "${sel[@]}"
+run z0pp2sel 2 $(z 0) "${pp2[@]}" "${sel[@]}"
+run z0pp2ck 2 $(z 0) "${pp2[@]}" --set training.recompute_granularity=full
 run z2dp2flash2 2 $(z 2) --set attention.name=flash2 --set model.position_embedding=rope
 
 "$PY" - "$WORK" <<'PYEOF'

@@ -53,6 +53,10 @@ expect_error out_of_range "num_layers" "$BASE" --set model.num_layers=0
 expect_error inconsistent_batch "global_batch_size" "$BASE" --set training.global_batch_size=7 \
   --set training.gradient_accumulation_steps=2
 expect_error unknown_plugin "flash9" "$BASE" --set attention=flash9
+expect_error recompute_conflict "training.checkpoint_activations true means 'full'" "$BASE" \
+  --set training.recompute_granularity=selective --set training.checkpoint_activations=true
+expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
+  --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
 printf 'abc' > "$WORK/odd.bin"
 expect_error truncated_tokens "odd.bin" "$BASE" --set data.kind=tokens --set data.path="$WORK/odd.bin"

@@ -236,31 +236,96 @@ TEST(Engine, FlashBackendsReproduceNaiveLosses) {
   }
 }
 
-// Activation recomputation reruns each block's forward before its backward from the block's
-// kept input: the same kernels on the same inputs, so the loss sequence is bit-identical, with
-// less activation memory (learned and rotary positions, gradient accumulation 2).
-TEST(Engine, RecomputedActivationsGiveTheSameLossesWithLessMemory) {
+// Activation recomputation reruns the same plugin and kernel calls on the same inputs in backward,
+// so the loss sequence is bit-identical to the run without it, for every attention plugin (flash2
+// with rotary positions, the others learned ones), with gradient accumulation 2 (two micro-batches
+// through the same recomputation buffers). Full keeps each block's input only; selective drops
+// each block's attention output (B,T,C) and lse (B,H,T) for one pair all blocks share, exactly.
+class RecomputeTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(RecomputeTest, SameLossesWithLessMemory) {
   TrainOptions o;
   o.quiet = true;
   o.write_output = false;
-  for (const char* pos : {"learned", "rope"}) {
-    auto run = [&](bool recompute) {
+  const std::string attn = GetParam();
+  const int B = 4, T = 64, C = 128, H = 4, L = 4;
+  {
+    const char* pos = attn == "flash2" ? "rope" : "learned";
+    auto run = [&](const std::string& granularity) {
       const Config c = load_config(
           tiny(),
-          {"training.train_iters=8", "training.gradient_accumulation_steps=2",
-           "training.micro_batch_size=8", std::string("model.position_embedding=") + pos,
-           std::string("training.checkpoint_activations=") + (recompute ? "true" : "false")},
+          {"training.train_iters=3", "training.gradient_accumulation_steps=2",
+           "training.micro_batch_size=" + std::to_string(B),
+           "model.num_layers=" + std::to_string(L), std::string("model.position_embedding=") + pos,
+           "attention=" + attn, "training.recompute_granularity=" + granularity},
           1);
+      EXPECT_EQ(c.model.seq_length, T);
       return train(c, o);
     };
-    const auto plain = run(false), recomputed = run(true);
-    ASSERT_EQ(plain.steps.size(), recomputed.steps.size());
-    for (size_t i = 0; i < plain.steps.size(); ++i) {
-      EXPECT_EQ(plain.steps[i].loss, recomputed.steps[i].loss) << pos << " step " << i + 1;
-      EXPECT_EQ(plain.steps[i].grad_norm, recomputed.steps[i].grad_norm)
-          << pos << " step " << i + 1;
+    const auto plain = run("none"), full = run("full"), selective = run("selective");
+    for (const auto* r : {&full, &selective}) {
+      const char* what = r == &full ? "full" : "selective";
+      ASSERT_EQ(plain.steps.size(), r->steps.size());
+      for (size_t i = 0; i < plain.steps.size(); ++i) {
+        EXPECT_EQ(plain.steps[i].loss, r->steps[i].loss) << pos << " " << what << " step " << i + 1;
+        EXPECT_EQ(plain.steps[i].grad_norm, r->steps[i].grad_norm)
+            << pos << " " << what << " step " << i + 1;
+      }
     }
-    EXPECT_LT(recomputed.steps.back().peak_bytes, plain.steps.back().peak_bytes * 3 / 4) << pos;
+    // One activation set (accumulation is the one-stage schedule). Per block, fp32: ln1, res_mid,
+    // ln2 (N,C) and their statistics (4N), qkv (N,3C), the attention output (N,C) and lse
+    // (N,H), fch and its GELU (N,4C). Full keeps res_in alone of all that, but one block's worth
+    // and its output (N,C) as work space; selective keeps one attention output and lse of L.
+    const size_t N = size_t(B) * T, block = N * (15 * C + H + 4) * 4, core = N * (C + H) * 4;
+    const size_t none_peak = plain.steps.back().peak_bytes;
+    EXPECT_EQ(none_peak - full.steps.back().peak_bytes, (L - 1) * block - N * C * 4) << pos;
+    EXPECT_EQ(none_peak - selective.steps.back().peak_bytes, (L - 1) * core) << pos;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, RecomputeTest, testing::Values("naive", "flash1", "flash2"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// recompute_granularity and its shorthands: checkpoint_activations is full and
+// recompute_activations selective (Megatron's --recompute-activations), the three keys agree
+// once checked, and two that ask for different granularities are one error naming both.
+TEST(Recompute, GranularityAndItsShorthands) {
+  auto granularity = [](std::vector<std::string> sets) {
+    const Config c = load_config(tiny(), sets, 1);
+    EXPECT_EQ(c.training.checkpoint_activations, c.training.recompute_granularity == "full");
+    EXPECT_EQ(c.training.recompute_activations, c.training.recompute_granularity == "selective");
+    return c.training.recompute_granularity;
+  };
+  EXPECT_EQ(granularity({}), "none");
+  EXPECT_EQ(granularity({"training.checkpoint_activations=true"}), "full");
+  EXPECT_EQ(granularity({"training.recompute_activations=true"}), "selective");
+  EXPECT_EQ(granularity({"training.recompute_granularity=selective"}), "selective");
+  EXPECT_EQ(
+      granularity({"training.recompute_granularity=full", "training.checkpoint_activations=true"}),
+      "full");
+  // A switch set to false asks for nothing.
+  EXPECT_EQ(
+      granularity({"training.recompute_granularity=full", "training.checkpoint_activations=false"}),
+      "full");
+  EXPECT_EQ(recompute_of(load_config(tiny(), {"training.recompute_activations=true"}, 1).training),
+            Recompute::selective);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"training.checkpoint_activations=true",
+                                 "training.recompute_granularity=selective"},
+        {"training.recompute_activations=true", "training.recompute_granularity=full"},
+        {"training.checkpoint_activations=true", "training.recompute_activations=true"},
+        {"training.recompute_granularity=none", "training.checkpoint_activations=true"}}) {
+    try {
+      load_config(tiny(), bad, 1);
+      ADD_FAILURE() << "no error for " << bad[0] << " with " << bad[1];
+    } catch (const UserError& e) {
+      const std::string m = e.what();
+      for (const std::string& set : bad) {
+        const std::string key = set.substr(0, set.find('='));
+        EXPECT_NE(m.find(key), std::string::npos) << m;
+      }
+      EXPECT_NE(m.find("keep one of them"), std::string::npos) << m;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include "../data/blend.hpp"
 #include "schema.hpp"
 #include "triad/core/device.hpp"
+#include "triad/core/data.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::config_detail {
@@ -103,6 +104,27 @@ void check_training(const Config& c, const Checker& k) {
     fail("data.path is required for data.kind '" + d.kind + "' (" + k.at("data.kind") +
          "); give the file to read, e.g. data: {kind: " + d.kind + ", path: " +
          (d.kind == "text" ? "corpus.txt" : "train.bin") + "}, or use kind: synthetic");
+  if (d.tokenizer == "gpt2" && d.kind != "text")
+    fail("data.tokenizer gpt2 (" + k.at("data.tokenizer") + ") tokenizes data.kind text, but " +
+         "data.kind is " + d.kind + " (already tokens); drop data.tokenizer or use kind text");
+  if (d.tokenizer == "gpt2" && c.model.vocab_size < 50257)
+    fail("data.tokenizer gpt2 (" + k.at("data.tokenizer") + ") gives token ids up to 50256, but " +
+         "model.vocab_size is " + str(c.model.vocab_size) + "; set model.vocab_size: 50257");
+  // Validation data: a part of data.split (it must parse) or data.valid_path.
+  if (!d.split.empty()) split_range(d.split, 1000, DataPart::train);
+  const TrainingConfig& t = c.training;
+  const auto valid = split_range(d.split, 1000000, DataPart::valid);
+  if (t.eval_interval > 0 && d.valid_path.empty() && valid.second == valid.first)
+    fail("training.eval_interval " + str(t.eval_interval) + " (" + k.at("training.eval_interval") +
+         ") needs validation data, but " +
+         (d.split.empty() ? std::string("data.split is not set")
+                          : "data.split '" + d.split + "' gives validation weight 0") +
+         "; set data.split to Megatron's train,validation,test weights (e.g. \"969,30,1\") or "
+         "data.valid_path to a validation file");
+  if (!d.valid_path.empty() && d.kind == "synthetic")
+    fail("data.valid_path '" + d.valid_path + "' (" + k.at("data.valid_path") +
+         ") has no meaning for data.kind synthetic, whose validation part is drawn from its own "
+         "seed; drop it");
   if (!c.output.export_hf.empty() && c.model.position_embedding == "rope")
     fail("output.export_hf '" + c.output.export_hf + "' needs model.position_embedding " +
          "'learned' (" + k.at("output.export_hf") +
@@ -110,12 +132,39 @@ void check_training(const Config& c, const Checker& k) {
          "learned positions");
 }
 
+// training.recompute_granularity and its two shorthands: one granularity, however it was asked
+// for, or one error naming both settings. Leaves the three keys agreeing (to_yaml writes all).
+void resolve_recompute(TrainingConfig& t, const Checker& k) {
+  struct Ask {
+    std::string key, says, granularity;
+  };
+  std::vector<Ask> asks;
+  if (k.given("training.recompute_granularity"))
+    asks.push_back({"training.recompute_granularity", "is", t.recompute_granularity});
+  if (t.checkpoint_activations)
+    asks.push_back({"training.checkpoint_activations", "true means", "full"});
+  if (t.recompute_activations)
+    asks.push_back({"training.recompute_activations", "true means", "selective"});
+  for (size_t i = 1; i < asks.size(); ++i) {
+    const Ask &a = asks[0], &b = asks[i];
+    if (a.granularity == b.granularity) continue;
+    fail(a.key + " " + a.says + " '" + a.granularity + "' (" + k.at(a.key) + ") but " + b.key +
+         " " + b.says + " '" + b.granularity + "' (" + k.at(b.key) +
+         "); keep one of them: recompute_granularity none, full or selective "
+         "(checkpoint_activations: true is full, recompute_activations: true is selective as "
+         "Megatron's --recompute-activations)");
+  }
+  t.recompute_granularity = asks.empty() ? "none" : asks[0].granularity;
+  t.checkpoint_activations = t.recompute_granularity == "full";
+  t.recompute_activations = t.recompute_granularity == "selective";
+}
+
 // Features that come with later parts of the runtime: refuse them now rather than mid-run.
 void check_available(Config& c, const Checker& k) {
   if (c.device != "cpu" && c.device != "cuda")
-    fail("device '" + c.device + "' is unknown (" + k.at("device") + "); use cpu or cuda");
+    fail("device '" + c.device + "' is unknown (" + k.at("device.name") + "); use cpu or cuda");
   if (c.device == "cuda" && !cuda_device_built())
-    fail("device 'cuda' is not available in this build (" + k.at("device") +
+    fail("device 'cuda' is not available in this build (" + k.at("device.name") +
          "): no CUDA toolkit (nvcc) was found when it was built; rebuild where nvcc is on PATH, "
          "or use cpu");
   if (c.precision != "fp32" && c.precision != "bf16")
@@ -286,6 +335,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   Checker k(given, loc);
   check_model(c, k);
   check_training(c, k);
+  resolve_recompute(c.training, k);
   check_available(c, k);
   // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
   if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;

@@ -110,12 +110,34 @@ void check_output_folder(const std::string& key, const std::string& dir, const s
 
 }  // namespace
 
+bool has_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return !dir.empty() && (fs::exists(fs::path(dir) / "latest", ec) ||
+                          fs::exists(fs::path(dir) / "metadata.json", ec));
+}
+
+std::string checkpoint_to_load(const Config& cfg) {
+  const CheckpointConfig& c = cfg.checkpoint;
+  const std::string& dir = c.load.empty() ? c.save : c.load;
+  if (c.resume) return has_checkpoint(dir) ? dir : std::string();
+  return c.load;
+}
+
 void check_run_paths(const Config& c, bool writes_output) {
   const DataConfig& d = c.data;
   if ((d.kind == "text" || d.kind == "tokens") && !d.path.empty())
     check_input_file("data.path", "data.kind " + d.kind, d.path,
                      "point data.path at a " +
                          std::string(d.kind == "text" ? "text file" : "uint16 token file"));
+  if ((d.kind == "text" || d.kind == "tokens") && !d.valid_path.empty())
+    check_input_file("data.valid_path", "data.kind " + d.kind, d.valid_path,
+                     "point data.valid_path at a " +
+                         std::string(d.kind == "text" ? "text file" : "uint16 token file"));
+  if (d.kind == "indexed" && !d.valid_path.empty())
+    for (const char* ext : {".idx", ".bin"})
+      check_input_file("data.valid_path", "data.kind indexed, prefix '" + d.valid_path + "'",
+                       d.valid_path + ext,
+                       "point data.valid_path at the prefix P of a P.bin/P.idx pair");
   if (d.kind == "indexed") {
     std::vector<data::BlendEntry> blend;
     if (!d.path_list.empty() && !data::parse_blend(d.path_list, blend).ok()) blend.clear();
@@ -134,9 +156,34 @@ void check_run_paths(const Config& c, bool writes_output) {
                          "point data.path at the prefix P of a P.bin/P.idx pair");
     }
   }
+  // Every rank writes its own checkpoint file, so every launcher checks the folder.
+  if (!c.checkpoint.save.empty())
+    check_output_folder("checkpoint.save", c.checkpoint.save,
+                        "choose a folder you can write, e.g. checkpoint.save: runs/my-run/ckpt");
+  const std::string load = checkpoint_to_load(c);
   if (!writes_output) return;
   check_output_folder("output.dir", c.output.dir,
                       "choose a folder you can write, e.g. output.dir: runs/my-run");
+  std::error_code ec;
+  const fs::path metrics = fs::path(c.output.dir) / "metrics.jsonl";
+  if (!c.output.overwrite && !c.checkpoint.resume && load.empty() &&
+      fs::file_size(metrics, ec) > 0 && !ec)
+    throw UserError("output.dir '" + c.output.dir +
+                    "' already holds a run (metrics.jsonl); pass --overwrite (output.overwrite: "
+                    "true) to replace it, --resume to continue it from its checkpoint, or choose "
+                    "another output.dir");
+  // The run writes its resolved config.yaml there: never over the file it was given.
+  if (!c.source_path.empty() &&
+      fs::equivalent(c.source_path, fs::path(c.output.dir) / "config.yaml", ec))
+    throw UserError("output.dir '" + c.output.dir +
+                    "' holds the config file this run was given ('" + c.source_path +
+                    "'), and the run writes its resolved config.yaml there; choose another "
+                    "output.dir or keep your config elsewhere");
+  if (!c.output.export_hf.empty() && !c.output.init_from_hf.empty() &&
+      fs::equivalent(c.output.export_hf, c.output.init_from_hf, ec))
+    throw UserError("output.export_hf '" + c.output.export_hf +
+                    "' is the folder the run starts from (output.init_from_hf); exporting there "
+                    "would replace it: choose another output.export_hf");
   if (!c.output.export_hf.empty())
     check_output_folder("output.export_hf", c.output.export_hf,
                         "choose a folder you can write, e.g. output.export_hf: runs/my-run/hf "

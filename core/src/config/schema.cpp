@@ -74,6 +74,11 @@ std::vector<Section> build_schema() {
            F("path", TRIAD_SLOT(data.path)).or_list([](Config& c) { return &c.data.path_list; }),
            F("shuffle", TRIAD_SLOT(data.shuffle)),
            F("seed", TRIAD_SLOT(data.seed)),
+           F("split", TRIAD_SLOT(data.split)),
+           F("valid_path", TRIAD_SLOT(data.valid_path)).aka({"valid_data_path"}),
+           F("tokenizer", TRIAD_SLOT(data.tokenizer)).one_of({"bytes", "gpt2"}),
+           F("vocab_file", TRIAD_SLOT(data.vocab_file)),
+           F("merge_file", TRIAD_SLOT(data.merge_file)),
        }},
       {"training",
        {
@@ -90,8 +95,16 @@ std::vector<Section> build_schema() {
            F("seed", TRIAD_SLOT(training.seed)),
            F("log_interval", TRIAD_SLOT(training.log_interval)).min(1),
            F("collective_timeout", TRIAD_SLOT(training.collective_timeout)).gt(0),
-           F("checkpoint_activations", TRIAD_SLOT(training.checkpoint_activations))
-               .aka({"recompute_activations"}),
+           F("exit_interval", TRIAD_SLOT(training.exit_interval)).min(0),
+           F("eval_interval", TRIAD_SLOT(training.eval_interval)).min(0),
+           F("eval_iters", TRIAD_SLOT(training.eval_iters)).min(1),
+           // Megatron's --recompute-granularity; the two switches below are its shorthands
+           // (checks.cpp resolves them): checkpoint_activations = full, and
+           // recompute_activations = selective as Megatron's --recompute-activations means.
+           F("recompute_granularity", TRIAD_SLOT(training.recompute_granularity))
+               .one_of({"none", "full", "selective"}),
+           F("checkpoint_activations", TRIAD_SLOT(training.checkpoint_activations)),
+           F("recompute_activations", TRIAD_SLOT(training.recompute_activations)),
        }},
       {"optimizer",
        {
@@ -142,9 +155,18 @@ std::vector<Section> build_schema() {
                .one_of({"none", "cpu"}),
            F("pin_memory", TRIAD_SLOT(zero_optimization.offload_optimizer.pin_memory)),
        }},
+      {"checkpoint",
+       {
+           F("save", TRIAD_SLOT(checkpoint.save)),
+           F("save_interval", TRIAD_SLOT(checkpoint.save_interval)).min(0),
+           F("load", TRIAD_SLOT(checkpoint.load)),
+           F("keep_last", TRIAD_SLOT(checkpoint.keep_last)).min(0),
+           F("resume", TRIAD_SLOT(checkpoint.resume)),
+       }},
       {"output",
        {
            F("dir", TRIAD_SLOT(output.dir)),
+           F("overwrite", TRIAD_SLOT(output.overwrite)),
            F("export_hf", TRIAD_SLOT(output.export_hf)),
            F("init_from_hf", TRIAD_SLOT(output.init_from_hf)),
        }},

@@ -11,8 +11,14 @@
 
 namespace triad::data {
 
-GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed)
-    : ds_(&ds), T_(seq_length), shuffle_(shuffle), seed_(seed) {
+GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed,
+                       int64_t first_doc, int64_t end_doc)
+    : ds_(&ds),
+      first_doc_(first_doc),
+      end_doc_(end_doc < 0 ? ds.num_sequences() : end_doc),
+      T_(seq_length),
+      shuffle_(shuffle),
+      seed_(seed) {
   if (T_ < 1) throw std::invalid_argument("GptSamples: seq_length must be at least 1");
   if (ds.num_sequences() > std::numeric_limits<int32_t>::max())
     throw UserError("indexed dataset '" + ds.prefix() + "' has " +
@@ -20,7 +26,13 @@ GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, u
                     " sequences; Megatron's document index (int32) holds at most " +
                     std::to_string(std::numeric_limits<int32_t>::max()) +
                     "; split it into several datasets and blend them");
-  E_ = ds.num_tokens();
+  if (first_doc_ < 0 || first_doc_ > end_doc_ || end_doc_ > ds.num_sequences())
+    throw std::invalid_argument("GptSamples: documents out of range");
+  if (first_doc_ == 0 && end_doc_ == ds.num_sequences()) {
+    E_ = ds.num_tokens();
+  } else {
+    for (int64_t d = first_doc_; d < end_doc_; ++d) E_ += ds.sequence_length(d);
+  }
   S_ = E_ > 0 ? (E_ - 1) / T_ : 0;
   if (S_ < 1) throw std::invalid_argument("GptSamples: the dataset is shorter than one sample");
 }
@@ -32,11 +44,12 @@ GptSamples::Epoch GptSamples::epoch(int64_t e) const {
 }
 
 void GptSamples::build(int64_t e, Epoch& out) const {
-  const int64_t N = ds_->num_sequences();
+  const int64_t N = end_doc_ - first_doc_;
   // Epoch 0 is numpy.random.RandomState(seed): MT19937 with Knuth's 32-bit initialisation.
   std::mt19937 rng(static_cast<uint32_t>(e == 0 ? seed_ : mix(seed_, static_cast<uint64_t>(e))));
   out.document_index.resize(static_cast<size_t>(N));
-  std::iota(out.document_index.begin(), out.document_index.end(), int32_t{0});
+  // Megatron's documents of the split part, numpy.arange(first, end), in order or shuffled.
+  std::iota(out.document_index.begin(), out.document_index.end(), int32_t(first_doc_));
   if (shuffle_) numpy_shuffle(out.document_index, rng);
 
   // helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1.

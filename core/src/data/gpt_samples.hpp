@@ -59,9 +59,11 @@ void numpy_shuffle(std::vector<T>& v, std::mt19937& rng) {
 
 class GptSamples {
  public:
-  // The dataset must outlive this object and hold at least T+1 tokens (the caller checks, with
-  // a message naming the file).
-  GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed);
+  // The dataset must outlive this object, and its documents [first_doc, end_doc) (all of them
+  // by default; a part of Megatron's --split otherwise) hold at least T+1 tokens (the caller
+  // checks, with a message naming the file).
+  GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed,
+             int64_t first_doc = 0, int64_t end_doc = -1);
 
   int64_t samples_per_epoch() const { return S_; }
   int64_t tokens_per_epoch() const { return E_; }
@@ -81,6 +83,7 @@ class GptSamples {
   void build(int64_t e, Epoch& out) const;
 
   const IndexedDataset* ds_;
+  int64_t first_doc_ = 0, end_doc_ = 0;
   int T_;
   bool shuffle_;
   uint64_t seed_;

@@ -37,6 +37,16 @@ struct DataConfig {
   std::vector<std::string> path_list;
   bool shuffle = false;
   uint64_t seed = 0;  // 0 = training.seed
+  // Megatron's --split: the train,validation,test weights of each dataset ("969,30,1"); empty:
+  // everything trains.
+  std::string split;
+  // A separate validation set of the same kind (Megatron's --valid-data-path); used whole.
+  std::string valid_path;
+  // data.kind text: bytes (one token per byte) or gpt2 (GPT-2's BPE, read from vocab_file and
+  // merge_file; empty = the files tools/bootstrap installs). Megatron's --tokenizer-type,
+  // --vocab-file, --merge-file.
+  std::string tokenizer = "bytes";
+  std::string vocab_file, merge_file;
 };
 
 struct TrainingConfig {
@@ -47,15 +57,36 @@ struct TrainingConfig {
   int global_batch_size = 0;            // train_batch_size / global_batch_size
   uint64_t seed = 1234;
   int log_interval = 1;
-  // Recompute each block's forward during backward, keeping only block inputs (Megatron's
-  // --recompute-granularity full).
+  // What backward recomputes instead of keeping from the forward (Megatron's
+  // --recompute-granularity): none; full (each block's forward, from the block's input); or
+  // selective (the attention core: the plugin's forward from the kept q, k, v). The two switches
+  // are its shorthands, kept equal to it once the config is checked: checkpoint_activations
+  // (DeepSpeed's name) is full, recompute_activations (Megatron's --recompute-activations)
+  // selective.
+  std::string recompute_granularity = "none";
   bool checkpoint_activations = false;
+  bool recompute_activations = false;
   // Seconds any one collective or point-to-point wait of a multi-rank run may take before the
   // rank gives up and names what it waited for (the launcher's --collective-timeout). 300 s:
   // past any single step of the CPU configurations here (GPT-2 small at B 4: ~5 s) and a GPU's
   // start-up, and half PyTorch's 10-minute NCCL watchdog, so a stuck job ends in minutes.
   double collective_timeout = 300;
+  // Validation (Megatron's --eval-interval / --eval-iters): every eval_interval steps and after
+  // the last, the loss over eval_iters global batches of the validation data; 0 = never.
+  int eval_interval = 0;
+  int eval_iters = 100;
+  // Stop cleanly after a step that is a multiple of this (saving a checkpoint first when
+  // checkpoint.save is set); 0 = never (Megatron's --exit-interval).
+  int exit_interval = 0;
 };
+
+enum class Recompute { none, full, selective };
+// The checked config's recompute_granularity.
+inline Recompute recompute_of(const TrainingConfig& t) {
+  return t.recompute_granularity == "full"        ? Recompute::full
+         : t.recompute_granularity == "selective" ? Recompute::selective
+                                                  : Recompute::none;
+}
 
 struct OptimizerConfig {
   std::string type = "adamw";
@@ -115,8 +146,22 @@ struct PluginChoice {
   std::string yaml_path;                      // where it came from, for messages
 };
 
+// Megatron's --save / --save-interval / --load, plus how many to keep and --resume.
+struct CheckpointConfig {
+  std::string save;       // the folder of the run's checkpoints (iter_NNNNNNN/ + latest); empty: none
+  int save_interval = 0;  // save every this many steps; 0: at the end only (and on SIGTERM/SIGINT)
+  std::string load;       // start from this checkpoint folder (its latest) or one iteration's folder
+  int keep_last = 0;      // keep this many newest checkpoints in `save`; 0: keep all
+  // Continue from the newest checkpoint of `load` (or else `save`) when there is one, and from
+  // the start when there is none (the same command for every start of a requeued job).
+  bool resume = false;
+};
+
 struct OutputConfig {
   std::string dir = "runs/default";
+  // A folder that already holds a run (metrics.jsonl) is refused unless this is set (or the run
+  // resumes a checkpoint, and then appends).
+  bool overwrite = false;
   std::string export_hf;     // write model.safetensors + config.json here at the end
   std::string init_from_hf;  // start from such a folder
 };
@@ -136,6 +181,7 @@ struct Config {
   // The pipeline schedule (also the one-stage schedule of plain gradient accumulation); empty =
   // "interleaved" with virtual stages, else "1f1b".
   PluginChoice pipeline{"", {}, "pipeline"};
+  CheckpointConfig checkpoint;
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda
   std::string precision = "fp32";  // fp32
@@ -159,6 +205,12 @@ void check_run_paths(const Config& c, bool writes_output);
 
 // Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
 // layout when inconsistent.
+// Whether `dir` holds a checkpoint to load: a save folder with `latest`, or an iteration folder.
+bool has_checkpoint(const std::string& dir);
+// The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
+// checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
+std::string checkpoint_to_load(const Config& cfg);
+
 void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);
 // Same, with the whole layout (p.data_parallel_size is the dp used) and the config file named
 // in the messages.

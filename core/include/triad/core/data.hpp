@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "triad/core/config.hpp"
 
@@ -31,12 +32,27 @@ class DataLoader {
   virtual std::string describe() const = 0;
 };
 
+// Megatron's --split "969,30,1": each dataset's train, validation and test parts. Indexed
+// datasets split their documents; text and tokens files (no documents) their windows; synthetic
+// data draws each part from its own seed.
+enum class DataPart { train = 0, valid = 1, test = 2 };
+const char* part_name(DataPart p);  // "training", "validation", "test"
+
+// Items [begin, end) of n that `part` of `split` gets, by Megatron's rule (weights a,b,c
+// normalized, each part round(w·n) items, Python's rounding, the last part absorbing the
+// difference). An empty split gives everything to training. Throws UserError naming data.split
+// when it does not parse (up to three non-negative numbers separated by ',' or '/', not all 0).
+std::pair<int64_t, int64_t> split_range(const std::string& split, int64_t n, DataPart part);
+
 // Validates the source (file exists, not truncated, token ids < vocab, long enough for one
 // window) and the batch layout (global a multiple of micro × dp) and throws UserError naming
 // the file, the problem and the fix. Shuffling and synthetic tokens use data.seed, or `seed`
 // (training.seed) when data.seed is 0.
+// `part` of data.split: a part with fewer tokens than one sample is refused (naming the part,
+// the file and data.split).
 std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
                                              int micro_batch_size, int global_batch_size,
-                                             uint64_t seed, int dp_rank, int dp_size);
+                                             uint64_t seed, int dp_rank, int dp_size,
+                                             DataPart part = DataPart::train);
 
 }  // namespace triad

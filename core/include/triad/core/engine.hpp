@@ -3,6 +3,7 @@
 // record per step.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -69,6 +70,7 @@ struct StepRecord {
   double tflops = 0;  // per device (Megatron's formula over the job, divided by the ranks)
   double mfu = 0;     // tflops / the device's peak; 0 when the peak is unknown
   size_t peak_bytes = 0;
+  double valid_loss = std::nan("");  // validation loss after this step, if it evaluated
 };
 
 // Megatron's count for a rank of pipeline stage `stage`: per micro-batch 4 all-reduces of the
@@ -91,6 +93,11 @@ struct RunResult {
   // stage 3) in the same accounting.
   double model_state_bytes = 0, model_state_paper = 0;
   double zero_traffic_counted = 0, zero_traffic_paper = 0;
+  // A run that ended before train_iters: after step stopped_at, on signal stop_signal (SIGTERM,
+  // SIGINT) or else on training.exit_interval. 0: it trained every step.
+  int stopped_at = 0, stop_signal = 0;
+  std::string checkpoint;            // the last checkpoint this run saved; empty: none
+  double valid_loss = std::nan("");  // the last validation loss (training.eval_interval)
 };
 
 struct TrainOptions {

@@ -81,8 +81,9 @@ struct MemoryFix {
 };
 // The cheapest change that brings the peak per rank under limit_bytes, trying in this order: a
 // higher ZeRO stage (1 and 2 add no communication; 3 gathers the weights), a smaller micro-batch
-// at the same global batch (the largest that fits), activation checkpointing (one more forward
-// per step), then their pairs and all three. nullopt when none of them fits.
+// at the same global batch (the largest that fits), recomputation (selective: one more attention
+// forward per block; full: one more forward per step), then their pairs and all three. nullopt
+// when none of them fits.
 std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size, size_t limit_bytes);
 
 // Refuses a run whose estimated peak per rank exceeds limit_bytes (the memory one rank may use;

@@ -64,10 +64,11 @@ class GPT {
   // state: this rank's tensors (build_param_spec with tp's rank and size) and their arenas.
   // max_batch: the largest micro-batch forward() will be called with. activation_sets: how many
   // micro-batches may be in flight between their forward and backward (the schedule's buffer
-  // count; 1 for plain gradient accumulation).
+  // count; 1 for plain gradient accumulation). recompute: what backward recomputes rather than
+  // keeps (training.recompute_granularity).
   GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
       AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {},
-      bool recompute = false);
+      Recompute recompute = Recompute::none);
   // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
@@ -167,6 +168,9 @@ class GPT {
   void embedding_backward(ActSet& s);
 
   struct AttnViews;
+  // The buffers of block a's attention output and lse: its own, or under selective
+  // recomputation the pair in work_ that every block shares.
+  LayerActs& attention_core(LayerActs& a) { return recompute_ == Recompute::selective ? work_ : a; }
   void attention_forward(LayerActs& a, int B);
   void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
 
@@ -203,12 +207,17 @@ class GPT {
   bool rope_, sp_, gather_in_;
   bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
   StageChunk chunk_;
-  // Activation recomputation (Megatron's full granularity): sets keep each block's input only;
-  // the block's other activations live in work_, recomputed before its backward.
-  bool recompute_ = false;
+  // Activation recomputation. Full: sets keep each block's input only; the block's other
+  // activations live in work_, recomputed before its backward (recompute_out_ takes the
+  // recomputed output). Selective: sets keep everything but the attention core's output and
+  // lse, which live in work_.atty / work_.lse, rewritten by each block's forward and recomputed
+  // from the block's kept qkv before its attention backward. (No plugin keeps anything between
+  // its forward and backward but these two: its T x T scratch is the workspace of one call.)
+  Recompute recompute_ = Recompute::none;
   LayerActs work_;
   ActBuffer recompute_out_;
-  void alloc_block_acts(LayerActs& a);
+  // core: also the attention output and lse.
+  void alloc_block_acts(LayerActs& a, bool core = true);
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<ActSet> sets_;  // the activation pool
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,

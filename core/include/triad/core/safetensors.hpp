@@ -26,6 +26,32 @@ struct File {
 // bad JSON, offsets out of range or overlapping, size not matching dtype × shape, truncated).
 File read(const std::string& path);
 
+// A file's tensors in place, memory-mapped read-only: only the pages used are ever read. The
+// same checks as read() apply to the header; the bytes stay valid while the Mapped lives.
+class Mapped {
+ public:
+  struct Tensor {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    const uint8_t* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  explicit Mapped(const std::string& path);
+  ~Mapped();
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const uint8_t* file_bytes() const { return base_; }  // the whole file
+  uint64_t file_size() const { return size_; }
+
+ private:
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
 struct TensorRef {
   std::string name;
   std::vector<int64_t> shape;

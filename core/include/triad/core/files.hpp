@@ -1,0 +1,39 @@
+// Writes that either complete or leave the previous state: every error is a UserError naming
+// the file and the system's reason (a full disk included), never a silent truncation.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace triad {
+
+// A folder's entries reach the disk (renames into it survive a crash).
+void fsync_dir(const std::filesystem::path& dir);
+
+// `text` into `path` whole or not at all: a temporary file beside it, written, fsynced, renamed
+// over `path`, and the folder fsynced.
+void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+// A file written line by line (metrics): every write and flush is checked, and fails naming the
+// file and the reason.
+class LineFile {
+ public:
+  LineFile() = default;
+  // append: keep what is there; otherwise start empty.
+  LineFile(const std::filesystem::path& path, bool append);
+  ~LineFile();
+  LineFile(const LineFile&) = delete;
+  LineFile& operator=(const LineFile&) = delete;
+  bool is_open() const { return fd_ >= 0; }
+  // One line (a '\n' is added), on disk (in the page cache) when this returns.
+  void write_line(const std::string& line);
+  // Flushed to the disk and closed (errors the disk reports only now, too).
+  void close();
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+}  // namespace triad

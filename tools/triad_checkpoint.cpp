@@ -1,0 +1,64 @@
+// triad-checkpoint: what a checkpoint holds, whether it is intact, and the Hugging Face GPT-2
+// folder of its weights, whatever layout it was saved in.
+//
+//   triad-checkpoint info DIR               step, layout, model, files (checksums verified)
+//   triad-checkpoint verify DIR             every file against its CRC-32; exit 2 if one differs
+//   triad-checkpoint convert DIR --to-hf OUT
+//
+// DIR is a checkpoint.save folder (its `latest` is followed) or one iter_* folder in it. Bad
+// input is one line on stderr and exit 2.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <string>
+
+#include "triad/core/checkpoint.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/gpt_layout.hpp"
+#include "triad/core/hf.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"triad-checkpoint: inspect, verify and convert Triad checkpoints"};
+  app.require_subcommand(1);
+  std::string dir, out;
+  auto* info = app.add_subcommand("info", "print what a checkpoint holds (and verify it)");
+  info->add_option("DIR", dir, "a checkpoint.save folder or one of its iter_* folders")->required();
+  auto* verify = app.add_subcommand("verify", "check every file against its CRC-32");
+  verify->add_option("DIR", dir, "a checkpoint.save folder or one of its iter_* folders")
+      ->required();
+  auto* convert = app.add_subcommand(
+      "convert",
+      "write the weights as a Hugging Face GPT-2 folder (model.safetensors + config.json)");
+  convert->add_option("DIR", dir, "a checkpoint.save folder or one of its iter_* folders")
+      ->required();
+  convert->add_option("--to-hf", out, "the folder to write")->required();
+  try {
+    app.parse(argc, argv);
+    const triad::Checkpoint ck(dir);
+    if (*info) {
+      std::cout << ck.describe();
+      ck.verify();
+      std::cout << "checksums: all files intact\n";
+    } else if (*verify) {
+      ck.verify();
+      std::cout << ck.path() << ": all files intact\n";
+    } else {
+      ck.verify();
+      const triad::ModelConfig m = ck.model();
+      const triad::GptLayout layout = triad::gpt_layout(m);
+      triad::export_hf(out, m, layout, ck.full_model(layout).data());
+      std::cout << "wrote " << out << " (step " << ck.step() << ", " << layout.total
+                << " parameters)\n";
+    }
+    return 0;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "triad-checkpoint: " << e.what() << " (see --help)" << std::endl;
+    return triad::kExitUserError;
+  } catch (const triad::UserError& e) {
+    std::cerr << "triad-checkpoint: " << e.what() << std::endl;
+    return triad::kExitUserError;
+  }
+}
