@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -406,8 +407,25 @@ Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>
       c.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(),
                          f.at("tp").get<int>(), f.at("bytes").get<uint64_t>(),
                          f.at("crc32").get<uint32_t>(), nullptr});
+    // Everything describe() and the loader read, read once here: a damaged metadata.json is
+    // this one message, never a JSON exception later.
     c.meta.at("step").get<int>();
     c.meta.at("global_batch_size").get<int>();
+    c.meta.at("consumed_samples").get<int64_t>();
+    c.meta.at("train_iters").get<int>();
+    c.meta.at("tensors").size();
+    c.meta.at("rng").at("training_seed").get<uint64_t>();
+    c.meta.at("rng").at("data_seed").get<uint64_t>();
+    for (const char* k :
+         {"pipeline_model_parallel_size", "data_parallel_size", "world_size", "zero_stage"})
+      layout.at(k).get<int>();
+    layout.at("sequence_parallel").get<bool>();
+    if (c.tp < 1) c.fail("metadata.json has tensor_model_parallel_size " + std::to_string(c.tp));
+    for (const Impl::File& f : c.files)
+      if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.tp < 0 ||
+          f.tp >= c.tp)
+        c.fail("metadata.json lists the file '" + f.name + "' (tensor-parallel rank " +
+               std::to_string(f.tp) + "), which is not a rank file of this folder");
   } catch (const nlohmann::json::exception& e) {
     throw UserError("checkpoint metadata '" + meta_path.string() + "' is damaged or incomplete (" +
                     e.what() + "); load an earlier checkpoint");
@@ -429,9 +447,18 @@ Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>
       if (t.dtype != "F32" || t.shape.size() != 1 || a == std::string::npos || a == b)
         throw UserError("checkpoint file '" + p.string() + "' holds '" + key +
                         "', which is no checkpoint entry; the file is not this checkpoint's");
-      c.parts[{key.substr(0, b), f.tp}].push_back({size_t(std::stoull(key.substr(b + 1))),
-                                                   size_t(t.shape[0]),
-                                                   reinterpret_cast<const float*>(t.data)});
+      // The element offset LO of "K/NAME/LO": digits only (std::stoull would throw a
+      // std::invalid_argument, not a UserError, on a damaged name).
+      size_t lo = 0;
+      const char* first = key.data() + b + 1;
+      const char* last = key.data() + key.size();
+      const auto [end, err] = std::from_chars(first, last, lo);
+      if (first == last || err != std::errc() || end != last)
+        throw UserError("checkpoint file '" + p.string() + "' holds '" + key +
+                        "', whose element offset is not a number; the file is damaged, load an "
+                        "earlier checkpoint");
+      c.parts[{key.substr(0, b), f.tp}].push_back(
+          {lo, size_t(t.shape[0]), reinterpret_cast<const float*>(t.data)});
     }
   }
 }
