@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -69,6 +70,24 @@ ucs_log_func_rc_t hold_log(const char* file, unsigned line, const char* function
   return UCS_LOG_FUNC_RC_STOP;
 }
 
+// UCX ends a process on a transport failure it has no error handler for: with error handling
+// mode NONE (the shared-memory transports of UCX 1.13 offer no peer failure handling, so
+// endpoints cannot ask for it), a copy from a peer process that has just died (CMA's
+// process_vm_readv: "No such process") is FATAL, and UCX prints a 20-frame backtrace and aborts.
+// The launcher already names the rank that died first; this rank ends with one line instead.
+ucs_log_func_rc_t end_on_fatal(const char* file, unsigned line, const char*, ucs_log_level_t level,
+                               const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level != UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;
+  char buf[1024];
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  std::fprintf(stderr,
+               "transport 'ucx': a transfer failed fatally (%s, at %s:%u): a peer process has "
+               "most likely ended; this rank stops\n",
+               buf, file, line);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 // The UCP context with the environment's UCX_* settings and, when given, tls as UCX_TLS. A tls
 // that selects no transport here is an invalid parameter: the message names the value and
 // UCX's list of what is available.
@@ -97,6 +116,8 @@ ucp_context_h start_context(const std::string& tls) {
   g_held_log = nullptr;
   ucp_config_release(cfg);
   if (st == UCS_OK) {
+    static const bool once = (ucs_log_push_handler(end_on_fatal), true);
+    (void)once;
     for (const HeldLog& m : held)
       ucs_log_dispatch(m.file, m.line, m.function, m.level,
                        const_cast<ucs_log_component_config_t*>(m.component), "%s", m.text.c_str());
