@@ -20,8 +20,9 @@
 //
 // Sections: model, data, training, optimizer, lr_schedule, parallel, zero_optimization
 // (DeepSpeed's {stage, reduce_bucket_size, overlap_comm}), the plugin choices attention and
-// transport (each a plugin name, or {name: ..., <plugin parameters>}), output; top-level keys:
-// device, precision. The schema itself is config/schema.cpp.
+// transport (each a plugin name, or {name: ..., <plugin parameters>}), output, device ({name,
+// gemm}; `device: cpu` is short for {name: cpu}); top-level keys: precision, allow_tf32,
+// peak_tflops. The schema itself is config/schema.cpp.
 
 #include "triad/core/config.hpp"
 

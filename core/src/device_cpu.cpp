@@ -42,6 +42,7 @@ const float* f(const void* p, DType act) {
 
 class CpuDevice final : public Device {
  public:
+  explicit CpuDevice(k::Gemm gemm) : gemm_(gemm) {}
   DLDevice dl_device() const override { return DLDevice{kDLCPU, 0}; }
   std::string name() const override { return "cpu"; }
 
@@ -75,11 +76,11 @@ class CpuDevice final : public Device {
   }
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC, DType act) override {
-    k::matmul_forward(f(out, act), f(inp), f(weight), f(bias), N, C, OC);
+    k::matmul_forward(f(out, act), f(inp), f(weight), f(bias), N, C, OC, gemm_);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                        const void* weight, int N, int C, int OC, DType act) override {
-    k::matmul_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC);
+    k::matmul_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC, gemm_);
   }
   void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
     k::gelu_forward(f(out, act), f(inp), n);
@@ -154,7 +155,17 @@ class CpuDevice final : public Device {
     return p;
   }
   void raw_release(void* ptr) override { std::free(ptr); }
+
+ private:
+  k::Gemm gemm_;
 };
+
+k::Gemm cpu_gemm(const std::string& name) {
+  if (name == "onednn") return k::Gemm::onednn;
+  if (name == "openblas") return k::Gemm::openblas;
+  throw UserError("device.gemm '" + name +
+                  "' is unknown; use device: {name: cpu, gemm: onednn} or gemm: openblas");
+}
 
 }  // namespace
 
@@ -177,8 +188,9 @@ void Device::release(void* ptr, size_t bytes) {
   current_.fetch_sub(bytes);
 }
 
-std::unique_ptr<Device> make_device(const std::string& name, int local_rank, bool allow_tf32) {
-  if (name == "cpu") return std::make_unique<CpuDevice>();
+std::unique_ptr<Device> make_device(const std::string& name, int local_rank, bool allow_tf32,
+                                    const std::string& gemm) {
+  if (name == "cpu") return std::make_unique<CpuDevice>(cpu_gemm(gemm));
 #ifdef TRIAD_HAVE_CUDA
   if (name == "cuda") return make_cuda_device(local_rank, allow_tf32);
 #else

@@ -737,13 +737,14 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         spdlog::warn(
             "pipeline: {} micro-batches for {} stages leaves stages idle most of the "
             "step (at best {:.1f}% efficiency); raise "
-            "gradient_t.gradient_accumulation_stepsulation_steps to "
+            "training.gradient_accumulation_steps to "
             "at least {}",
             t.gradient_accumulation_steps, pp,
             100.0 * t.gradient_accumulation_steps / (t.gradient_accumulation_steps + pp - 1), pp);
     }
-    spdlog::info("attention: {} ({}); data: {}; threads: {}", attention.name(), plugin->path(),
-                 data->describe(), omp_get_max_threads());
+    spdlog::info("attention: {} ({}); data: {}; threads: {}{}", attention.name(), plugin->path(),
+                 data->describe(), omp_get_max_threads(),
+                 cfg.device == "cpu" ? "; GEMMs: " + cfg.device_gemm : std::string());
   }
 
   const int B = t.micro_batch_size, T = m.seq_length;

@@ -1013,5 +1013,32 @@ TEST_F(ConfigTest, ToYamlOfRepoExampleReloads) {
   EXPECT_TRUE(b.zero_optimization.overlap_comm);
 }
 
+// device: cpu and device: {name: cpu, gemm: openblas} are the same section; --set reaches
+// either spelling, and to_yaml writes the map.
+TEST_F(ConfigTest, DeviceSection) {
+  EXPECT_EQ(load_config(write(kBase), {}).device_gemm, "onednn");
+  Config m = load_config(write(std::string(kBase) + "device: {name: cpu, gemm: OpenBLAS}\n"), {});
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.device_gemm, "openblas");
+  Config s = load_config(write(std::string(kBase) + "device: cpu\n"), {"device.gemm=openblas"});
+  EXPECT_EQ(s.device, "cpu");
+  EXPECT_EQ(s.device_gemm, "openblas");
+  // The same name keeps the section's other keys; --set device=cpu is not a reset.
+  EXPECT_EQ(load_config(write(std::string(kBase) + "device: {name: cpu, gemm: openblas}\n"),
+                        {"device=cpu"})
+                .device_gemm,
+            "openblas");
+  Config back = load_config(write(to_yaml(m)), {});
+  EXPECT_EQ(back.device, "cpu");
+  EXPECT_EQ(back.device_gemm, "openblas");
+  expect_error(std::string(kBase) + "device:\n  name: cpu\n  gemm: mkl\n",
+               {"device.gemm: 'mkl' is not one of onednn, openblas ($F:10:9)"});
+  expect_error(kBase, {"device 'tpu' is unknown (--set 'device.name=tpu'); use cpu or cuda"},
+               {"device.name=tpu"});
+  expect_error(std::string(kBase) + "device: {name: cpu, gem: onednn}\n",
+               {"unknown key 'device.gem'", "did you mean 'gemm'?"});
+  expect_error(std::string(kBase) + "gemm: onednn\n", {"'gemm' belongs in the 'device' section"});
+}
+
 }  // namespace
 }  // namespace triad

@@ -87,10 +87,11 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
       child.reset(child_of(cur, parts[i]));
     } else if (child.IsNull()) {
       child = YAML::Node(YAML::NodeType::Map);  // assigning to a bound node edits the tree
-    } else if (child.IsScalar() && i == 0 && find_plugin_choice(path)) {
+    } else if (child.IsScalar() && i == 0 &&
+               (find_plugin_choice(path) || !shorthand_key(path).empty())) {
       // attention: naive + --set attention.block_q=32 -> {name: naive, block_q: 32}
       YAML::Node m(YAML::NodeType::Map);
-      m["name"] = child.Scalar();
+      m[find_plugin_choice(path) ? "name" : std::string(shorthand_key(path))] = child.Scalar();
       child = m;
     } else if (!child.IsMap()) {
       throw UserError("override '" + arg + "': '" + path +
@@ -100,11 +101,15 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
   }
 
   const std::string& last = parts.back();
-  if (path.empty() && find_plugin_choice(last) && value.IsScalar()) {
-    // A new plugin name drops the old plugin's parameters; the same name keeps them.
+  // The key a bare top-level value sets: a plugin's name, or a shorthand section's key.
+  const std::string bare = !path.empty()              ? ""
+                           : find_plugin_choice(last) ? "name"
+                                                      : std::string(shorthand_key(last));
+  if (!bare.empty() && value.IsScalar()) {
+    // A new plugin (or device) name drops the old one's parameters; the same name keeps them.
     YAML::Node old = child_of(cur, last);
-    if (old.IsMap() && child_of(old, "name").IsScalar() &&
-        child_of(old, "name").Scalar() == value.Scalar()) {
+    if (old.IsMap() && child_of(old, bare).IsScalar() &&
+        child_of(old, bare).Scalar() == value.Scalar()) {
       origins.push_back({key, arg});
       return;
     }

@@ -136,6 +136,10 @@ class Reader {
   void read_section(const Section& s, const YAML::Node& key, const YAML::Node& body) {
     std::string name(s.name);
     if (body.IsNull()) return;  // "output:" with nothing under it
+    if (std::string_view bare = shorthand_key(name); body.IsScalar() && !bare.empty()) {
+      read_field(s, *find_field(s, bare), key, body, name);
+      return;
+    }
     if (!body.IsMap())
       throw UserError("'" + name + "' must be a section of keys, not " +
                       (body.IsScalar() ? "the value '" + body.Scalar() + "'" : kind_of(body)) +
@@ -153,10 +157,11 @@ class Reader {
     }
   }
 
-  void read_field(const Section& s, const Field& f, const YAML::Node& key,
-                  const YAML::Node& value) {
+  // `written`: the key path as the user wrote it, when not section.key (a shorthand value).
+  void read_field(const Section& s, const Field& f, const YAML::Node& key, const YAML::Node& value,
+                  std::string written = "") {
     std::string prefix = s.name.empty() ? "" : std::string(s.name) + ".";
-    std::string written = prefix + key.Scalar();
+    if (written.empty()) written = prefix + key.Scalar();
     std::string canonical = prefix + std::string(f.name);
     // A null value's mark points past the line; the key's is where the user looks.
     const YAML::Mark& mark = value.IsScalar() ? value.Mark() : key.Mark();

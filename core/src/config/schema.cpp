@@ -170,9 +170,14 @@ std::vector<Section> build_schema() {
            F("export_hf", TRIAD_SLOT(output.export_hf)),
            F("init_from_hf", TRIAD_SLOT(output.init_from_hf)),
        }},
+      // `device: cpu` is short for `device: {name: cpu}` (shorthand_key).
+      {"device",
+       {
+           F("name", TRIAD_SLOT(device)),
+           F("gemm", TRIAD_SLOT(device_gemm)).one_of({"onednn", "openblas"}),
+       }},
       {"",
        {
-           F("device", TRIAD_SLOT(device)),
            F("precision", TRIAD_SLOT(precision)),
            // fp32 GEMMs on the GPU may use TF32 tensor cores (PyTorch's allow_tf32).
            F("allow_tf32", TRIAD_SLOT(allow_tf32)),
@@ -225,6 +230,10 @@ const PluginSection* find_plugin_choice(std::string_view name) {
   for (const PluginSection& p : plugin_choices())
     if (p.name == name) return &p;
   return nullptr;
+}
+
+std::string_view shorthand_key(std::string_view section) {
+  return section == "device" ? "name" : "";
 }
 
 const Section* find_section(std::string_view name) {

@@ -54,6 +54,9 @@ const std::vector<PluginSection>& plugin_choices();
 const PluginSection* find_plugin_choice(std::string_view name);
 
 const Section* find_section(std::string_view name);
+// The key a bare value sets in a section that takes one (`device: cpu` = `device: {name: cpu}`);
+// "" for a section that takes only keys.
+std::string_view shorthand_key(std::string_view section);
 // By canonical name or alias.
 const Field* find_field(const Section& s, std::string_view key);
 

@@ -183,11 +183,13 @@ struct Config {
   PluginChoice pipeline{"", {}, "pipeline"};
   CheckpointConfig checkpoint;
   OutputConfig output;
-  std::string device = "cpu";      // cpu | cuda
+  std::string device = "cpu";      // cpu | cuda (device: cpu is short for device.name: cpu)
   std::string precision = "fp32";  // fp32
   bool allow_tf32 = false;         // fp32 GEMMs on the GPU may use TF32 tensor cores
   double peak_tflops = 0;          // the device's peak for MFU; 0 = known GPUs' table
   std::string source_path;         // the YAML file it was read from
+  // device.gemm: the library of the CPU device's GEMMs, onednn | openblas (cuda: cuBLAS).
+  std::string device_gemm = "onednn";
 };
 
 // Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear
@@ -203,14 +205,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // the key, the value and the fix.
 void check_run_paths(const Config& c, bool writes_output);
 
-// Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
-// layout when inconsistent.
 // Whether `dir` holds a checkpoint to load: a save folder with `latest`, or an iteration folder.
 bool has_checkpoint(const std::string& dir);
 // The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
 // checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
 std::string checkpoint_to_load(const Config& cfg);
 
+// Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
+// layout when inconsistent.
 void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);
 // Same, with the whole layout (p.data_parallel_size is the dp used) and the config file named
 // in the messages.

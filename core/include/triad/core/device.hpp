@@ -142,9 +142,11 @@ class Device {
 };
 
 // "cpu" or "cuda" (GPU local_rank modulo the visible GPUs); throws UserError for a device this
-// build or machine cannot provide. allow_tf32: fp32 GEMMs may use TF32 tensor cores.
+// build or machine cannot provide. allow_tf32: fp32 GEMMs may use TF32 tensor cores. gemm: the
+// library of the CPU device's GEMMs, "onednn" or "openblas" (config device.gemm; the CUDA
+// device always uses cuBLAS).
 std::unique_ptr<Device> make_device(const std::string& name, int local_rank = 0,
-                                    bool allow_tf32 = false);
+                                    bool allow_tf32 = false, const std::string& gemm = "onednn");
 // True when this build has the CUDA device (whether or not a GPU is present). TRIAD_HAVE_CUDA is
 // defined for the whole build where nvcc was found.
 constexpr bool cuda_device_built() {

@@ -2,7 +2,7 @@
 // Forward/backward pairs. Every backward ACCUMULATES (+=) into its gradient outputs unless it
 // says "overwrites", so micro-batches accumulate for free. Instantiated for float and double
 // (double is used by the finite-difference tests). Threaded with OpenMP where it pays;
-// matmuls go through BLAS (sgemm/dgemm).
+// matmuls go through a GEMM library (oneDNN or OpenBLAS for float, BLAS dgemm for double).
 #pragma once
 
 #include <cstddef>
@@ -30,14 +30,20 @@ template <class F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                         const F* mean, const F* rstd, int N, int C);
 
+// The library that runs the float GEMMs. oneDNN uses AVX-512 where the CPU has it; OpenBLAS
+// runs the kernels its OPENBLAS_CORETYPE names (AVX2 where the environment pins Haswell).
+// Both share the OpenMP thread pool. Double always runs BLAS's dgemm.
+enum class Gemm { onednn, openblas };
+
 // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC); bias may be null.
 template <class F>
-void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC);
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC,
+                    Gemm gemm = Gemm::onednn);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
 // dinp and dbias may be null (skipped).
 template <class F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int C, int OC);
+                     int N, int C, int OC, Gemm gemm = Gemm::onednn);
 
 // GELU, tanh approximation (GPT-2).
 template <class F>
