@@ -84,25 +84,31 @@ one_line_error() {  # LOG PATTERN: exit 2 with one error line matching PATTERN, 
 }
 
 section_resume() {
-  # The reference: 12 steps without a stop.
-  must_train dp2z1 ref.log --set training.train_iters=12 --set output.dir=ref
-  # kill -9 after checkpoint 8 exists (saves every 4), then the same command with --resume.
-  local args=(--set training.train_iters=12 --set output.dir=run --set checkpoint.save=run/ckpt
+  # The reference: 40 steps without a stop.
+  must_train dp2z1 ref.log --set training.train_iters=40 --set output.dir=ref
+  # kill -9 once a checkpoint of step 8 or later exists (saves every 4), then the same command
+  # with --resume. Polled often: on an idle machine a step takes ~40 ms.
+  local args=(--set training.train_iters=40 --set output.dir=run --set checkpoint.save=run/ckpt
               --set checkpoint.save_interval=4 --set checkpoint.keep_last=1)
   # shellcheck disable=SC2046
   setsid "$LAUNCH" "$CFG" $(layout dp2z1) "${common[@]}" "${args[@]}" >kill.log 2>&1 &
-  local job=$! i
-  for i in $(seq 600); do
-    [[ $(cat run/ckpt/latest 2>/dev/null) == iter_0000008 ]] && break
-    sleep 0.05
+  local job=$! i at=0
+  for i in $(seq 3000); do
+    at=$(sed -n 's/^iter_0*//p' run/ckpt/latest 2>/dev/null)
+    [[ -n $at ]] && ((at >= 8)) && break
+    sleep 0.01
   done
-  [[ $(cat run/ckpt/latest 2>/dev/null) == iter_0000008 ]] || { cat kill.log; fail "no checkpoint 8"; }
   kill -9 -- -"$job" 2>/dev/null
   wait "$job" 2>/dev/null
-  [[ ! -d run/ckpt/iter_0000004 ]] || fail "keep_last 1 kept iter_0000004 beside iter_0000008"
+  [[ -n $at ]] && ((at >= 8)) || { cat kill.log; fail "no checkpoint of step 8 or later"; }
+  at=$(sed -n 's/^iter_0*//p' run/ckpt/latest)
+  ((at < 40)) || fail "the run finished before it was killed; nothing was resumed"
+  [[ ! -d run/ckpt/iter_0000004 ]] || fail "keep_last 1 kept iter_0000004 beside iter_$(printf %07d "$at")"
   must_train dp2z1 resume.log "${args[@]}" --resume
-  same_losses ref/metrics.jsonl run/metrics.jsonl 1 12 0
-  pass "dp 2 ZeRO-1: kill -9 after step 8, --resume: steps 9-12 bit-identical, metrics appended"
+  grep -q "done: $((40 - at)) steps" resume.log ||
+    { cat resume.log; fail "the resumed run did not train from step $at to 40"; }
+  same_losses ref/metrics.jsonl run/metrics.jsonl 1 40 0
+  pass "dp 2 ZeRO-1: kill -9 after step $at, --resume: steps $((at + 1))-40 bit-identical, metrics appended"
 
   # tp 2 x pp 2: stopped by exit_interval (exit 0) after step 3, resumed with checkpoint.load.
   must_train tp2pp2 ref2.log --set training.train_iters=6 --set output.dir=ref2
