@@ -20,6 +20,7 @@
 #include "triad/core/config.hpp"
 #include "triad/core/engine.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/stop_signals.hpp"
 
 namespace {
 
@@ -42,7 +43,10 @@ void wait_passively_by_default(char** argv) {
 int run(int argc, char** argv) {
   LaunchArgs a;
   if (auto code = parse_args(argc, argv, a)) return *code;
-  if (a.worker) return train_as_worker(a);
+  if (a.worker) {
+    triad::take_stop_signals();  // before any thread: see stop_signals.hpp
+    return train_as_worker(a);
+  }
 
   const Environment env = current_environment();
   JobPlan plan = make_plan(a, env);
@@ -54,7 +58,10 @@ int run(int argc, char** argv) {
                    plan.agent_name(0).c_str());
       return 0;
     }
-    if (plan.world_size == 1) return train_in_process(a);
+    if (plan.world_size == 1) {
+      triad::take_stop_signals();
+      return train_in_process(a);
+    }
     // Checked here once, rather than failing the same way in every rank. Rank 0 alone writes
     // the output folders; every node's ranks read the data.
     const triad::Config cfg = triad::load_config(a.config_path, a.sets, plan.world_size);

@@ -32,6 +32,7 @@
 #include "triad/core/rendezvous.hpp"
 #include "triad/core/safetensors.hpp"
 #include "triad/core/services.hpp"
+#include "triad/core/stop_signals.hpp"
 #include "triad/core/tensor_backend.hpp"
 #include "triad/core/transport.hpp"
 
@@ -92,35 +93,6 @@ void preflight(const Config& cfg) {
 }
 
 namespace {
-
-// SIGTERM / SIGINT during training (a SLURM preemption, Ctrl-C): the step in progress finishes,
-// the ranks agree to stop, a checkpoint is saved when checkpoint.save is set, and the run ends.
-// A second signal ends the process at once (the default action, restored by the first).
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(sig, SIG_DFL);
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGTERM, old_term_);
-    std::signal(SIGINT, old_int_);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void (*old_term_)(int) = SIG_DFL;
-  void (*old_int_)(int) = SIG_DFL;
-};
 
 // Resuming into a run's folder: its metrics records up to the resumed step stay, later ones
 // (steps the checkpoint does not hold, about to be trained again) go. Rewritten atomically.
@@ -838,7 +810,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         for (int c = 0; c < v; ++c) {
           GPT& chunk = *chunks[size_t(c)];
           const bool first = me.pp == 0 && c == 0, last = me.pp == pp - 1 && c == v - 1;
-          if (first || last) valid->micro_batch(round * t.eval_iters + it, mb, in.data(), tg.data());
+          if (first || last)
+            valid->micro_batch(round * t.eval_iters + it, mb, in.data(), tg.data());
           if (!first)
             peer_wait(ppc->recv(chunk.stage_io(0).input, io, dl_dtype(act), prev_stage(c).first,
                                 kEvalTags + tag_of(mb, c, 0), device->dl_device()),
@@ -870,7 +843,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     const size_t words = (mine.size() + 3) / 4, n = words * size_t(env.world_size);
     std::vector<uint8_t> host(n * 4, 0);
     std::memcpy(host.data(), mine.data(), mine.size());
-    Buffer<float> send(*device, words, "checkpoint reports"), recv(*device, n, "checkpoint reports");
+    Buffer<float> send(*device, words, "checkpoint reports"),
+        recv(*device, n, "checkpoint reports");
     device->to_device(send.data(), host.data(), words * 4);
     dist->world.all_gather(send.data(), recv.data(), n, dl_float32(), device->dl_device())
         .wait(dist->timeout);
@@ -881,7 +855,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
                  host.begin() + long(size_t(r) * words * 4 + mine.size()));
     return all;
   };
-  const StopSignals stop_signals;
+  // SIGTERM / SIGINT (stop_signals.hpp): the step in progress finishes, the ranks agree to stop
+  // after the same step, save a checkpoint when checkpoint.save is set, and the run ends.
+  const StopSignalsArmed stop_signals;
   std::string last_checkpoint;
   for (int step = start_step + 1; step <= t.train_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -1019,7 +995,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
     loss /= accum;
     // The last stage computed the loss; every rank reports the data-parallel mean. A stop
     // signal any rank received rides along, so that every rank stops after the same step.
-    std::vector<double> agreed{loss, double(g_stop_signal != 0)};
+    std::vector<double> agreed{loss, double(stop_signal() != 0)};
     if (pp > 1) agreed = dist->sum(*dist->comms.pp, agreed);
     if (dist) agreed = dist->sum(*dist->comms.dp, agreed);
     if (tp > 1) agreed[1] = dist->sum(*dist->comms.tp, agreed[1]);
@@ -1111,7 +1087,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
         spdlog::info("saved checkpoint {} in {:.0f} ms", last_checkpoint, ms_since(s0));
     }
     if (exit_now) {
-      result.stop_signal = stop_requested ? (g_stop_signal ? int(g_stop_signal) : SIGTERM) : 0;
+      result.stop_signal = stop_requested ? (stop_signal() ? stop_signal() : SIGTERM) : 0;
       result.stopped_at = step;
       break;
     }
