@@ -87,19 +87,6 @@ ParamSpec whole_spec(const ModelConfig& m, int tp_rank, int tp,
   return build_param_spec(m, p);
 }
 
-// The arena ranges a rank's optimizer steps ([arena, arena + count) at `pos` of its shard),
-// cut where tensors begin and end: f(piece, tensor, offset into the tensor, elements).
-template <class F>
-void for_each_tensor_part(const std::vector<ModelState::Piece>& pieces, const ParamSpec& spec,
-                          F f) {
-  for (const ModelState::Piece& pc : pieces)
-    for (const TensorSpec& ts : spec.tensors) {
-      const size_t lo = std::max(ts.offset, pc.arena);
-      const size_t hi = std::min(ts.offset + ts.numel, pc.arena + pc.count);
-      if (lo < hi) f(pc, ts, lo - ts.offset, hi - lo);
-    }
-}
-
 // What each rank tells every other after writing its file.
 struct FileReport {
   uint32_t written = 0, failed = 0, crc = 0, pad = 0;
@@ -129,15 +116,15 @@ void write_rank_file(const fs::path& path, const ParamSpec& spec, const ModelSta
     opt.to_host(host[2].data() + pc.pos, state.piece_v(pc), bytes);
   }
   std::vector<safetensors::TensorRef> refs;
-  std::vector<std::string> names;
+  // Entry "K/NAME/LO": the piece's elements from `at` on, LO elements into the tensor.
   for (int k = 0; k < 3; ++k)
-    for_each_tensor_part(
-        state.pieces(), spec,
-        [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t lo, size_t count) {
-          refs.push_back({std::string(kKinds[k]) + "/" + ts.name + "/" + std::to_string(lo),
-                          {int64_t(count)},
-                          host[k].data() + pc.pos + (ts.offset + lo - pc.arena)});
-        });
+    for_each_overlap(state.pieces(), spec.tensors,
+                     [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t at, size_t n) {
+                       refs.push_back({std::string(kKinds[k]) + "/" + ts.name + "/" +
+                                           std::to_string(pc.arena + at - ts.offset),
+                                       {int64_t(n)},
+                                       host[k].data() + pc.pos + at});
+                     });
   safetensors::write_f32(path.string(), refs,
                          {{"format", kFormat},
                           {"rank", std::to_string(me.rank)},

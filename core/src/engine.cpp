@@ -131,18 +131,6 @@ std::string mib(size_t b) {
   return buf;
 }
 
-// f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a
-// tensor: offset, numel): n elements starting k elements into the piece.
-template <class Items, class F>
-void for_each_overlap(const std::vector<ModelState::Piece>& pieces, const Items& items, F f) {
-  for (const ModelState::Piece& pc : pieces)
-    for (const auto& item : items) {
-      const size_t a = std::max(pc.arena, item.offset);
-      const size_t b = std::min(pc.arena + pc.count, item.offset + item.numel);
-      if (a < b) f(pc, item, a - pc.arena, b - a);
-    }
-}
-
 // AdamW over each tensor of a ModelState, decaying only matmul weights and embeddings; only the
 // pieces whose moments this rank keeps (its ZeRO shard; the whole arena below stage 1). In
 // mixed precision the compute copy of the weights is refreshed in the same pass.

@@ -38,13 +38,16 @@ void fsync_dir(const fs::path& dir) {
     throw UserError("flushing folder '" + dir.string() + "' failed: " + std::strerror(err));
 }
 
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
+void write_file_atomic(const fs::path& path, const std::vector<std::string_view>& parts) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw UserError("cannot create '" + tmp.string() + "': " + std::strerror(errno) +
                     "; check that its folder exists and is writable");
-  std::string failed = write_all(fd, text.data(), text.size());
+  std::string failed;
+  for (std::string_view p : parts)
+    if (failed.empty()) failed = write_all(fd, p.data(), p.size());
+  // Flushed before the rename, so a crash can never leave a complete-looking empty file.
   if (failed.empty() && ::fsync(fd) != 0) failed = std::strerror(errno);
   if (::close(fd) != 0 && failed.empty()) failed = std::strerror(errno);
   if (failed.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) failed = std::strerror(errno);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.hpp"
+#include "triad/core/files.hpp"
 
 namespace triad::safetensors {
 
@@ -172,18 +173,6 @@ float half_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-// Writes all n bytes, or throws with the reason (disk full, file too large, I/O error).
-void write_all(int fd, const void* buf, uint64_t n, const std::string& tmp) {
-  auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<uint64_t>(n, uint64_t{1} << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw UserError("writing '" + tmp + "' failed: " + std::strerror(errno));
-    p += w;
-    n -= static_cast<uint64_t>(w);
-  }
-}
-
 }  // namespace
 
 std::vector<float> TensorData::to_f32() const {
@@ -333,27 +322,14 @@ void write_f32(const std::string& path, const std::vector<TensorRef>& tensors,
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t n = text.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (fd.fd < 0)
-    throw UserError(where + "creating '" + tmp + "' failed: " + std::strerror(errno) +
-                    "; check that the folder exists and is writable");
+  std::vector<std::string_view> parts{{reinterpret_cast<const char*>(&n), 8},
+                                      {text.data(), text.size()}};
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (sizes[i] > 0) parts.emplace_back(reinterpret_cast<const char*>(tensors[i].data), sizes[i]);
   try {
-    write_all(fd.fd, &n, 8, tmp);
-    write_all(fd.fd, text.data(), n, tmp);
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (sizes[i] > 0) write_all(fd.fd, tensors[i].data, sizes[i], tmp);
-    // Flushed before the rename, so a crash can never leave a complete-looking empty file.
-    if (::fsync(fd.fd) != 0)
-      throw UserError("flushing '" + tmp + "' failed: " + std::strerror(errno));
-    const int closed = ::close(fd.fd);
-    fd.fd = -1;
-    if (closed != 0) throw UserError("closing '" + tmp + "' failed: " + std::strerror(errno));
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw UserError("renaming '" + tmp + "' failed: " + std::strerror(errno));
+    write_file_atomic(path, parts);
   } catch (const UserError& e) {
-    ::unlink(tmp.c_str());
-    throw UserError(where + e.what() + "; nothing was written");
+    throw UserError(where + e.what());
   }
 }
 

@@ -5,15 +5,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace triad {
 
 // A folder's entries reach the disk (renames into it survive a crash).
 void fsync_dir(const std::filesystem::path& dir);
 
-// `text` into `path` whole or not at all: a temporary file beside it, written, fsynced, renamed
-// over `path`, and the folder fsynced.
-void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+// `parts`, one after the other, into `path` whole or not at all: a temporary file beside it
+// (named with the process id, so concurrent writers never share one), written, fsynced, renamed
+// over `path`, and the folder fsynced. A failure removes the temporary file.
+void write_file_atomic(const std::filesystem::path& path,
+                       const std::vector<std::string_view>& parts);
+inline void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
+  write_file_atomic(path, std::vector<std::string_view>{text});
+}
 
 // A file written line by line (metrics): every write and flush is checked, and fails naming the
 // file and the reason.

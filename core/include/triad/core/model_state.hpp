@@ -5,6 +5,7 @@
 // struct of pointers (BlockParams) that a later stage-3 gather can point elsewhere.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <deque>
 #include <utility>
@@ -185,5 +186,17 @@ class ModelState {
   mutable std::vector<Unit> units_;      // windows open and close as the layers are used
   mutable std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
 };
+
+// f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a
+// tensor: offset, numel): n elements starting k elements into the piece.
+template <class Items, class F>
+void for_each_overlap(const std::vector<ModelState::Piece>& pieces, const Items& items, F f) {
+  for (const ModelState::Piece& pc : pieces)
+    for (const auto& item : items) {
+      const size_t a = std::max(pc.arena, item.offset);
+      const size_t b = std::min(pc.arena + pc.count, item.offset + item.numel);
+      if (a < b) f(pc, item, a - pc.arena, b - a);
+    }
+}
 
 }  // namespace triad
