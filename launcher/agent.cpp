@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+
+int64_t realtime_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 bool is_ip_literal(const std::string& a) {
   unsigned char buf[16];
@@ -204,7 +211,14 @@ class Agent {
         return
             [this, rank = slot.rank](std::string_view line) { return on_error_line(rank, line); };
       };
-    ranks_.start(std::move(spec), plan_.ranks, s_.prefix, err_filter);
+    if (s_.training && s_.collective_timeout.count() > 0)
+      board_ = std::make_unique<triad::RankStatusBoard>(int(plan_.ranks.size()));
+    ranks_.start(std::move(spec), plan_.ranks, s_.prefix, err_filter, board_.get());
+    if (board_) {
+      std::vector<JobMonitor::WatchedRank> watched;
+      for (const auto& r : ranks_.ranks()) watched.push_back({r.slot.rank, who(r)});
+      monitor_->watch_ranks(board_.get(), std::move(watched), s_.collective_timeout);
+    }
   }
 
   // A training rank's stderr line. Its report ("triad-launch: error: ..." or "...: internal
@@ -290,8 +304,50 @@ class Agent {
       say(what);
       return;
     }
-    say(what + "; stopping " + (plan_.agents > 1 ? "every rank of the job" : "the other ranks"));
-    on_failure_known(publish(Failure{e.code, what}));
+    // Offered now, decided kDeathWindow later: the job's failure is the death that came first
+    // anywhere (job_store.hpp), not the first one reported. A rank killed by a signal is dated
+    // a millisecond earlier than its reaping, so of two ranks reaped in one sweep the one a
+    // signal killed, which cannot be the other's consequence, comes first.
+    const int64_t died = realtime_ns() - (WIFSIGNALED(status) ? 1000000 : 0);
+    const Failure f{e.code, what};
+    try {
+      store_->offer_candidate(f, died);
+    } catch (const std::exception&) {
+      // the store is gone: this launcher decides alone
+    }
+    pending_.push_back(f);
+    if (!decide_at_) decide_at_ = Clock::now() + kDeathWindow;
+  }
+
+  // The end of kDeathWindow after this launcher's first failed rank: the job's failure is the
+  // earliest death offered by any launcher (unless one is known already).
+  void decide_failure() {
+    decide_at_.reset();
+    if (failure_) {
+      for (const Failure& p : pending_) say(p.desc);
+      pending_.clear();
+      return;
+    }
+    std::optional<Failure> first;
+    try {
+      first = store_->earliest_candidate();
+    } catch (const std::exception&) {
+      // the store is gone: this launcher's own first death
+    }
+    const Failure chosen = publish(first ? *first : pending_.front());
+    bool ours = false;
+    for (const Failure& p : pending_) {
+      if (p.desc == chosen.desc) {
+        ours = true;
+        say(p.desc + "; stopping " +
+            (plan_.agents > 1 ? "every rank of the job" : "the other ranks"));
+      } else {
+        say(p.desc);
+      }
+    }
+    pending_.clear();
+    if (!ours) say(chosen.desc + "; stopping the ranks of " + plan_.agent_name(plan_.agent));
+    on_failure_known(chosen);
     stop_after_failure();
   }
 
@@ -345,8 +401,9 @@ class Agent {
         if (!drain_until) drain_until = now + 2s;
         if (now >= *drain_until) ranks_.close_pipes();
       }
+      if (decide_at_ && now >= *decide_at_) decide_failure();
       show_held(/*all=*/!running);
-      if (!running && !ranks_.pipes_open() && others_done()) return;
+      if (!running && !ranks_.pipes_open() && !decide_at_ && others_done()) return;
       if (stopping_ && !killed_ && now >= kill_at_) {
         for (const auto& r : ranks_.ranks())
           if (r.running)
@@ -357,7 +414,8 @@ class Agent {
 
       std::vector<pollfd> fds{{sig_fd_, POLLIN, 0}, {monitor_->fd(), POLLIN, 0}};
       ranks_.add_pollfds(fds);
-      if (poll(fds.data(), fds.size(), held_.empty() ? 250 : 20) < 0 && errno != EINTR)
+      if (poll(fds.data(), fds.size(), held_.empty() && !decide_at_ ? 250 : 20) < 0 &&
+          errno != EINTR)
         throw std::runtime_error("poll failed");
       if (fds[1].revents) on_monitor();
       for (size_t i = 2; i < fds.size(); ++i)
@@ -391,6 +449,7 @@ class Agent {
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<triad::RankStatusBoard> board_;  // before the monitor that reads it
   std::unique_ptr<JobMonitor> monitor_;
   RankSet ranks_;
   std::optional<Failure> failure_;
@@ -404,6 +463,10 @@ class Agent {
   std::map<std::string, HeldReport> held_;
   std::map<int, std::string> reported_;  // rank -> its bad-input report (without the head)
   int lowest_rank_ = 0;                  // of this launcher's ranks: its reports are not held
+  // Failed ranks of this launcher waiting for the job's verdict (decide_failure).
+  static constexpr std::chrono::milliseconds kDeathWindow{500};
+  std::vector<Failure> pending_;
+  std::optional<Clock::time_point> decide_at_;
   int stop_signal_ = 0;
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_, ack_deadline_;

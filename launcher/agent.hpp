@@ -19,6 +19,9 @@ struct AgentSettings {
   // "triad-launch: error: ..." and exit code 2: the job shows the first such line once (the
   // same line from other ranks is dropped) and adds no line of its own about that exit.
   bool training = false;
+  // Training ranks' collective timeout: the launcher watches their status (rank_status.hpp)
+  // and stops the job, naming the rank the others wait for, once a wait runs this long.
+  std::chrono::milliseconds collective_timeout{0};
 };
 
 // program: what every rank runs, and the environment it starts from (the rank's variables

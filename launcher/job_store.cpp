@@ -79,6 +79,42 @@ Failure JobStore::publish_failure(const Failure& f) {
   }
 }
 
+void JobStore::offer_candidate(const Failure& f, int64_t died_ns) {
+  // One key per launcher, holding its earliest death.
+  const std::string k = key("candidate", plan_.agent);
+  if (auto old = c_.try_get(k)) {
+    const size_t nl = old->find('\n');
+    try {
+      if (std::stoll(old->substr(0, nl)) <= died_ns) return;
+    } catch (...) {
+      // unreadable: replaced below
+    }
+  }
+  c_.set(k, std::to_string(died_ns) + "\n" + encode(f));
+}
+
+std::optional<Failure> JobStore::earliest_candidate() {
+  std::optional<Failure> best;
+  int64_t best_ns = 0;
+  for (int a = 0; a < plan_.agents; ++a) {
+    auto v = c_.try_get(key("candidate", a));
+    if (!v) continue;
+    const size_t nl = v->find('\n');
+    if (nl == std::string::npos) continue;
+    int64_t ns;
+    try {
+      ns = std::stoll(v->substr(0, nl));
+    } catch (...) {
+      continue;
+    }
+    if (!best || ns < best_ns) {
+      best = decode(v->substr(nl + 1));
+      best_ns = ns;
+    }
+  }
+  return best;
+}
+
 std::optional<Failure> JobStore::failure() {
   auto v = c_.try_get(kPrefix + "failure");
   if (!v) return std::nullopt;
@@ -91,6 +127,14 @@ void JobStore::heartbeat() {
 
 int64_t JobStore::heartbeat_of(int agent) {
   return c_.add(key("heartbeat", agent), 0);
+}
+
+void JobStore::set_rank_reports(const std::string& text) {
+  c_.set(key("ranks", plan_.agent), text);
+}
+
+std::string JobStore::rank_reports_of(int agent) {
+  return c_.try_get(key("ranks", agent)).value_or("");
 }
 
 void JobStore::mark_finished(bool ok) {

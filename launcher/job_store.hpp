@@ -34,10 +34,20 @@ class JobStore {
 
   // Records f as the job's failure unless one was recorded first; returns the first.
   Failure publish_failure(const Failure& f);
+  // A rank's death as this launcher saw it, at died_ns (CLOCK_REALTIME), offered for the job's
+  // failure; earliest_candidate() is the one that died first of those offered so far by any
+  // launcher (ties: the lower launcher). So the job blames the first death, not the first
+  // report: a peer's death makes the survivors fail too, often before the dead rank's
+  // launcher has published it.
+  void offer_candidate(const Failure& f, int64_t died_ns);
+  std::optional<Failure> earliest_candidate();
   std::optional<Failure> failure();
 
   void heartbeat();
   int64_t heartbeat_of(int agent);
+  // This launcher's ranks' status lines (watchdog.hpp), and another launcher's ("" if none).
+  void set_rank_reports(const std::string& text);
+  std::string rank_reports_of(int agent);
   void mark_finished(bool ok);
   bool finished(int agent);
 

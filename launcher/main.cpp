@@ -51,6 +51,7 @@ int run(int argc, char** argv) {
   const Environment env = current_environment();
   JobPlan plan = make_plan(a, env);
   ChildSpec program;
+  double collective_timeout = 0;
   if (a.exec.empty()) {
     if (a.dry_run) {
       if (plan.agent == 0) return print_dry_run(a, plan.world_size);
@@ -72,6 +73,7 @@ int run(int argc, char** argv) {
     triad::check_run_paths(cfg, runs_rank0);
     triad::check_checkpoint_to_load(cfg);
     check_memory(cfg, plan.world_size, int(plan.ranks.size()));
+    collective_timeout = cfg.training.collective_timeout;
     program.path = self_executable();
     program.argv = {program.path, "--worker", a.config_path};
     for (const auto& s : a.sets) program.argv.push_back("--set=" + s);
@@ -90,6 +92,7 @@ int run(int argc, char** argv) {
   s.stop_grace = ms(a.stop_grace_s);
   s.prefix = !a.no_prefix;
   s.training = a.exec.empty();
+  s.collective_timeout = ms(collective_timeout);
   return run_agent(plan, program, s);
 }
 

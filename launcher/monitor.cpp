@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "triad/core/error.hpp"
+#include "watchdog.hpp"
 
 namespace triad::launch {
 
@@ -91,6 +92,51 @@ void JobMonitor::poll_once() {
     }
   }
   if (plan_.hosts_store()) check_agents();
+  check_ranks();
+}
+
+void JobMonitor::watch_ranks(const triad::RankStatusBoard* board, std::vector<WatchedRank> ranks,
+                             std::chrono::milliseconds collective_timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  board_ = board;
+  watched_ = std::move(ranks);
+  collective_timeout_ = collective_timeout;
+}
+
+void JobMonitor::check_ranks() {
+  const triad::RankStatusBoard* board;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_ || !board_) return;
+    board = board_;
+  }
+  std::vector<RankReport> local;
+  for (size_t i = 0; i < watched_.size(); ++i) {
+    const triad::RankStatusView v = board->read(int(i));
+    if (!v.attached) continue;
+    local.push_back(
+        RankReport{watched_[i].rank, watched_[i].who, v.heartbeat_age, v.step, v.wait_age, v.what});
+  }
+  // Every poll, so the launcher that decides sees the ranks that are not waiting too (a few
+  // hundred bytes per launcher, four times a second).
+  if (plan_.agents > 1) store_.set_rank_reports(encode_reports(local));
+  const double limit = std::chrono::duration<double>(collective_timeout_).count();
+  bool over = false;
+  for (const RankReport& r : local) over = over || r.wait_age > limit;
+  if (!over) return;
+  std::vector<RankReport> all = local;
+  for (int a = 0; a < plan_.agents; ++a) {
+    if (a == plan_.agent) continue;
+    for (RankReport& r : decode_reports(store_.rank_reports_of(a))) all.push_back(std::move(r));
+  }
+  auto verdict = diagnose_stuck(std::move(all), limit);
+  if (!verdict) return;
+  Failure f = store_.publish_failure(Failure{1, *verdict});
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_) {
+    failure_ = f;
+    notify();
+  }
 }
 
 void JobMonitor::check_agents() {

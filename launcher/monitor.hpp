@@ -8,10 +8,12 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "job_store.hpp"
+#include "triad/core/rank_status.hpp"
 
 namespace triad::launch {
 
@@ -28,12 +30,23 @@ class JobMonitor {
   bool others_finished() const;  // host only: every other launcher marked itself finished
   void stop();
 
+  // From now on also watches this launcher's ranks through board (slot i is ranks[i]'s) and
+  // makes it the job's failure when a rank has waited longer than collective_timeout
+  // (watchdog.hpp).
+  struct WatchedRank {
+    int rank = 0;
+    std::string who;  // "rank 1 (pid 123 on node 0, host a)"
+  };
+  void watch_ranks(const triad::RankStatusBoard* board, std::vector<WatchedRank> ranks,
+                   std::chrono::milliseconds collective_timeout);
+
   static constexpr std::chrono::milliseconds kPoll{250};
 
  private:
   void loop();
   void poll_once();
   void check_agents();
+  void check_ranks();
   void notify();
 
   JobStore& store_;
@@ -54,6 +67,10 @@ class JobMonitor {
     std::chrono::steady_clock::time_point changed;
   };
   std::vector<Peer> peers_;
+  // The ranks' watch, set once by watch_ranks (under mu_), then read by the thread alone.
+  const triad::RankStatusBoard* board_ = nullptr;
+  std::vector<WatchedRank> watched_;
+  std::chrono::milliseconds collective_timeout_{0};
   std::thread thread_;
 };
 

@@ -44,10 +44,12 @@ RankSet::~RankSet() {
 }
 
 void RankSet::start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix,
-                    const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter) {
+                    const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter,
+                    const triad::RankStatusBoard* board) {
   for (const RankSlot& slot : slots) {
     spec.env["RANK"] = std::to_string(slot.rank);
     spec.env["LOCAL_RANK"] = std::to_string(slot.local_rank);
+    if (board) spec.env["TRIAD_RANK_STATUS"] = board->env_value(int(ranks_.size()));
     Rank r;
     r.slot = slot;
     r.child = spawn_child(spec, prefix);

@@ -11,6 +11,7 @@
 #include "output.hpp"
 #include "plan.hpp"
 #include "spawn.hpp"
+#include "triad/core/rank_status.hpp"
 
 namespace triad::launch {
 
@@ -31,9 +32,11 @@ class RankSet {
   ~RankSet();
 
   // Starts one process per slot from spec (RANK and LOCAL_RANK added to its environment).
-  // err_filter, when given, makes each rank's stderr filter (with prefixing only).
+  // err_filter, when given, makes each rank's stderr filter (with prefixing only). With a
+  // board, slot i's rank gets the board's slot i (TRIAD_RANK_STATUS).
   void start(ChildSpec spec, const std::vector<RankSlot>& slots, bool prefix,
-             const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter = {});
+             const std::function<LinePrefixer::Filter(const RankSlot&)>& err_filter = {},
+             const triad::RankStatusBoard* board = nullptr);
   // Sends sig to every running rank's process group; as_stop marks their end as ours.
   void signal(int sig, bool as_stop);
   // Collects the ranks that ended and calls on_exit(rank, wait status) for each.

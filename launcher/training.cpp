@@ -15,6 +15,7 @@
 #include "triad/core/engine.hpp"
 #include "triad/core/memory_plan.hpp"
 #include "triad/core/plugin_loader.hpp"
+#include "triad/core/rank_status.hpp"
 #include "triad/core/services.hpp"
 #include "triad/core/transport.hpp"
 
@@ -151,6 +152,7 @@ int train_in_process(const LaunchArgs& a) {
 
 int train_as_worker(const LaunchArgs& a) {
   const DistEnv dist = DistEnv::from_environment();
+  triad::attach_rank_status_from_env();  // the launcher's watch (rank_status.hpp)
   return train(a, load_config(a.config_path, a.sets, dist.world_size), dist);
 }
 

@@ -29,6 +29,7 @@
 #include "triad/core/pipeline_backend.hpp"
 #include "triad/core/plugin_loader.hpp"
 #include "triad/core/process_groups.hpp"
+#include "triad/core/rank_status.hpp"
 #include "triad/core/rendezvous.hpp"
 #include "triad/core/safetensors.hpp"
 #include "triad/core/services.hpp"
@@ -39,6 +40,17 @@
 namespace triad {
 
 namespace fs = std::filesystem;
+
+namespace {
+// Every wait's bound: training.collective_timeout, or a little more when a launcher watches
+// this rank (rank_status.hpp). The launcher acts at the timeout itself, seeing every rank, so
+// it names the rank the others wait for; a wait that runs out here is the backstop.
+std::chrono::milliseconds wait_bound(const TrainingConfig& t) {
+  double s = t.collective_timeout;
+  if (rank_status_watched()) s += std::max(1.0, s / 4);
+  return std::chrono::milliseconds(int64_t(s * 1000));
+}
+}  // namespace
 
 double model_flops_per_step(const ModelConfig& m, int global_batch) {
   const double B = global_batch, s = m.seq_length, l = m.num_layers, h = m.hidden_size,
@@ -301,7 +313,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
                                                   const PluginLoader& loader,
                                                   const CoreServices& services, Device& device) {
   auto run = std::make_unique<DistributedRun>();
-  run->timeout = std::chrono::milliseconds(int64_t(cfg.training.collective_timeout * 1000));
+  run->timeout = wait_bound(cfg.training);
   run->device = &device;
   run->scalars = Buffer<float>(device, 1, "collective scalars");
   // Load and check both plugins before connecting to anyone.
@@ -571,7 +583,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   tpc.sequence_parallel = par.sequence_parallel;
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
-  const std::chrono::milliseconds timeout(int64_t(t.collective_timeout * 1000));
+  const std::chrono::milliseconds timeout = wait_bound(t);
   tpc.timeout = timeout;
   // AdamW's moments come once the data plugin says which range this rank steps.
   // ZeRO-Offload's host device: its memory is counted apart from the training device's.
@@ -848,6 +860,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const StopSignalsArmed stop_signals;
   std::string last_checkpoint;
   for (int step = start_step + 1; step <= t.train_iters; ++step) {
+    rank_status_step(step);
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(cfg.optimizer, cfg.lr_schedule, t.train_iters, step);
     model.zero_grad();

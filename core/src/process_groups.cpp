@@ -130,6 +130,10 @@ ParallelComms make_parallel_comms(Communicator& world, const ProcessGroups& grou
   pc.dp = std::make_unique<Communicator>(world.split(s.color, s.key));
   s = groups.pp_split(r);
   pc.pp = std::make_unique<Communicator>(world.split(s.color, s.key));
+  // For what a stuck rank's launcher reports (rank_status.hpp).
+  if (*pc.tp) pc.tp->label("the tensor-parallel group", groups.tp_group(r));
+  if (*pc.dp) pc.dp->label("the data-parallel group", groups.dp_group(r));
+  if (*pc.pp) pc.pp->label("the pipeline group", groups.pp_group(r));
   return pc;
 }
 

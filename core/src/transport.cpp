@@ -3,7 +3,9 @@
 #include <cstring>
 #include <vector>
 
+#include "transport_watch.hpp"
 #include "triad/core/plugin_instance.hpp"
+#include "triad/core/rank_status.hpp"
 #include "triad/core/rendezvous.hpp"
 #include "triad/sdk/comm_ref_v1.h"
 
@@ -20,9 +22,16 @@ struct TransportInstance {
         ops(&instance.ops<triad_transport_ops_v1>()),
         handle(instance.handle()),
         name(instance.name()),
-        caps(instance.capabilities(ops->capabilities)) {}
+        caps(instance.capabilities(ops->capabilities)) {
+    if (rank_status_watched()) {
+      watched = std::make_unique<WatchedTransport>(ops, handle);
+      ops = &WatchedTransport::kOps;
+      handle = watched.get();
+    }
+  }
 
   PluginInstance instance;
+  std::unique_ptr<WatchedTransport> watched;  // in front of the plugin when a launcher watches
   const triad_transport_ops_v1* ops;
   void* handle;
   std::string name;
@@ -188,6 +197,11 @@ triad_comm_ref_v1 Communicator::c_ref() const {
   r.transport = inst_->handle;
   r.comm = comm_;
   return r;
+}
+
+void Communicator::label(std::string name, std::vector<int> world_ranks) {
+  if (comm_ && inst_->watched)
+    inst_->watched->label(comm_, std::move(name), std::move(world_ranks));
 }
 
 Communicator Communicator::split(int color, int key) {

@@ -120,8 +120,9 @@ timeout 60 "$LAUNCH" --nproc-per-node 2 "$CONFIGS/gpt-tiny.yaml" --dry-run >out.
 expect_count out.d "^parameters:" 1
 pass "2 training ranks run 2 data-parallel steps; dry run prints once"
 
-# 7b. A stuck rank (SIGSTOP) ends the job within twice the collective timeout, the error names
-# the rank the others waited for, and the waiting rank does not spin a core meanwhile.
+# 7b. A stuck rank (SIGSTOP) ends the job within twice the collective timeout; the launcher's
+# watchdog names the stopped rank and what the other waited for, once; the waiting rank does not
+# spin a core meanwhile.
 start_bg "$LAUNCH" --collective-timeout 4 --stop-grace 1 --nproc-per-node 2 \
   "$CONFIGS/gpt-tiny.yaml" --set training.train_iters=100000 --set output.dir="$SCRATCH/stuck" \
   >out.s 2>err.s
@@ -153,7 +154,11 @@ took=$(($(date +%s) - t0))
 kill -CONT "$stopped" 2>/dev/null
 [[ $rc -ne 0 ]] || fail "the job with a stopped rank exited 0"
 ((took <= 8)) || fail "the job with a stopped rank took ${took} s to end (collective timeout 4 s)"
-expect err.s "waiting to (send to|receive from) rank 1" "the error naming the stopped rank 1"
+expect err.s "rank 1 \(pid $stopped\) stopped making progress: no sign of life for [0-9.]+ s at step [0-9]+ \(the process is stopped" \
+  "the launcher's verdict naming the stopped rank 1"
+expect err.s "rank 0 has waited [0-9.]+ s for all_reduce\([0-9]+ x fp32\) over the data-parallel group \(world ranks 0, 1\)" \
+  "what rank 0 waited for"
+expect_count err.s "stopped making progress" 1
 pass "a stopped rank ends the job in ${took} s (timeout 4 s), named in the error; the waiting rank used $used of $((2 * hz)) ticks"
 
 # 8. Mistakes get one clear message and exit 2.

@@ -54,12 +54,16 @@ void Schedule::fail(const std::string& msg) {
   finished_ = true;
 }
 
+std::atomic<bool> g_abandoned_transfers{false};
+
 void Schedule::cancel() {
   for (auto& a : active_) {
     for (size_t i = 0; i < a.reqs.size(); ++i) {
       if (!a.reqs[i]) continue;
-      if (ucp_request_check_status(a.reqs[i]) == UCS_INPROGRESS && !a.lane[a.step].xfers[i].is_send)
-        ucp_request_cancel(wire_.worker, a.reqs[i]);
+      if (ucp_request_check_status(a.reqs[i]) == UCS_INPROGRESS) {
+        g_abandoned_transfers.store(true, std::memory_order_relaxed);
+        if (!a.lane[a.step].xfers[i].is_send) ucp_request_cancel(wire_.worker, a.reqs[i]);
+      }
       ucp_request_free(a.reqs[i]);  // released by UCX once it completes
       a.reqs[i] = nullptr;
     }

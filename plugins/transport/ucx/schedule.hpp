@@ -7,6 +7,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <functional>
 #include <list>
 #include <map>
@@ -17,6 +18,12 @@
 #include "comm.hpp"
 
 namespace triad::ucx {
+
+// Set once this process has abandoned a transfer still in flight (a wait that failed or ran
+// out, a request freed before it finished). UCX then finds the abandoned requests still out
+// at cleanup and warns once per object ("object 0x... was not returned to mpool"): after a
+// failure this rank has already reported, those lines are dropped (ucx_transport.cpp).
+extern std::atomic<bool> g_abandoned_transfers;
 
 struct Xfer {
   bool is_send = false;

@@ -75,8 +75,14 @@ ucs_log_func_rc_t hold_log(const char* file, unsigned line, const char* function
 // endpoints cannot ask for it), a copy from a peer process that has just died (CMA's
 // process_vm_readv: "No such process") is FATAL, and UCX prints a 20-frame backtrace and aborts.
 // The launcher already names the rank that died first; this rank ends with one line instead.
+// It also drops UCX's per-object "was not returned to mpool" warnings once this process has
+// abandoned transfers (schedule.hpp): the failure that made it abandon them is already
+// reported in one line, and a genuine leak without one still shows.
 ucs_log_func_rc_t end_on_fatal(const char* file, unsigned line, const char*, ucs_log_level_t level,
                                const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level == UCS_LOG_LEVEL_WARN && g_abandoned_transfers.load(std::memory_order_relaxed) &&
+      std::strstr(format, "was not returned to mpool"))
+    return UCS_LOG_FUNC_RC_STOP;
   if (level != UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;
   char buf[1024];
   std::vsnprintf(buf, sizeof buf, format, ap);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "triad/core/error.hpp"
 #include "triad/core/plugin_loader.hpp"
@@ -84,6 +85,9 @@ class Communicator {
 
   // Collective; returns an empty Communicator for color TRIAD_COMM_SPLIT_NONE.
   Communicator split(int color, int key);
+  // Names this communicator in what a watched rank reports waiting for ("the data-parallel
+  // group", its members' world ranks in communicator order); nothing when no launcher watches.
+  void label(std::string name, std::vector<int> world_ranks);
 
   // Buffers and the block split as documented in transport_v1.h.
   TransportRequest all_reduce(const void* send, void* recv, uint64_t count, DLDataType dtype,

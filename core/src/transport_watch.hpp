@@ -1,0 +1,36 @@
+// A transport ops table in front of a plugin's, used when a launcher watches this rank
+// (rank_status.hpp): it forwards every call unchanged and marks each wait in the rank's status
+// with what is waited for, so the launcher can name it. Plugins that talk to the transport
+// through a comm_ref (the parallelism plugins) go through it too, as their comm_refs carry it.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "triad/sdk/transport_v1.h"
+
+namespace triad::detail {
+
+struct WatchedTransport {
+  WatchedTransport(const triad_transport_ops_v1* ops, void* handle) : real(ops), inner(handle) {}
+
+  const triad_transport_ops_v1* real;
+  void* inner;
+
+  struct CommInfo {
+    std::string label;       // "the data-parallel group"
+    std::vector<int> world;  // world rank of each member, when known
+  };
+  std::mutex mu;
+  std::unordered_map<const void*, CommInfo> comms;
+  std::unordered_map<const void*, std::string> requests;  // request -> what it does
+
+  // Names a communicator for the messages: label and its members' world ranks.
+  void label(const void* comm, std::string label, std::vector<int> world);
+
+  static const triad_transport_ops_v1 kOps;
+};
+
+}  // namespace triad::detail
