@@ -1,7 +1,5 @@
-// Rendezvous store over TCP. Wire format: every message is a frame [u32 length][payload];
-// a payload is an opcode byte followed by fields (u32-length-prefixed strings, i64s, all
-// little-endian). The protocol is strictly request/reply per connection, and the first
-// request must be AUTH with the job token.
+// Rendezvous store over TCP: the messages and the store are rendezvous_wire.cpp's; here are
+// the sockets, the job token check and the WAIT timers.
 #include "triad/core/rendezvous.hpp"
 
 #include <spdlog/spdlog.h>
@@ -10,104 +8,20 @@
 #include <boost/asio.hpp>
 #include <cstring>
 #include <list>
-#include <map>
 #include <mutex>
 #include <random>
-#include <regex>
-#include <set>
 #include <thread>
+
+#include "rendezvous_wire.hpp"
 
 namespace triad {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
+using namespace rendezvous_wire;
 
 namespace {
-
-enum Op : uint8_t {
-  kAuth = 1,
-  kSet = 2,
-  kGet = 3,
-  kWait = 4,
-  kAdd = 5,
-  // replies
-  kOk = 100,
-  kValue = 101,
-  kNotFound = 102,
-  kMissing = 103,
-  kInt = 104,
-  kErr = 105,
-};
-
-constexpr uint32_t kMaxFrame = 256u << 20;  // a value is at most a few KiB in practice
-constexpr uint32_t kMaxAuthFrame = 4096;    // before the token, accept only a small frame
-
-class Writer {
- public:
-  explicit Writer(uint8_t op) { buf_.assign(4, '\0'), buf_.push_back(char(op)); }
-  Writer& str(const std::string& s) {
-    u32(uint32_t(s.size()));
-    buf_ += s;
-    return *this;
-  }
-  Writer& u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) buf_.push_back(char((v >> (8 * i)) & 0xff));
-    return *this;
-  }
-  Writer& i64(int64_t v) {
-    uint64_t u = uint64_t(v);
-    for (int i = 0; i < 8; ++i) buf_.push_back(char((u >> (8 * i)) & 0xff));
-    return *this;
-  }
-  // The finished frame, length prefix filled in.
-  std::string frame() {
-    uint32_t n = uint32_t(buf_.size() - 4);
-    for (int i = 0; i < 4; ++i) buf_[i] = char((n >> (8 * i)) & 0xff);
-    return std::move(buf_);
-  }
-
- private:
-  std::string buf_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& payload) : p_(payload) {}
-  uint8_t op() { return uint8_t(take(1)[0]); }
-  uint32_t u32() {
-    auto b = take(4);
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(b[i])) << (8 * i);
-    return v;
-  }
-  int64_t i64() {
-    auto b = take(8);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(b[i])) << (8 * i);
-    return int64_t(v);
-  }
-  std::string str() {
-    uint32_t n = u32();
-    return std::string(take(n));
-  }
-
- private:
-  std::string_view take(size_t n) {
-    if (pos_ + n > p_.size()) throw std::runtime_error("truncated rendezvous message");
-    std::string_view v(p_.data() + pos_, n);
-    pos_ += n;
-    return v;
-  }
-  const std::string& p_;
-  size_t pos_ = 0;
-};
-
-uint32_t frame_length(const std::array<char, 4>& h) {
-  uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= uint32_t(uint8_t(h[i])) << (8 * i);
-  return n;
-}
 
 bool equal_tokens(const std::string& a, const std::string& b) {
   // Constant time in the token's content, so a wrong token reveals nothing by timing.
@@ -124,20 +38,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 }
 
 }  // namespace
-
-std::string describe_missing_ranks(const std::vector<std::string>& keys) {
-  static const std::regex kRankKey(".*/rank/([0-9]+)$");
-  std::set<long> ranks;
-  for (const auto& k : keys) {
-    std::smatch m;
-    if (std::regex_match(k, m, kRankKey)) ranks.insert(std::stol(m[1]));
-  }
-  if (ranks.empty()) return "";
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  bool first = true;
-  for (long r : ranks) s += (first ? "" : ", ") + std::to_string(r), first = false;
-  return s;
-}
 
 std::string make_job_token() {
   std::random_device rd;
@@ -247,100 +147,62 @@ struct RendezvousServer::Impl {
   }
 
   void handle(const std::shared_ptr<Session>& s) {
-    std::string frame;
     try {
-      Reader r(s->body);
-      uint8_t op = r.op();
       if (!s->authed) {
-        if (op != kAuth || !equal_tokens(r.str(), token)) {
-          refuse(*s, op == kAuth ? "wrong job token" : "no job token presented");
-          return s->reply(Writer(kErr).str("wrong job token").frame(), true);
+        // Only an AUTH request is read before the token (the body is never empty).
+        const bool auth = uint8_t(s->body[0]) == kAuth;
+        if (!auth || !equal_tokens(parse_request(s->body).key, token)) {
+          refuse(*s, auth ? "wrong job token" : "no job token presented");
+          return s->reply(encode_reply({kErr, "wrong job token"}), true);
         }
         s->authed = true;
-        return s->reply(Writer(kOk).frame());
+        return s->reply(encode_reply({kOk}));
       }
-      switch (op) {
-        case kSet: {
-          std::string k = r.str();
-          store[k] = r.str();
-          frame = Writer(kOk).frame();
-          s->reply(std::move(frame));
-          return wake_waiters();
-        }
-        case kGet: {
-          auto it = store.find(r.str());
-          return s->reply(it == store.end() ? Writer(kNotFound).frame()
-                                            : Writer(kValue).str(it->second).frame());
-        }
+      const Request q = parse_request(s->body);
+      switch (q.op) {
+        case kSet:
+        case kGet:
         case kAdd: {
-          std::string k = r.str();
-          int64_t d = r.i64();
-          int64_t v = 0;
-          auto it = store.find(k);
-          if (it != store.end()) {
-            size_t used = 0;
-            try {
-              v = std::stoll(it->second, &used);
-            } catch (...) {
-              used = 0;
-            }
-            if (used == 0 || used != it->second.size())
-              return s->reply(
-                  Writer(kErr).str("add: key '" + k + "' holds a non-integer value").frame());
-          }
-          v += d;
-          store[k] = std::to_string(v);
-          s->reply(Writer(kInt).i64(v).frame());
-          return wake_waiters();
+          const Reply a = store.apply(q);
+          s->reply(encode_reply(a));
+          if (a.op == kOk || a.op == kInt) wake_waiters();
+          return;
         }
         case kWait: {
-          int64_t timeout_ms = r.i64();
-          uint32_t n = r.u32();
           auto w = std::make_shared<Waiter>();
           w->session = s;
-          for (uint32_t i = 0; i < n; ++i) w->keys.push_back(r.str());
-          if (missing(*w).empty()) return s->reply(Writer(kOk).frame());
+          w->keys = q.keys;
+          if (store.missing(w->keys).empty()) return s->reply(encode_reply({kOk}));
           w->timer = std::make_unique<asio::steady_timer>(io);
-          w->timer->expires_after(std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+          w->timer->expires_after(wait_duration(q.number));
           waiters.push_back(w);
           w->timer->async_wait([this, w](boost::system::error_code ec) {
             if (ec) return;  // cancelled: satisfied
             auto it = std::find(waiters.begin(), waiters.end(), w);
             if (it == waiters.end()) return;
             waiters.erase(it);
-            Writer m(kMissing);
-            auto miss = missing(*w);
-            m.u32(uint32_t(miss.size()));
-            for (auto& k : miss) m.str(k);
-            w->session->reply(m.frame());
+            w->session->reply(encode_reply({kMissing, {}, 0, store.missing(w->keys)}));
           });
           return;
         }
         default:
-          return s->reply(Writer(kErr).str("unknown request " + std::to_string(op)).frame(), true);
+          return s->reply(encode_reply({kErr, "unknown request " + std::to_string(q.op)}), true);
       }
     } catch (const std::exception& e) {
-      s->reply(Writer(kErr).str(std::string("malformed request: ") + e.what()).frame(), true);
+      s->reply(encode_reply({kErr, std::string("malformed request: ") + e.what()}), true);
     }
-  }
-
-  std::vector<std::string> missing(const Waiter& w) const {
-    std::vector<std::string> m;
-    for (auto& k : w.keys)
-      if (!store.count(k)) m.push_back(k);
-    return m;
   }
 
   void wake_waiters() {
     for (auto it = waiters.begin(); it != waiters.end();) {
       auto w = *it;
-      if (!missing(*w).empty()) {
+      if (!store.missing(w->keys).empty()) {
         ++it;
         continue;
       }
       it = waiters.erase(it);
       w->timer->cancel();
-      w->session->reply(Writer(kOk).frame());
+      w->session->reply(encode_reply({kOk}));
     }
   }
 
@@ -349,7 +211,7 @@ struct RendezvousServer::Impl {
   uint16_t port = 0;
   asio::io_context io;
   tcp::acceptor acceptor;
-  std::map<std::string, std::string> store;
+  Store store;
   std::list<std::shared_ptr<Waiter>> waiters;
   std::thread thread;
   std::atomic<int> refused{0};
@@ -503,8 +365,18 @@ struct RendezvousClient::Impl {
 namespace {
 constexpr auto kReplyLimit = 30000ms;  // a master that answers nothing in 30 s is gone
 
-[[noreturn]] void unexpected_reply(Reader& r, uint8_t op, const std::string& where) {
-  std::string msg = op == kErr ? r.str() : "unexpected reply " + std::to_string(op);
+// The reply's fields; a malformed reply is a UserError naming the master.
+Reply read_reply(const std::string& payload, const std::string& where) {
+  try {
+    return parse_reply(payload);
+  } catch (const ProtocolError& e) {
+    throw UserError("rendezvous: the master at " + where + " sent a malformed reply (" + e.what() +
+                    "); is another program listening on the master port?");
+  }
+}
+
+[[noreturn]] void unexpected_reply(const Reply& a, const std::string& where) {
+  std::string msg = a.op == kErr ? a.text : "unexpected reply " + std::to_string(a.op);
   throw UserError("rendezvous: the master at " + where + " answered: " + msg);
 }
 }  // namespace
@@ -515,18 +387,17 @@ RendezvousClient::RendezvousClient(const std::string& host, uint16_t port, const
   impl_->connect(connect_timeout);
   std::string reply;
   try {
-    reply = impl_->transact(Writer(kAuth).str(token).frame(), kReplyLimit);
+    reply = impl_->transact(encode_request({kAuth, token}), kReplyLimit);
   } catch (const UserError&) {
     throw UserError("rendezvous: the master at " + impl_->where() +
                     " closed the connection while checking the job token; every rank must "
                     "use the job's token");
   }
-  Reader r(reply);
-  uint8_t op = r.op();
-  if (op == kErr)
+  const Reply a = read_reply(reply, impl_->where());
+  if (a.op == kErr)
     throw UserError("rendezvous: the master at " + impl_->where() + " refused this process: " +
-                    r.str() + "; every rank must use the job's token (the one the launcher made)");
-  if (op != kOk) unexpected_reply(r, op, impl_->where());
+                    a.text + "; every rank must use the job's token (the one the launcher made)");
+  if (a.op != kOk) unexpected_reply(a, impl_->where());
 }
 
 RendezvousClient::~RendezvousClient() = default;
@@ -537,20 +408,18 @@ std::string RendezvousClient::address() const {
 
 void RendezvousClient::set(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  std::string reply = impl_->transact(Writer(kSet).str(key).str(value).frame(), kReplyLimit);
-  Reader r(reply);
-  uint8_t op = r.op();
-  if (op != kOk) unexpected_reply(r, op, impl_->where());
+  std::string reply = impl_->transact(encode_request({kSet, key, value}), kReplyLimit);
+  const Reply a = read_reply(reply, impl_->where());
+  if (a.op != kOk) unexpected_reply(a, impl_->where());
 }
 
 std::optional<std::string> RendezvousClient::try_get(const std::string& key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  std::string reply = impl_->transact(Writer(kGet).str(key).frame(), kReplyLimit);
-  Reader r(reply);
-  uint8_t op = r.op();
-  if (op == kNotFound) return std::nullopt;
-  if (op != kValue) unexpected_reply(r, op, impl_->where());
-  return r.str();
+  std::string reply = impl_->transact(encode_request({kGet, key}), kReplyLimit);
+  Reply a = read_reply(reply, impl_->where());
+  if (a.op == kNotFound) return std::nullopt;
+  if (a.op != kValue) unexpected_reply(a, impl_->where());
+  return std::move(a.text);
 }
 
 void RendezvousClient::wait(const std::vector<std::string>& keys,
@@ -558,16 +427,13 @@ void RendezvousClient::wait(const std::vector<std::string>& keys,
   std::vector<std::string> missing;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    Writer w(kWait);
-    w.i64(timeout.count()).u32(uint32_t(keys.size()));
-    for (auto& k : keys) w.str(k);
-    std::string reply = impl_->transact(w.frame(), timeout + kReplyLimit);
-    Reader r(reply);
-    uint8_t op = r.op();
-    if (op == kOk) return;
-    if (op != kMissing) unexpected_reply(r, op, impl_->where());
-    uint32_t n = r.u32();
-    for (uint32_t i = 0; i < n; ++i) missing.push_back(r.str());
+    // The master waits at most wait_duration (so a huge timeout overflows no clock here either).
+    std::string reply = impl_->transact(encode_request({kWait, {}, {}, timeout.count(), keys}),
+                                        wait_duration(timeout.count()) + kReplyLimit);
+    Reply a = read_reply(reply, impl_->where());
+    if (a.op == kOk) return;
+    if (a.op != kMissing) unexpected_reply(a, impl_->where());
+    missing = std::move(a.keys);
   }
   std::string ranks = describe_missing_ranks(missing);
   throw RendezvousTimeout("rendezvous: timed out after " + std::to_string(timeout.count()) +
@@ -588,11 +454,10 @@ std::string RendezvousClient::get(const std::string& key, std::chrono::milliseco
 
 int64_t RendezvousClient::add(const std::string& key, int64_t delta) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  std::string reply = impl_->transact(Writer(kAdd).str(key).i64(delta).frame(), kReplyLimit);
-  Reader r(reply);
-  uint8_t op = r.op();
-  if (op != kInt) unexpected_reply(r, op, impl_->where());
-  return r.i64();
+  std::string reply = impl_->transact(encode_request({kAdd, key, {}, delta}), kReplyLimit);
+  const Reply a = read_reply(reply, impl_->where());
+  if (a.op != kInt) unexpected_reply(a, impl_->where());
+  return a.number;
 }
 
 }  // namespace triad

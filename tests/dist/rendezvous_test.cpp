@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -154,4 +155,30 @@ TEST(Rendezvous, ClientRetriesUntilTheMasterComesUp) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
   c.set("k", "v");
   EXPECT_EQ(c.get("k", 1s), "v");
+}
+
+// Found with tests/fuzz/fuzz_rendezvous.cpp: a sum past int64 was signed overflow in the master.
+TEST(Rendezvous, AddPastInt64IsRefusedAndLeavesTheValue) {
+  RendezvousServer server("127.0.0.1", 0, "t");
+  server.start();
+  RendezvousClient c("127.0.0.1", server.port(), "t", 5s);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(c.add("n", max), max);
+  try {
+    c.add("n", 1);
+    ADD_FAILURE() << "an add past int64 was accepted";
+  } catch (const triad::UserError& e) {
+    EXPECT_TRUE(contains(e.what(), "overflow")) << e.what();
+  }
+  EXPECT_EQ(c.get("n", 1s), std::to_string(max));
+  // A WAIT whose timeout would overflow the timer's clock waits (here: returns) as usual.
+  c.wait({"n"}, std::chrono::milliseconds::max() - 60s);
+}
+
+// std::stol threw std::out_of_range (not a UserError) for a rank number past long.
+TEST(Rendezvous, MissingRanksPastLongAreNotNamed) {
+  EXPECT_EQ(triad::describe_missing_ranks({"job/rank/99999999999999999999", "job/rank/3"}),
+            "rank 3");
+  EXPECT_EQ(triad::describe_missing_ranks({"a/rank/2", "b/rank/10", "x/rank/", "rank/4"}),
+            "ranks 2, 10");
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,6 +55,41 @@ const DType kDTypes[] = {{"fp32", {kDLFloat, 32, 1}, TRIAD_DTYPE_BIT_FP32, 4},
                          {"bf16", {kDLBfloat, 16, 1}, TRIAD_DTYPE_BIT_BF16, 2},
                          {"fp16", {kDLFloat, 16, 1}, TRIAD_DTYPE_BIT_FP16, 2}};
 
+// IEEE binary16 <-> binary32 by bit manipulation, as the compilers' _Float16 conversions do
+// (round to nearest, ties to even; NaNs stay quiet NaNs), for compilers without _Float16 (clang
+// 14 on x86-64 has none without AVX512-FP16).
+uint16_t fp16_from_float(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // NaN
+  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520: infinity
+  if (ax >= 0x38800000u) {                                 // >= 2^-14: normal
+    const uint32_t h = (ax - (112u << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
+    return uint16_t(sign | h);
+  }
+  if (ax <= 0x33000000u) return sign;  // <= 2^-25 (a tie to the even 0): zero
+  // Subnormal: the value in units of 2^-24, rounded.
+  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126u - (ax >> 23);  // 14..24
+  uint32_t h = m >> shift;
+  const uint32_t rest = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+  if (rest > tie || (rest == tie && (h & 1u))) ++h;
+  return uint16_t(sign | h);
+}
+
+float fp16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant x 2^-24, exact in float
+    const float f = float(mant) * 0x1p-24f;
+    return sign ? -f : f;
+  }
+  if (exp == 31)  // infinity, or a NaN (made quiet)
+    return std::bit_cast<float>(sign | 0x7f800000u | (mant ? 0x400000u : 0u) | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
 void put(const DType& t, void* buf, uint64_t i, float v) {
   if (t.bit == TRIAD_DTYPE_BIT_FP32) {
     static_cast<float*>(buf)[i] = v;
@@ -62,7 +98,7 @@ void put(const DType& t, void* buf, uint64_t i, float v) {
     std::memcpy(&u, &v, 4);
     static_cast<uint16_t*>(buf)[i] = uint16_t(u >> 16);  // exact for small integers
   } else {
-    static_cast<_Float16*>(buf)[i] = _Float16(v);
+    static_cast<uint16_t*>(buf)[i] = fp16_from_float(v);
   }
 }
 
@@ -74,7 +110,7 @@ float get(const DType& t, const void* buf, uint64_t i) {
     std::memcpy(&f, &u, 4);
     return f;
   }
-  return float(static_cast<const _Float16*>(buf)[i]);
+  return fp16_to_float(static_cast<const uint16_t*>(buf)[i]);
 }
 
 // A buffer the transport reads or writes: host memory, or memory of `dev` (a CUDA device)
