@@ -304,14 +304,13 @@ class Agent {
       say(what);
       return;
     }
-    // Offered now, decided kDeathWindow later: the job's failure is the death that came first
-    // anywhere (job_store.hpp), not the first one reported. A rank killed by a signal is dated
-    // a millisecond earlier than its reaping, so of two ranks reaped in one sweep the one a
-    // signal killed, which cannot be the other's consequence, comes first.
-    const int64_t died = realtime_ns() - (WIFSIGNALED(status) ? 1000000 : 0);
+    // Offered now, decided kDeathWindow later: the job's failure is the death that caused the
+    // others (job_store.hpp), not the first one reported. A death by a signal comes before any
+    // exit with a code: Triad's ranks end on errors with a code, so a signal is never the
+    // consequence of another rank's failure, while an error exit often is.
     const Failure f{e.code, what};
     try {
-      store_->offer_candidate(f, died);
+      store_->offer_candidate(f, realtime_ns(), WIFSIGNALED(status));
     } catch (const std::exception&) {
       // the store is gone: this launcher decides alone
     }

@@ -79,40 +79,40 @@ Failure JobStore::publish_failure(const Failure& f) {
   }
 }
 
-void JobStore::offer_candidate(const Failure& f, int64_t died_ns) {
-  // One key per launcher, holding its earliest death.
-  const std::string k = key("candidate", plan_.agent);
-  if (auto old = c_.try_get(k)) {
-    const size_t nl = old->find('\n');
-    try {
-      if (std::stoll(old->substr(0, nl)) <= died_ns) return;
-    } catch (...) {
-      // unreadable: replaced below
-    }
+namespace {
+// "S NS\nCODE\nDESC": S 0 for a death by a signal, 1 for an exit with a code; ordered by (S, NS).
+using Rank = std::pair<int, int64_t>;
+std::optional<std::pair<Rank, std::string>> read_candidate(const std::string& v) {
+  const size_t space = v.find(' '), nl = v.find('\n');
+  if (space == std::string::npos || nl == std::string::npos || space > nl) return std::nullopt;
+  try {
+    return std::make_pair(Rank{std::stoi(v.substr(0, space)), std::stoll(v.substr(space + 1, nl))},
+                          v.substr(nl + 1));
+  } catch (...) {
+    return std::nullopt;
   }
-  c_.set(k, std::to_string(died_ns) + "\n" + encode(f));
+}
+}  // namespace
+
+void JobStore::offer_candidate(const Failure& f, int64_t died_ns, bool by_signal) {
+  // One key per launcher, holding its first death in that order.
+  const Rank mine{by_signal ? 0 : 1, died_ns};
+  const std::string k = key("candidate", plan_.agent);
+  if (auto old = c_.try_get(k))
+    if (auto c = read_candidate(*old); c && c->first <= mine) return;
+  c_.set(k, std::to_string(mine.first) + " " + std::to_string(died_ns) + "\n" + encode(f));
 }
 
 std::optional<Failure> JobStore::earliest_candidate() {
-  std::optional<Failure> best;
-  int64_t best_ns = 0;
+  std::optional<std::pair<Rank, std::string>> best;
   for (int a = 0; a < plan_.agents; ++a) {
     auto v = c_.try_get(key("candidate", a));
     if (!v) continue;
-    const size_t nl = v->find('\n');
-    if (nl == std::string::npos) continue;
-    int64_t ns;
-    try {
-      ns = std::stoll(v->substr(0, nl));
-    } catch (...) {
-      continue;
-    }
-    if (!best || ns < best_ns) {
-      best = decode(v->substr(nl + 1));
-      best_ns = ns;
-    }
+    auto c = read_candidate(*v);
+    if (c && (!best || c->first < best->first)) best = std::move(c);
   }
-  return best;
+  if (!best) return std::nullopt;
+  return decode(best->second);
 }
 
 std::optional<Failure> JobStore::failure() {

@@ -35,11 +35,12 @@ class JobStore {
   // Records f as the job's failure unless one was recorded first; returns the first.
   Failure publish_failure(const Failure& f);
   // A rank's death as this launcher saw it, at died_ns (CLOCK_REALTIME), offered for the job's
-  // failure; earliest_candidate() is the one that died first of those offered so far by any
-  // launcher (ties: the lower launcher). So the job blames the first death, not the first
-  // report: a peer's death makes the survivors fail too, often before the dead rank's
-  // launcher has published it.
-  void offer_candidate(const Failure& f, int64_t died_ns);
+  // failure; earliest_candidate() is the first of those offered so far by any launcher: a
+  // death by a signal before any exit with a code, then by time (ties: the lower launcher).
+  // So the job blames the death that caused the others, not the first report: a peer's death
+  // makes the survivors exit with an error too, often before the dead rank's launcher has
+  // published it, and within milliseconds, less than two launchers' reaping can tell apart.
+  void offer_candidate(const Failure& f, int64_t died_ns, bool by_signal);
   std::optional<Failure> earliest_candidate();
   std::optional<Failure> failure();
 
