@@ -70,23 +70,32 @@ class CpuDevice final : public Device {
   }
   void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                           const void* inp, const void* weight, const float* mean, const float* rstd,
-                          int N, int C, DType act) override {
+                          int N, int C, DType act, GradWrite write) override {
     k::layernorm_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), mean, rstd, N,
-                          C);
+                          C, write == GradWrite::accumulate);
+  }
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int N, int C,
+                                  float eps, DType act) override {
+    k::residual_layernorm_forward(f(res, act), f(out, act), mean, rstd, f(a), f(b), f(weight),
+                                  f(bias), N, C, eps);
   }
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC, DType act) override {
     k::matmul_forward(f(out, act), f(inp), f(weight), f(bias), N, C, OC, gemm_);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                       const void* weight, int N, int C, int OC, DType act) override {
-    k::matmul_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC, gemm_);
+                       const void* weight, int N, int C, int OC, DType act,
+                       GradWrite write) override {
+    k::matmul_backward(f(dinp, act), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC, gemm_,
+                       write == GradWrite::accumulate);
   }
   void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
     k::gelu_forward(f(out, act), f(inp), n);
   }
-  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act) override {
-    k::gelu_backward(f(dinp, act), f(inp), f(dout), n);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act,
+                     GradWrite write) override {
+    k::gelu_backward(f(dinp, act), f(inp), f(dout), n, write == GradWrite::accumulate);
   }
   void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) override {
     k::residual_forward(f(out, act), f(a), f(b), n);

@@ -385,16 +385,15 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
 void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
                                 float* dbias, int N, int K) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
-  dev_.fill_zero(dx, size_t(N) * K * dtype_bytes(act_));
   if (c.forward == TRIAD_TENSOR_IDENTITY) {
-    dev_.matmul_backward(dx, dW, dbias, dy, x, W, N, K, C_, act_);
+    dev_.matmul_backward(dx, dW, dbias, dy, x, W, N, K, C_, act_, GradWrite::overwrite);
     return;
   }
   const int Ns = sp_ ? N / tp_.size : N;
   dev_.bias_backward(dbias, dy, Ns, C_, act_);
   const void* dfull = exchange(c.backward, const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
                                &volume_.activations);
-  dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_);
+  dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
 }
 
 const void* GPT::column_input_grad(int N) {
@@ -431,7 +430,7 @@ void GPT::embedding_forward(ActSet& s) {
   }
 }
 
-void GPT::block_forward(size_t i, ActSet& s, void* out) {
+void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
@@ -439,8 +438,9 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   LayerActs& a = recompute_ == Recompute::full ? work_ : s.layers[i];
   const void* in = s.layers[i].res_in.data();  // the block's input
   const BlockParams p = state_.block_params(chunk_.first_block + i);
-  dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
-                         Ns, C, eps, act_);
+  if (!fuse_norms || i == 0)
+    dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
+                           Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
   const void* ln1 = column_input(a.ln1, a.ln1_full, N);
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
@@ -454,23 +454,40 @@ void GPT::block_forward(size_t i, ActSet& s, void* out) {
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
   row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
-  dev_.residual_forward(a.res_mid.data(), in, out, size_t(Ns) * C, act_);
-  dev_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res_mid.data(),
-                         p.ln2_w, p.ln2_b, Ns, C, eps, act_);
+  // ln2 = layernorm(res_mid) in the same pass
+  dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
+                                  a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
   const void* ln2 = column_input(a.ln2, a.ln2_full, N);
   dev_.matmul_forward(a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
   dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * Fl, act_);
   // out = res_mid + fch_gelu @ Wfcproj^T + b
   row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl);
-  dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
+  const bool next_block = i + 1 < s.layers.size();
+  if (!fuse_norms || (!next_block && !has_head_)) {  // the output leaves the stage
+    dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
+    return;
+  }
+  // ... and the layernorm that reads it, in the same pass. The next block's weights are asked
+  // for only now, so a ZeRO-3 gather of them still overlaps this block's compute.
+  if (next_block) {
+    LayerActs& n = recompute_ == Recompute::full ? work_ : s.layers[i + 1];
+    const BlockParams q = state_.block_params(chunk_.first_block + i + 1);
+    dev_.residual_layernorm_forward(out, n.ln1.data(), n.ln1_mean.data(), n.ln1_rstd.data(),
+                                    a.res_mid.data(), out, q.ln1_w, q.ln1_b, Ns, C, eps, act_);
+  } else {
+    dev_.residual_layernorm_forward(out, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(),
+                                    a.res_mid.data(), out, state_.weight(lnf_w_),
+                                    state_.weight(lnf_b_), Ns, C, eps, act_);
+  }
 }
 
-float GPT::head_forward(ActSet& s) {
+float GPT::head_forward(ActSet& s, bool lnf_ready) {
   const int N = s.B * T_, C = C_, t = tp_.size;
   const int Ns = sp_ ? N / t : N;
-  dev_.layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), s.res_out.data(),
-                         state_.weight(lnf_w_), state_.weight(lnf_b_), Ns, C,
-                         static_cast<float>(cfg_.layernorm_epsilon), act_);
+  if (!lnf_ready)
+    dev_.layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), s.res_out.data(),
+                           state_.weight(lnf_w_), state_.weight(lnf_b_), Ns, C,
+                           static_cast<float>(cfg_.layernorm_epsilon), act_);
   // logits (N,Vl) = lnf @ wte^T  (tied head, no bias; this rank's vocabulary columns)
   const void* lnf = column_input(s.lnf, s.lnf_full, N);
   dev_.matmul_forward(s.logits.data(), lnf, state_.weight(wte_), nullptr, N, C, vocab_.rows, act_);
@@ -519,13 +536,13 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   // else: the previous stage's output was received into the stage's input.
   for (size_t i = 0; i < nl; ++i) {
     state_.prefetch(i + 1 < nl ? block_range(i + 1) : spec.head);
-    block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data());
+    block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data(), true);
     state_.release(block_range(i));
   }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
   dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
-  const float loss = head_forward(s);
+  const float loss = head_forward(s, nl > 0);
   state_.release(spec.head);
   state_.release(spec.embedding);
   return loss;
@@ -544,19 +561,17 @@ GPT::StageIO GPT::stage_io(int set) {
 void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
   const int N = s.B * T_, C = C_;
   const int Ns = sp_ ? N / tp_.size : N;
-  const size_t ab = dtype_bytes(act_);
   // dlogits (in place over logits) = scale/N * (softmax - onehot), this rank's columns
   dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
                              loss_scale / N, N, vocab_, act_);
   const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
-  dev_.fill_zero(dcol_, size_t(N) * C * ab);
+  // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
   dev_.matmul_backward(dcol_, state_.grad(wte_), nullptr, s.logits.data(), lnf, state_.weight(wte_),
-                       N, C, vocab_.rows, act_);
+                       N, C, vocab_.rows, act_, GradWrite::overwrite);
   const void* dlnf = column_input_grad(N);
-  dev_.fill_zero(dres_.data(), size_t(Ns) * C * ab);
   dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
                           s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
-                          s.lnf_rstd.data(), Ns, C, act_);
+                          s.lnf_rstd.data(), Ns, C, act_, GradWrite::overwrite);
   if (reduce_now) reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
 }
 
@@ -566,9 +581,8 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
-  const size_t NC = size_t(N) * C, ab = dtype_bytes(act_);
   const bool full = recompute_ == Recompute::full;
-  if (full) block_forward(i, s, recompute_out_.data());  // this block's activations again
+  if (full) block_forward(i, s, recompute_out_.data(), false);  // this block's activations again
   LayerActs& a = full ? work_ : s.layers[i];
   const void* in = s.layers[i].res_in.data();
   const BlockParams p = state_.block_params(chunk_.first_block + i);
@@ -578,13 +592,15 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
   row_parallel_backward(dfch_gelu_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
                         g.fc_proj_w, g.fc_proj_b, N, Fl);
-  dev_.fill_zero(dfch_.data(), size_t(N) * Fl * ab);
-  dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_);
-  dev_.fill_zero(dcol_, NC * ab);
-  dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_);
+  // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
+  // stream's, accumulates each branch's part.
+  dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_,
+                     GradWrite::overwrite);
+  dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_,
+                       GradWrite::overwrite);
   const void* dln2 = column_input_grad(N);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
-                          a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_);
+                          a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
   // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
   // Selective recomputation: the attention core's output and lse again, from the kept (rotated)
   // q, k and v; the same plugin call on the same inputs, so the same bits.
@@ -598,11 +614,11 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
     dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
                        act_);
   }
-  dev_.fill_zero(dcol_, NC * ab);
-  dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_);
+  dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_,
+                       GradWrite::overwrite);
   const void* dln1 = column_input_grad(N);
   dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
-                          a.ln1_rstd.data(), Ns, C, act_);
+                          a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
   if (reduce_now)
     reduce_replicated({g.ln1_w, g.ln1_b, g.attn_proj_b, g.ln2_w, g.ln2_b, g.fc_proj_b});
 }

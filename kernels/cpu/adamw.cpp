@@ -19,7 +19,10 @@ void adamw_update(F* params, const F* grads, F* m, F* v, size_t n, F lr, F beta1
   const F bc2_sqrt = F(std::sqrt(bc2));
   const F one_minus_b1 = F(1.0 - double(beta1));
   const F one_minus_b2 = F(1.0 - double(beta2));
-#pragma omp parallel for simd schedule(static)
+  // Biases and layernorm weights are a few thousand elements: waking the thread team (a
+  // futex round trip per thread when threads wait passively) costs more than the update.
+  constexpr size_t kParallelFrom = size_t(1) << 15;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (size_t i = 0; i < n; ++i) {
     const F g = grads[i];
     const F mi = beta1 * m[i] + one_minus_b1 * g;

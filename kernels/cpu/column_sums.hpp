@@ -25,4 +25,26 @@ void add_column_sums(F* dst, int N, int C, Term term) {
   }
 }
 
+// Two column sums of one sweep: term(n, c, a, b) adds its terms of column c into a (for da)
+// and b (for db). Each sum comes out as add_column_sums would give it alone.
+template <class F, class Term>
+void add_column_sums2(F* da, F* db, int N, int C, Term term) {
+  constexpr int kBlock = 32;
+  const int blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * kBlock;
+    const int width = std::min(kBlock, C - c0);
+    double a[kBlock] = {}, b[kBlock] = {};
+    for (int n = 0; n < N; ++n) {
+#pragma omp simd
+      for (int j = 0; j < width; ++j) term(n, c0 + j, a[j], b[j]);
+    }
+    for (int j = 0; j < width; ++j) {
+      da[c0 + j] += F(a[j]);
+      db[c0 + j] += F(b[j]);
+    }
+  }
+}
+
 }  // namespace triad::kernels::cpu::detail

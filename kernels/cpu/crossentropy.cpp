@@ -2,6 +2,7 @@
 // each row; backward recomputes the probabilities from it, so no (N,V) softmax buffer exists.
 // Vocab-parallel (tensor parallelism) splits the forward in three steps around the group's
 // reductions of the row max and sums; the backward is the same kernel with the whole row's lse.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -29,6 +30,26 @@ F row_sumexp(const F* z, int valid, F zmax) {
   return sum;
 }
 
+// log(sum exp z) over a row in one pass over memory (online softmax, Milakov & Gimelshein
+// 2018), a chunk at a time: the chunk's max, then its exponentials against the running max,
+// while the chunk is still in L1; the running sum is rescaled when the max grows. A row that
+// fits one chunk is summed exactly as the two-pass form sums it.
+template <class F>
+F row_lse(const F* z, int valid) {
+  constexpr int kChunk = 2048;  // 8 KiB of float: L1-resident between its two sweeps
+  F zmax = -std::numeric_limits<F>::infinity(), sum = 0;
+  for (int v0 = 0; v0 < valid; v0 += kChunk) {
+    const int n = std::min(kChunk, valid - v0);
+    const F cmax = row_max(z + v0, n);
+    if (cmax > zmax) {
+      if (sum != F(0)) sum *= detail::vexp(zmax - cmax);
+      zmax = cmax;
+    }
+    sum += row_sumexp(z + v0, n, zmax);
+  }
+  return zmax + std::log(sum);
+}
+
 }  // namespace
 
 template <class F>
@@ -38,8 +59,7 @@ void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* tar
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const F* z = logits + size_t(n) * V;
-    const F zmax = row_max(z, valid);
-    lse[n] = zmax + std::log(row_sumexp(z, valid, zmax));
+    lse[n] = row_lse(z, valid);
     losses[n] = lse[n] - z[targets[n]];
   }
 }

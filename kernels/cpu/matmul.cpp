@@ -61,11 +61,17 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 
 template <class F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int C, int OC, Gemm lib) {
-  if (N <= 0 || OC <= 0) return;
+                     int N, int C, int OC, Gemm lib, bool accumulate) {
+  if (N <= 0) return;
+  if (OC <= 0) {  // nothing flows back; an overwritten dinp is zero
+    if (dinp && !accumulate && C > 0) std::fill(dinp, dinp + size_t(N) * C, F(0));
+    return;
+  }
   if (C > 0) {
-    if (dinp) gemm(lib, false, false, N, C, OC, F(1), dout, weight, dinp);  // (N,OC) @ (OC,C)
-    gemm(lib, true, false, OC, C, N, F(1), dout, inp, dweight);             // (OC,N) @ (N,C)
+    // (N,OC) @ (OC,C); beta = 0 overwrites without reading dinp (0 + x = x: the same bits as
+    // accumulating into zeros).
+    if (dinp) gemm(lib, false, false, N, C, OC, accumulate ? F(1) : F(0), dout, weight, dinp);
+    gemm(lib, true, false, OC, C, N, F(1), dout, inp, dweight);  // (OC,N) @ (N,C)
   }
   if (dbias)
     detail::add_column_sums(dbias, N, OC, [=](int n, int o) { return dout[size_t(n) * OC + o]; });
@@ -76,8 +82,8 @@ template void matmul_forward<float>(float*, const float*, const float*, const fl
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int,
                                      int, Gemm);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int, int, int, Gemm);
+                                     const float*, int, int, int, Gemm, bool);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
-                                      const double*, int, int, int, Gemm);
+                                      const double*, int, int, int, Gemm, bool);
 
 }  // namespace triad::kernels::cpu

@@ -234,16 +234,23 @@ void forward(Blas& blas, T* out, const T* inp, const T* weight, const T* bias, i
 
 template <class T>
 void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-              const T* weight, int N, int C, int OC) {
-  if (N <= 0 || OC <= 0) return;
+              const T* weight, int N, int C, int OC, bool accumulate) {
+  if (N <= 0) return;
+  if (OC <= 0) {  // nothing flows back; an overwritten dinp is zero
+    if (dinp && !accumulate && C > 0)
+      detail::check_cuda(cudaMemsetAsync(dinp, 0, size_t(N) * C * sizeof(T), blas.stream()),
+                         "matmul_backward dinp");
+    return;
+  }
   if (C > 0 && dinp) {
     // dinp (N,C) += dout (N,OC) @ weight (OC,C). Column-major: dinp is (C,N), weight is (C,OC),
-    // dout is (OC,N): dinp (C,N) += weight (C,OC) @ dout (OC,N), no transposes.
+    // dout is (OC,N): dinp (C,N) += weight (C,OC) @ dout (OC,N), no transposes. beta = 0
+    // overwrites instead.
     detail::Gemm g;
     g.m = C, g.n = N, g.k = OC;
     g.A = weight, g.lda = C;
     g.B = dout, g.ldb = OC;
-    g.beta = 1.0f;
+    g.beta = accumulate ? 1.0f : 0.0f;
     g.C = dinp, g.ldc = C;
     g.ab_type = g.c_type = detail::data_type<T>();
     detail::gemm(blas, g, "matmul_backward dinp");
@@ -281,12 +288,12 @@ void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, 
 }
 
 void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
-  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
 }
 void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
-  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                     const bf16* inp, const bf16* weight, int N, int C, int OC, bool accumulate) {
+  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
 }
 
 }  // namespace triad::kernels::cuda

@@ -47,14 +47,16 @@ struct GeluForward {
   }
 };
 
+// accumulate = false: dinp is overwritten, never read.
 template <class T>
 struct GeluBackward {
   static constexpr int kVec = detail::kVecOf<T>;
   T* dinp;
   const T* inp;
   const T* dout;
+  bool accumulate;
   __device__ void scalar(size_t i) const {
-    float g = detail::to_float(dinp[i]);
+    float g = accumulate ? detail::to_float(dinp[i]) : 0.0f;
     g += gelu_grad(detail::to_float(inp[i])) * detail::to_float(dout[i]);
     dinp[i] = detail::from_float<T>(g);
   }
@@ -62,7 +64,10 @@ struct GeluBackward {
     float x[kVec], d[kVec], g[kVec];
     detail::load_vec(inp + i, x);
     detail::load_vec(dout + i, d);
-    detail::load_vec(dinp + i, g);
+    if (accumulate)
+      detail::load_vec(dinp + i, g);
+    else
+      for (int k = 0; k < kVec; ++k) g[k] = 0.0f;
     for (int k = 0; k < kVec; ++k) g[k] += gelu_grad(x[k]) * d[k];
     detail::store_vec(dinp + i, g);
   }
@@ -75,8 +80,9 @@ void forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
 }
 
 template <class T>
-void backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
-  detail::launch_elementwise("gelu_backward", GeluBackward<T>{dinp, inp, dout}, n,
+void backward(T* dinp, const T* inp, const T* dout, size_t n, bool accumulate,
+              cudaStream_t stream) {
+  detail::launch_elementwise("gelu_backward", GeluBackward<T>{dinp, inp, dout, accumulate}, n,
                              detail::vec_split(n, dinp, inp, dout), stream);
 }
 
@@ -89,12 +95,13 @@ void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
   forward(out, inp, n, stream);
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                   cudaStream_t stream) {
-  backward(dinp, inp, dout, n, stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream,
+                   bool accumulate) {
+  backward(dinp, inp, dout, n, accumulate, stream);
 }
-void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream) {
-  backward(dinp, inp, dout, n, stream);
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream,
+                   bool accumulate) {
+  backward(dinp, inp, dout, n, accumulate, stream);
 }
 
 }  // namespace triad::kernels::cuda

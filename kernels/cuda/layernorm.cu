@@ -39,19 +39,35 @@ __device__ inline void store(T* p, const float (&x)[W]) {
 // Lane `lane` takes the W-element chunks lane, lane + 32, ... of its row (W divides C). W = 1 is
 // the element-strided loop (the only one for fp32); bf16 rows whose operands are all 16-byte
 // aligned take 8-element vectors.
+// With res (the residual-fused form), the input row is a + b, written to res (rounded to T, as
+// residual_forward rounds it) in the first sweep; the later sweeps read back what this lane
+// wrote. res may alias a or b: each element is read, then written, by one lane.
 template <class T, int W>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int N, int C, float eps) {
+                                         const T* weight, const T* bias, int N, int C, float eps,
+                                         T* res, const T* a, const T* b) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= N) return;  // the whole warp leaves together
   const int chunks = C / W;
-  const T* x = inp + size_t(row) * C;
+  const T* x = (res ? res : inp) + size_t(row) * C;
   float sum = 0.0f;
-  for (int j = lane; j < chunks; j += 32) {
-    float v[W];
-    load<W>(x + j * W, v);
-    for (int k = 0; k < W; ++k) sum += v[k];
+  if (res) {
+    const size_t r0 = size_t(row) * C;
+    for (int j = lane; j < chunks; j += 32) {
+      float v[W], u[W];
+      load<W>(a + r0 + j * W, v);
+      load<W>(b + r0 + j * W, u);
+      for (int k = 0; k < W; ++k) v[k] = to_float(from_float<T>(v[k] + u[k]));
+      store<W>(res + r0 + j * W, v);
+      for (int k = 0; k < W; ++k) sum += v[k];
+    }
+  } else {
+    for (int j = lane; j < chunks; j += 32) {
+      float v[W];
+      load<W>(x + j * W, v);
+      for (int k = 0; k < W; ++k) sum += v[k];
+    }
   }
   const float m = detail::warp_sum(sum) / float(C);
   // Two passes: the variance about the mean does not cancel the way E[x^2] - m^2 does.
@@ -82,7 +98,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
 template <class T, int W>
 __global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                          const float* mean, const float* rstd, int N, int C) {
+                                          const float* mean, const float* rstd, int N, int C,
+                                          bool accumulate) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= N) return;
@@ -110,7 +127,10 @@ __global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, 
     load<W>(weight + j * W, w);
     load<W>(d + j * W, dv);
     load<W>(x + j * W, xv);
-    load<W>(di + j * W, g);
+    if (accumulate)
+      load<W>(di + j * W, g);
+    else
+      for (int k = 0; k < W; ++k) g[k] = 0.0f;
     for (int k = 0; k < W; ++k) {
       const float norm = (xv[k] - m) * s;
       g[k] += (w[k] * dv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
@@ -147,33 +167,38 @@ struct ParamGradTerm {
   }
 };
 
+// res, a, b: null, or the residual-fused form (inp is then res).
 template <class T>
 void forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
-             int C, float eps, cudaStream_t stream) {
+             int C, float eps, cudaStream_t stream, T* res = nullptr, const T* a = nullptr,
+             const T* b = nullptr) {
   if (N <= 0 || C <= 0) return;
   constexpr int W = detail::kVecOf<T>;
   const unsigned blocks = static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock));
-  if (use_vectors<T>(C, out, inp, weight, bias))
-    layernorm_forward_kernel<T, W>
-        <<<blocks, detail::kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  const bool vectors = res ? use_vectors<T>(C, out, res, a, b, weight, bias)
+                           : use_vectors<T>(C, out, inp, weight, bias);
+  if (vectors)
+    layernorm_forward_kernel<T, W><<<blocks, detail::kThreads, 0, stream>>>(
+        out, mean, rstd, inp, weight, bias, N, C, eps, res, a, b);
   else
-    layernorm_forward_kernel<T, 1>
-        <<<blocks, detail::kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
-  detail::check_launch("layernorm_forward");
+    layernorm_forward_kernel<T, 1><<<blocks, detail::kThreads, 0, stream>>>(
+        out, mean, rstd, inp, weight, bias, N, C, eps, res, a, b);
+  detail::check_launch(res ? "residual_layernorm_forward" : "layernorm_forward");
 }
 
 template <class T>
 void backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight,
-              const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+              const float* mean, const float* rstd, int N, int C, bool accumulate,
+              cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   constexpr int W = detail::kVecOf<T>;
   const unsigned blocks = static_cast<unsigned>(detail::ceil_div(N, kRowsPerBlock));
   if (use_vectors<T>(C, dinp, dout, inp, weight))
-    layernorm_backward_kernel<T, W>
-        <<<blocks, detail::kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_kernel<T, W><<<blocks, detail::kThreads, 0, stream>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C, accumulate);
   else
-    layernorm_backward_kernel<T, 1>
-        <<<blocks, detail::kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_kernel<T, 1><<<blocks, detail::kThreads, 0, stream>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C, accumulate);
   detail::check_launch("layernorm_backward");
   if (!dweight && !dbias) return;
   detail::ColumnDst<2> dst{{dbias, dweight}};
@@ -192,15 +217,28 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
   forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
 }
 
+void residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C, float eps, cudaStream_t stream) {
+  forward(out, mean, rstd, static_cast<const float*>(res), weight, bias, N, C, eps, stream, res, a,
+          b);
+}
+void residual_layernorm_forward(bf16* res, bf16* out, float* mean, float* rstd, const bf16* a,
+                                const bf16* b, const bf16* weight, const bf16* bias, int N, int C,
+                                float eps, cudaStream_t stream) {
+  forward(out, mean, rstd, static_cast<const bf16*>(res), weight, bias, N, C, eps, stream, res, a,
+          b);
+}
+
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream) {
-  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+                        int N, int C, cudaStream_t stream, bool accumulate) {
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate, stream);
 }
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
-                        cudaStream_t stream) {
-  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+                        cudaStream_t stream, bool accumulate) {
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate, stream);
 }
 
 }  // namespace triad::kernels::cuda

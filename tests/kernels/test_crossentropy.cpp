@@ -46,6 +46,26 @@ TYPED_TEST(CrossEntropy, ForwardMatchesDefinition) {
   }
 }
 
+// A row longer than the forward's chunk (one pass, online max and sum): the max rising
+// chunk after chunk (every earlier sum rescaled), falling, and a GPT-2-sized vocabulary.
+TYPED_TEST(CrossEntropy, ForwardOnePassOverLongRows) {
+  using F = TypeParam;
+  const int N = 3, V = 50257;
+  Vec z = randn(size_t(N) * V, 5, 2.0);
+  for (int v = 0; v < V; ++v) {
+    z[v] += 30.0 * v / V;
+    z[V + v] -= 30.0 * v / V;
+  }
+  const auto fz = cast<F>(z);
+  const auto tgt = rand_tokens(N, V, 6);
+  std::vector<F> loss(N), lse(N);
+  crossentropy_forward(loss.data(), lse.data(), fz.data(), tgt.data(), N, V);
+  Vec rloss, rlse;
+  crossentropy_ref(rloss, rlse, Vec(fz.begin(), fz.end()), tgt, N, V);
+  expect_close(loss, rloss, 4 * kRtol<F>, 4 * kRtol<F>, "loss");
+  expect_close(lse, rlse, 4 * kRtol<F>, 4 * kRtol<F>, "lse");
+}
+
 TYPED_TEST(CrossEntropy, BackwardIsSoftmaxMinusOneHotInPlaceOrNot) {
   using F = TypeParam;
   const int N = 7, V = 1003;

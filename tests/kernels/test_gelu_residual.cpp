@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "kernel_test_util.hpp"
 #include "triad/kernels/cpu.hpp"
 
@@ -46,6 +48,15 @@ TYPED_TEST(Gelu, BackwardMatchesDerivativeAndAccumulates) {
     const double expect = double(g0[i]) + 2 * d * double(fd[i]);
     EXPECT_NEAR(g[i], expect, 5 * kRtol<F> + 1e-8 + 5 * kRtol<F> * std::abs(expect)) << xi;
   }
+}
+
+TEST(Gelu, BackwardOverwritesWhenAsked) {
+  const auto fx = cast<float>(gelu_inputs());
+  const auto fd = cast<float>(randn(fx.size(), 4));
+  std::vector<float> zeros(fx.size(), 0.f), over(fx.size(), std::nanf(""));
+  gelu_backward(zeros.data(), fx.data(), fd.data(), fx.size());
+  gelu_backward(over.data(), fx.data(), fd.data(), fx.size(), false);
+  EXPECT_EQ(over, zeros);
 }
 
 TEST(Gelu, BackwardMatchesFiniteDifferences) {

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "kernel_test_util.hpp"
 #include "triad/kernels/cpu.hpp"
 
@@ -86,6 +88,48 @@ TEST(LayerNorm, BackwardAccumulatesAndFloatAgrees) {
   expect_close(gx, dx, 1e-4, 1e-4, "float dinp");
   expect_close(gw, dw, 1e-4, 1e-4, "float dweight");
   expect_close(gb, db, 1e-4, 1e-4, "float dbias");
+}
+
+// accumulate = false: dinp gets exactly what accumulating into zeros gives, never reading what it
+// held; dweight and dbias still accumulate.
+TEST(LayerNorm, BackwardOverwritesDinpWhenAsked) {
+  const int N = 9, C = 70;
+  const auto x = cast<float>(randn(N * C, 31)), w = cast<float>(randn(C, 32)),
+             b = cast<float>(randn(C, 33)), dout = cast<float>(randn(N * C, 34));
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  std::vector<float> zx(N * C, 0.f), zw(C, 0.f), zb(C, 0.f);
+  layernorm_backward(zx.data(), zw.data(), zb.data(), dout.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  std::vector<float> ox(N * C, std::nanf("")), ow = zw, ob = zb;
+  layernorm_backward(ox.data(), ow.data(), ob.data(), dout.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C, false);
+  EXPECT_EQ(ox, zx);
+  for (int c = 0; c < C; ++c) EXPECT_FLOAT_EQ(ow[c], 2 * zw[c]);
+  for (int c = 0; c < C; ++c) EXPECT_FLOAT_EQ(ob[c], 2 * zb[c]);
+}
+
+// The fused residual add + layernorm gives the bits of the two kernels one after the other, also
+// in place (the sum written over one of its operands, as the model does).
+TEST(LayerNorm, ResidualFusedIsBitIdenticalToSeparate) {
+  const int N = 11, C = 96;
+  const auto a = cast<float>(randn(N * C, 41, 3.0)), b = cast<float>(randn(N * C, 42)),
+             w = cast<float>(randn(C, 43)), bias = cast<float>(randn(C, 44));
+  std::vector<float> res(N * C), out(N * C), mean(N), rstd(N);
+  residual_forward(res.data(), a.data(), b.data(), res.size());
+  layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(), N, C);
+  std::vector<float> fres(N * C), fout(N * C), fmean(N), frstd(N);
+  residual_layernorm_forward(fres.data(), fout.data(), fmean.data(), frstd.data(), a.data(),
+                             b.data(), w.data(), bias.data(), N, C);
+  EXPECT_EQ(fres, res);
+  EXPECT_EQ(fout, out);
+  EXPECT_EQ(fmean, mean);
+  EXPECT_EQ(frstd, rstd);
+  std::vector<float> inplace = b, iout(N * C), imean(N), irstd(N);
+  residual_layernorm_forward(inplace.data(), iout.data(), imean.data(), irstd.data(), a.data(),
+                             inplace.data(), w.data(), bias.data(), N, C);
+  EXPECT_EQ(inplace, res);
+  EXPECT_EQ(iout, out);
 }
 
 }  // namespace

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "kernel_test_util.hpp"
 #include "triad/kernels/cpu.hpp"
 
@@ -109,6 +111,25 @@ TEST(Matmul, BackwardAccumulatesAndSkipsNulls) {
   matmul_backward(static_cast<double*>(nullptr), only_w.data(), static_cast<double*>(nullptr),
                   dout.data(), inp.data(), w.data(), N, C, OC);
   expect_close(only_w, dw, 1e-12, 1e-12, "dweight without dinp/dbias");
+}
+
+// accumulate = false: dinp gets exactly what accumulating into zeros gives (the GEMM's beta is
+// 0, so whatever dinp held is never read), and dweight and dbias still accumulate.
+TEST(Matmul, BackwardOverwritesDinpWhenAsked) {
+  const int N = 37, C = 70, OC = 45;
+  const auto inp = cast<float>(randn(N * C, 21)), w = cast<float>(randn(OC * C, 22)),
+             dout = cast<float>(randn(N * OC, 23));
+  for (Gemm lib : {Gemm::onednn, Gemm::openblas}) {
+    std::vector<float> zi(N * C, 0.f), zw(OC * C, 0.f), zb(OC, 0.f);
+    matmul_backward(zi.data(), zw.data(), zb.data(), dout.data(), inp.data(), w.data(), N, C, OC,
+                    lib);
+    std::vector<float> oi(N * C, std::nanf("")), ow = zw, ob = zb;
+    matmul_backward(oi.data(), ow.data(), ob.data(), dout.data(), inp.data(), w.data(), N, C, OC,
+                    lib, false);
+    EXPECT_EQ(oi, zi);
+    for (size_t i = 0; i < ow.size(); ++i) EXPECT_FLOAT_EQ(ow[i], 2 * zw[i]);
+    for (size_t i = 0; i < ob.size(); ++i) EXPECT_FLOAT_EQ(ob[i], 2 * zb[i]);
+  }
 }
 
 }  // namespace

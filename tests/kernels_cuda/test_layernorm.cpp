@@ -72,6 +72,61 @@ TEST_F(LayerNorm, BackwardAccumulatesAndMatchesCpu) {
   }
 }
 
+// The residual-fused forward: res = a + b and the layernorm of it, the bits of the two kernels
+// one after the other, also in place (res written over b, as the model does).
+TEST_F(LayerNorm, ResidualFusedIsBitIdenticalToSeparate) {
+  for (auto [N, C, off] : kShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const size_t NC = size_t(N) * C;
+    const FVec a = randn(NC, 21, 2.0), b = randn(NC, 22), w = randn(C, 23), bias = randn(C, 24);
+    DFloat da(a, off), db(b, off), dw(w, off + 1), dbias(bias, off + 2);
+    DFloat res(NC, off), out(NC, off), mean(N, 1), rstd(N, 3);
+    residual_forward(res.get(), da.get(), db.get(), NC, stream);
+    layernorm_forward(out.get(), mean.get(), rstd.get(), res.get(), dw.get(), dbias.get(), N, C,
+                      1e-5f, stream);
+    DFloat fres(NC, off), fout(NC, off), fmean(N, 1), frstd(N, 3), inplace(b, off);
+    fres.poison();
+    fout.poison();
+    residual_layernorm_forward(fres.get(), fout.get(), fmean.get(), frstd.get(), da.get(), db.get(),
+                               dw.get(), dbias.get(), N, C, 1e-5f, stream);
+    DFloat iout(NC, off), imean(N, 1), irstd(N, 3);
+    residual_layernorm_forward(inplace.get(), iout.get(), imean.get(), irstd.get(), da.get(),
+                               inplace.get(), dw.get(), dbias.get(), N, C, 1e-5f, stream);
+    sync();
+    EXPECT_TRUE(bit_equal(fres.download(), res.download()));
+    EXPECT_TRUE(bit_equal(fout.download(), out.download()));
+    EXPECT_TRUE(bit_equal(fmean.download(), mean.download()));
+    EXPECT_TRUE(bit_equal(frstd.download(), rstd.download()));
+    EXPECT_TRUE(bit_equal(inplace.download(), res.download()));
+    EXPECT_TRUE(bit_equal(iout.download(), out.download()));
+    EXPECT_TRUE(fres.guards_intact());
+    EXPECT_TRUE(fout.guards_intact());
+  }
+}
+
+// accumulate = false: dinp is what accumulating into zeros gives; what it held is never read.
+TEST_F(LayerNorm, BackwardOverwritesDinpWhenAsked) {
+  for (auto [N, C, off] : kShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const size_t NC = size_t(N) * C;
+    const FVec x = randn(NC, 31, 2.0), w = randn(C, 32), g = randn(NC, 33), mean = randn(N, 34);
+    const FVec rstd = uniform(N, 35, 0.5, 2.0);
+    DFloat dx(x, off), dw(w, off), dg(g, off + 1), dmean(mean, 0), drstd(rstd, 1);
+    DFloat zi(FVec(NC, 0.f), off), zw(FVec(C, 0.f), 2), zb(FVec(C, 0.f), 3);
+    DFloat oi(NC, off), ow(FVec(C, 0.f), 2), ob(FVec(C, 0.f), 3);
+    oi.poison();
+    layernorm_backward(zi.get(), zw.get(), zb.get(), dg.get(), dx.get(), dw.get(), dmean.get(),
+                       drstd.get(), N, C, stream);
+    layernorm_backward(oi.get(), ow.get(), ob.get(), dg.get(), dx.get(), dw.get(), dmean.get(),
+                       drstd.get(), N, C, stream, false);
+    sync();
+    EXPECT_TRUE(bit_equal(oi.download(), zi.download()));
+    EXPECT_TRUE(bit_equal(ow.download(), zw.download()));
+    EXPECT_TRUE(bit_equal(ob.download(), zb.download()));
+    EXPECT_TRUE(oi.guards_intact());
+  }
+}
+
 TEST_F(LayerNorm, BackwardParameterGradientsAreDeterministic) {
   const int N = 4099, C = 99;
   const size_t NC = size_t(N) * C;

@@ -138,11 +138,20 @@ class CudaDevice final : public Device {
   }
   void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                           const void* inp, const void* weight, const float* mean, const float* rstd,
-                          int N, int C, DType act) override {
+                          int N, int C, DType act, GradWrite write) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);
       k::layernorm_backward(as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp), as<T_>(weight),
-                            mean, rstd, N, C, stream_);
+                            mean, rstd, N, C, stream_, write == GradWrite::accumulate);
+    });
+  }
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int N, int C,
+                                  float eps, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::residual_layernorm_forward(as<T_>(res), as<T_>(out), mean, rstd, as<T_>(a), as<T_>(b),
+                                    as<T_>(weight), as<T_>(bias), N, C, eps, stream_);
     });
   }
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
@@ -153,11 +162,12 @@ class CudaDevice final : public Device {
     });
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                       const void* weight, int N, int C, int OC, DType act) override {
+                       const void* weight, int N, int C, int OC, DType act,
+                       GradWrite write) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);
       k::matmul_backward(*blas_, as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp),
-                         as<T_>(weight), N, C, OC);
+                         as<T_>(weight), N, C, OC, write == GradWrite::accumulate);
     });
   }
   void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
@@ -166,10 +176,12 @@ class CudaDevice final : public Device {
       k::gelu_forward(as<T_>(out), as<T_>(inp), n, stream_);
     });
   }
-  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act) override {
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act,
+                     GradWrite write) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);
-      k::gelu_backward(as<T_>(dinp), as<T_>(inp), as<T_>(dout), n, stream_);
+      k::gelu_backward(as<T_>(dinp), as<T_>(inp), as<T_>(dout), n, stream_,
+                       write == GradWrite::accumulate);
     });
   }
   void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) override {

@@ -35,6 +35,11 @@ inline const void* advance(const void* p, size_t n, DType t) {
   return static_cast<const char*>(p) + n * dtype_bytes(t);
 }
 
+// How a backward writes an input gradient: added to what the buffer holds (a gradient that sums
+// several branches, such as the residual stream's) or written over it (a scratch gradient's
+// first write, which then needs no zeroing pass before it).
+enum class GradWrite { accumulate, overwrite };
+
 // The vocabulary rows one rank holds (tensor parallelism splits the padded vocabulary): rows
 // [start, start + rows), of which the first `valid` are real tokens and the rest padding.
 // Without tensor parallelism: start 0, rows the padded vocabulary, valid the real one.
@@ -76,18 +81,25 @@ class Device {
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C, float eps,
                                  DType act) = 0;
+  // dinp as `write` says; dweight and dbias always accumulate.
   virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const void* weight, const float* mean,
-                                  const float* rstd, int N, int C, DType act) = 0;
+                                  const float* rstd, int N, int C, DType act, GradWrite write) = 0;
   virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC, DType act) = 0;
+  // dinp as `write` says (overwrite: the GEMM's beta is 0); dweight and dbias accumulate.
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
-                               const void* inp, const void* weight, int N, int C, int OC,
-                               DType act) = 0;
+                               const void* inp, const void* weight, int N, int C, int OC, DType act,
+                               GradWrite write) = 0;
   virtual void gelu_forward(void* out, const void* inp, size_t n, DType act) = 0;
-  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n,
-                             DType act) = 0;
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act,
+                             GradWrite write) = 0;
   virtual void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) = 0;
+  // residual_forward(res, a, b) then layernorm_forward(out, mean, rstd, res), fused: one pass
+  // over the rows instead of two, the same bits. res may alias a or b.
+  virtual void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int N, int C, float eps, DType act) = 0;
   // logits (N, vocab.rows). crossentropy_forward: the whole vocabulary is here (vocab.start
   // 0; columns past vocab.valid are padding, never given probability). The vocab-parallel
   // forward is row_max, (all-reduce max), row_sums, (all-reduce sum), finish; see

@@ -161,8 +161,12 @@ class GPT {
 
   // The stage: embedding | block x n | head, each a forward/backward pair over an ActSet.
   void embedding_forward(ActSet& s);
-  void block_forward(size_t i, ActSet& s, void* out);
-  float head_forward(ActSet& s);
+  // fuse_norms (the forward pass proper, not a recomputation): block i's ln1 was written by
+  // block i-1's last residual add, and this block's last residual add writes the layernorm
+  // that reads its output on this stage (block i+1's ln1 or the head's ln_f) in the same pass.
+  void block_forward(size_t i, ActSet& s, void* out, bool fuse_norms);
+  // lnf_ready: the last block's fused residual add wrote ln_f already.
+  float head_forward(ActSet& s, bool lnf_ready);
   void head_backward(ActSet& s, float loss_scale, bool reduce_replicated_grads);
   void block_backward(size_t i, ActSet& s, bool reduce_replicated_grads);
   void embedding_backward(ActSet& s);

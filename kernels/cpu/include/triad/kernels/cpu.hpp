@@ -26,9 +26,17 @@ void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, 
 template <class F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
                        int N, int C, F eps = F(1e-5));
+// accumulate = false: dinp OVERWRITES (its first write into a scratch buffer, which then needs
+// no zeroing pass); dweight and dbias accumulate either way.
 template <class F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const F* mean, const F* rstd, int N, int C);
+                        const F* mean, const F* rstd, int N, int C, bool accumulate = true);
+// The residual add and the layernorm that reads its sum, in one pass over the rows:
+// res (N,C) = a + b, then out, mean, rstd = layernorm_forward(res). The same bits as
+// residual_forward then layernorm_forward. res may alias a or b.
+template <class F>
+void residual_layernorm_forward(F* res, F* out, F* mean, F* rstd, const F* a, const F* b,
+                                const F* weight, const F* bias, int N, int C, F eps = F(1e-5));
 
 // The library that runs the float GEMMs. oneDNN uses AVX-512 where the CPU has it; OpenBLAS
 // runs the kernels its OPENBLAS_CORETYPE names (AVX2 where the environment pins Haswell).
@@ -40,16 +48,18 @@ template <class F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC,
                     Gemm gemm = Gemm::onednn);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
-// dinp and dbias may be null (skipped).
+// dinp and dbias may be null (skipped). accumulate = false: dinp OVERWRITES (the GEMM runs with
+// beta = 0, so a scratch dinp needs no zeroing first); dweight and dbias accumulate either way.
 template <class F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int C, int OC, Gemm gemm = Gemm::onednn);
+                     int N, int C, int OC, Gemm gemm = Gemm::onednn, bool accumulate = true);
 
 // GELU, tanh approximation (GPT-2).
 template <class F>
 void gelu_forward(F* out, const F* inp, size_t n);
+// accumulate = false: dinp OVERWRITES.
 template <class F>
-void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n);
+void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n, bool accumulate = true);
 
 // out = a + b.
 template <class F>

@@ -50,21 +50,31 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // LayerNorm over the last dim. inp/out (N,C); weight/bias (C); mean/rstd (N) saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps, cudaStream_t stream);
+// accumulate = false: dinp is overwritten (never read); dweight and dbias accumulate.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream);
+                        int N, int C, cudaStream_t stream, bool accumulate = true);
+// res = a + b, then layernorm_forward(out, mean, rstd, res) in the same pass: the same bits as
+// residual_forward then layernorm_forward. res may alias a or b.
+void residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C, float eps, cudaStream_t stream);
 
 // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC); bias may be null. Overwrites out.
 void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
-// Any of dinp, dweight, dbias may be null (skipped).
+// Any of dinp, dweight, dbias may be null (skipped). accumulate = false: dinp is overwritten
+// (beta = 0); dweight and dbias accumulate either way.
 void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
+                     const float* inp, const float* weight, int N, int C, int OC,
+                     bool accumulate = true);
 
 // GELU, tanh approximation (GPT-2).
 void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+// accumulate = false: dinp is overwritten, never read.
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream,
+                   bool accumulate = true);
 
 // out = a + b (out may alias a or b); da += dout, db += dout.
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
@@ -132,14 +142,19 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
                        const bf16* bias, int N, int C, float eps, cudaStream_t stream);
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
-                        cudaStream_t stream);
+                        cudaStream_t stream, bool accumulate = true);
+void residual_layernorm_forward(bf16* res, bf16* out, float* mean, float* rstd, const bf16* a,
+                                const bf16* b, const bf16* weight, const bf16* bias, int N, int C,
+                                float eps, cudaStream_t stream);
 // bf16 tensor cores, fp32 accumulation; dweight/dbias accumulate into fp32.
 void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
                     int N, int C, int OC);
 void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC);
+                     const bf16* inp, const bf16* weight, int N, int C, int OC,
+                     bool accumulate = true);
 void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
-void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream);
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream,
+                   bool accumulate = true);
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
                           int N, int V, cudaStream_t stream, int valid = -1);
