@@ -27,7 +27,8 @@ std::vector<uint8_t> llmc_file(const std::vector<uint16_t>& tokens, int32_t decl
   header[2] = declared;
   std::vector<uint8_t> out(1024 + 2 * tokens.size());
   std::memcpy(out.data(), header.data(), 1024);
-  std::memcpy(out.data() + 1024, tokens.data(), 2 * tokens.size());
+  if (!tokens.empty())  // an empty vector's data() may be null, which memcpy may not take
+    std::memcpy(out.data() + 1024, tokens.data(), 2 * tokens.size());
   return out;
 }
 
