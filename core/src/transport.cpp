@@ -213,13 +213,6 @@ Communicator Communicator::split(int color, int key) {
 }
 
 namespace {
-std::string op_text(const char* op, uint64_t count, DLDataType t) {
-  const char* dt = t.code == kDLBfloat ? "bf16"
-                   : t.bits == 16      ? "fp16"
-                   : t.bits == 32      ? "fp32"
-                                       : "dtype";
-  return std::string(op) + "(" + std::to_string(count) + " x " + dt + ")";
-}
 
 // Every operation: issue it through the plugin's `call(&req)`, turn a failed status into
 // a TransportError naming `what`, and wrap the request.
@@ -235,14 +228,14 @@ TransportRequest issue(const std::shared_ptr<detail::TransportInstance>& inst, s
 
 TransportRequest Communicator::all_reduce(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, int op, DLDevice device) {
-  return issue(inst_, op_text("all_reduce", count, dtype), [&](void** req) {
+  return issue(inst_, detail::op_text("all_reduce", count, dtype), [&](void** req) {
     return inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op, req);
   });
 }
 
 TransportRequest Communicator::reduce_scatter(const void* send, void* recv, uint64_t count,
                                               DLDataType dtype, int op, DLDevice device) {
-  return issue(inst_, op_text("reduce_scatter", count, dtype), [&](void** req) {
+  return issue(inst_, detail::op_text("reduce_scatter", count, dtype), [&](void** req) {
     return inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device, op,
                                       req);
   });
@@ -250,32 +243,34 @@ TransportRequest Communicator::reduce_scatter(const void* send, void* recv, uint
 
 TransportRequest Communicator::all_gather(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, DLDevice device) {
-  return issue(inst_, op_text("all_gather", count, dtype), [&](void** req) {
+  return issue(inst_, detail::op_text("all_gather", count, dtype), [&](void** req) {
     return inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, req);
   });
 }
 
 TransportRequest Communicator::broadcast(void* buf, uint64_t count, DLDataType dtype, int root,
                                          DLDevice device) {
-  return issue(inst_, op_text("broadcast", count, dtype), [&](void** req) {
+  return issue(inst_, detail::op_text("broadcast", count, dtype), [&](void** req) {
     return inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, req);
   });
 }
 
 TransportRequest Communicator::send(const void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  return issue(
-      inst_, op_text("send", count, dtype) + " to rank " + std::to_string(peer), [&](void** req) {
-        return inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
-      });
+  return issue(inst_, detail::op_text("send", count, dtype) + " to rank " + std::to_string(peer),
+               [&](void** req) {
+                 return inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag,
+                                         req);
+               });
 }
 
 TransportRequest Communicator::recv(void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  return issue(
-      inst_, op_text("recv", count, dtype) + " from rank " + std::to_string(peer), [&](void** req) {
-        return inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
-      });
+  return issue(inst_, detail::op_text("recv", count, dtype) + " from rank " + std::to_string(peer),
+               [&](void** req) {
+                 return inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag,
+                                         req);
+               });
 }
 
 TransportRequest Communicator::barrier() {

@@ -4,23 +4,24 @@
 
 namespace triad::detail {
 
-namespace {
-
-WatchedTransport& self(void* h) {
-  return *static_cast<WatchedTransport*>(h);
-}
-
-std::string elements(uint64_t count, DLDataType t) {
+std::string op_text(const char* op, uint64_t count, DLDataType t) {
   const char* dt = t.code == kDLBfloat ? "bf16"
                    : t.bits == 16      ? "fp16"
                    : t.bits == 32      ? "fp32"
                                        : "dtype";
-  std::string s = "(";  // appended, not concatenated: GCC 12 misreads the latter (-Wrestrict)
+  std::string s = op;  // appended, not concatenated: GCC 12 misreads the latter (-Wrestrict)
+  s += "(";
   s += std::to_string(count);
   s += " x ";
   s += dt;
   s += ")";
   return s;
+}
+
+namespace {
+
+WatchedTransport& self(void* h) {
+  return *static_cast<WatchedTransport*>(h);
 }
 
 // "over the data-parallel group (world ranks 0, 2)" and, for a peer, its world rank.
@@ -55,7 +56,7 @@ int issue(void* h, void** request, F&& call, const std::string& what) {
 }
 std::string describe(void* h, const char* op, const void* comm, uint64_t count, DLDataType t) {
   std::lock_guard<std::mutex> lock(self(h).mu);
-  return std::string(op) + elements(count, t) + " " + over(self(h), comm);
+  return op_text(op, count, t) + " " + over(self(h), comm);
 }
 
 int w_capabilities(void* h, triad_transport_caps_v1* caps) {
@@ -118,7 +119,7 @@ int w_broadcast(void* h, void* comm, void* b, uint64_t n, DLDataType t, DLDevice
 std::string p2p(void* h, const char* op, const char* dir, const void* comm, uint64_t n,
                 DLDataType t, int32_t p) {
   std::lock_guard<std::mutex> lock(self(h).mu);
-  return op + elements(n, t) + dir + peer(self(h), comm, p) + " " + over(self(h), comm);
+  return op_text(op, n, t) + dir + peer(self(h), comm, p) + " " + over(self(h), comm);
 }
 int w_send(void* h, void* comm, const void* b, uint64_t n, DLDataType t, DLDevice d, int32_t p,
            uint32_t tag, void** q) {

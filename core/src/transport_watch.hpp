@@ -13,6 +13,9 @@
 
 namespace triad::detail {
 
+// "all_reduce(4096 x fp32)": an operation as errors and the rank's status name it.
+std::string op_text(const char* op, uint64_t count, DLDataType t);
+
 struct WatchedTransport {
   WatchedTransport(const triad_transport_ops_v1* ops, void* handle) : real(ops), inner(handle) {}
 
