@@ -4,27 +4,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "triad/sdk/half.hpp"
 #include "triad/sdk/transport_v1.h"
 
 namespace triad::ucx {
 
 namespace {
-
-inline float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  // A select, not a branch, so that the loops below vectorise.
-  const uint32_t nan = (u >> 16) | 0x40;                            // quiet NaN
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest-even
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
 
 struct Sum {
   static float apply(float x, float y) { return x + y; }
@@ -47,15 +32,25 @@ void reduce_bf16(void* dst, const void* a, const void* b, size_t n) {
   auto* x = static_cast<const uint16_t*>(a);
   auto* y = static_cast<const uint16_t*>(b);
   for (size_t i = 0; i < n; ++i)
-    d[i] = float_to_bf16(Op::apply(bf16_to_float(x[i]), bf16_to_float(y[i])));
+    d[i] = sdk::float_to_bf16(Op::apply(sdk::bf16_to_float(x[i]), sdk::bf16_to_float(y[i])));
 }
 
+// With the compiler's _Float16 where it has one (its conversions use the CPU's F16C and
+// vectorise), else by bit manipulation; both round the same way.
 template <class Op>
 void reduce_f16(void* dst, const void* a, const void* b, size_t n) {
+#if defined(__FLT16_MANT_DIG__)
   auto* d = static_cast<_Float16*>(dst);
   auto* x = static_cast<const _Float16*>(a);
   auto* y = static_cast<const _Float16*>(b);
   for (size_t i = 0; i < n; ++i) d[i] = _Float16(Op::apply(float(x[i]), float(y[i])));
+#else
+  auto* d = static_cast<uint16_t*>(dst);
+  auto* x = static_cast<const uint16_t*>(a);
+  auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i)
+    d[i] = sdk::float_to_fp16(Op::apply(sdk::fp16_to_float(x[i]), sdk::fp16_to_float(y[i])));
+#endif
 }
 
 }  // namespace
