@@ -1,5 +1,7 @@
 #include "transport_watch.hpp"
 
+#include <string_view>
+
 #include "triad/core/rank_status.hpp"
 
 namespace triad::detail {
@@ -44,9 +46,19 @@ std::string peer(WatchedTransport& w, const void* comm, int32_t p) {
   return "member " + std::to_string(p) + " of a communicator";
 }
 
+// What a pending operation does: "all_reduce(4096 x fp32) over the data-parallel group (world
+// ranks 0, 1)", "send(8 x fp32) to rank 3 over the pipeline group (...)", "barrier over ...".
+// Called with the lock held.
+std::string text(WatchedTransport& w, const WatchedTransport::Pending& p) {
+  if (std::string_view(p.op) == "barrier") return std::string(p.op) + " " + over(w, p.comm);
+  std::string s = op_text(p.op, p.count, p.dtype);
+  if (p.dir) s += p.dir + peer(w, p.comm, p.peer);
+  return s + " " + over(w, p.comm);
+}
+
 // Issues one operation and remembers what it does under its request.
 template <class F>
-int issue(void* h, void** request, F&& call, const std::string& what) {
+int issue(void* h, void** request, F&& call, const WatchedTransport::Pending& what) {
   int rc = call(self(h).inner);
   if (rc == TRIAD_OK && *request) {
     std::lock_guard<std::mutex> lock(self(h).mu);
@@ -54,9 +66,8 @@ int issue(void* h, void** request, F&& call, const std::string& what) {
   }
   return rc;
 }
-std::string describe(void* h, const char* op, const void* comm, uint64_t count, DLDataType t) {
-  std::lock_guard<std::mutex> lock(self(h).mu);
-  return op_text(op, count, t) + " " + over(self(h), comm);
+WatchedTransport::Pending collective(const char* op, const void* comm, uint64_t n, DLDataType t) {
+  return {op, nullptr, comm, n, t, -1};
 }
 
 int w_capabilities(void* h, triad_transport_caps_v1* caps) {
@@ -95,52 +106,42 @@ int w_all_reduce(void* h, void* comm, const void* s, void* r, uint64_t n, DLData
                  int32_t op, void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->all_reduce(in, comm, s, r, n, t, d, op, q); },
-      describe(h, "all_reduce", comm, n, t));
+      collective("all_reduce", comm, n, t));
 }
 int w_reduce_scatter(void* h, void* comm, const void* s, void* r, uint64_t n, DLDataType t,
                      DLDevice d, int32_t op, void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->reduce_scatter(in, comm, s, r, n, t, d, op, q); },
-      describe(h, "reduce_scatter", comm, n, t));
+      collective("reduce_scatter", comm, n, t));
 }
 int w_all_gather(void* h, void* comm, const void* s, void* r, uint64_t n, DLDataType t, DLDevice d,
                  void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->all_gather(in, comm, s, r, n, t, d, q); },
-      describe(h, "all_gather", comm, n, t));
+      collective("all_gather", comm, n, t));
 }
 int w_broadcast(void* h, void* comm, void* b, uint64_t n, DLDataType t, DLDevice d, int32_t root,
                 void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->broadcast(in, comm, b, n, t, d, root, q); },
-      describe(h, "broadcast", comm, n, t));
-}
-// "send(8 x fp32) to rank 3 over the pipeline group (world ranks 1, 3)"
-std::string p2p(void* h, const char* op, const char* dir, const void* comm, uint64_t n,
-                DLDataType t, int32_t p) {
-  std::lock_guard<std::mutex> lock(self(h).mu);
-  return op_text(op, n, t) + dir + peer(self(h), comm, p) + " " + over(self(h), comm);
+      collective("broadcast", comm, n, t));
 }
 int w_send(void* h, void* comm, const void* b, uint64_t n, DLDataType t, DLDevice d, int32_t p,
            uint32_t tag, void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->send(in, comm, b, n, t, d, p, tag, q); },
-      p2p(h, "send", " to ", comm, n, t, p));
+      WatchedTransport::Pending{"send", " to ", comm, n, t, p});
 }
 int w_recv(void* h, void* comm, void* b, uint64_t n, DLDataType t, DLDevice d, int32_t p,
            uint32_t tag, void** q) {
   return issue(
       h, q, [&](void* in) { return self(h).real->recv(in, comm, b, n, t, d, p, tag, q); },
-      p2p(h, "recv", " from ", comm, n, t, p));
+      WatchedTransport::Pending{"recv", " from ", comm, n, t, p});
 }
 int w_barrier(void* h, void* comm, void** q) {
-  std::string what;
-  {
-    std::lock_guard<std::mutex> lock(self(h).mu);
-    what = "barrier " + over(self(h), comm);
-  }
   return issue(
-      h, q, [&](void* in) { return self(h).real->barrier(in, comm, q); }, what);
+      h, q, [&](void* in) { return self(h).real->barrier(in, comm, q); },
+      WatchedTransport::Pending{"barrier", nullptr, comm, 0, DLDataType{}, -1});
 }
 int w_test(void* h, void* q, int32_t* done) {
   return self(h).real->test(self(h).inner, q, done);
@@ -150,7 +151,7 @@ int w_wait(void* h, void* q, int64_t timeout_ms) {
   {
     std::lock_guard<std::mutex> lock(self(h).mu);
     auto it = self(h).requests.find(q);
-    what = it == self(h).requests.end() ? "a transport operation" : it->second;
+    what = it == self(h).requests.end() ? "a transport operation" : text(self(h), it->second);
   }
   RankWaitScope waiting(what);
   return self(h).real->wait(self(h).inner, q, timeout_ms);

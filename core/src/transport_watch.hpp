@@ -26,9 +26,19 @@ struct WatchedTransport {
     std::string label;       // "the data-parallel group"
     std::vector<int> world;  // world rank of each member, when known
   };
+  // A posted operation's parameters, kept under its request: the text is made only when a
+  // wait on it begins, so the calls that are posted and waited on at once cost a map insert.
+  struct Pending {
+    const char* op;   // "all_reduce", "send", "barrier"
+    const char* dir;  // " to " / " from " for a point-to-point operation, else nullptr
+    const void* comm;
+    uint64_t count;  // elements (not for a barrier)
+    DLDataType dtype;
+    int32_t peer;  // for a point-to-point operation
+  };
   std::mutex mu;
   std::unordered_map<const void*, CommInfo> comms;
-  std::unordered_map<const void*, std::string> requests;  // request -> what it does
+  std::unordered_map<const void*, Pending> requests;
 
   // Names a communicator for the messages: label and its members' world ranks.
   void label(const void* comm, std::string label, std::vector<int> world);
