@@ -26,6 +26,7 @@
 
 #include "triad/core/config.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 
@@ -134,12 +135,24 @@ void resolve(TrainingConfig& t, int dp, const std::string& layout, const std::st
   t.global_batch_size = static_cast<int>(g);
 }
 
-// Text that reads back as the same string: the emitter picks plain or quoted style.
+// A string that reads back as itself: the emitter picks plain or quoted style, but it writes a
+// control character (a CR, say) raw in a plain scalar, where the reader takes it for a line
+// break; such a string goes double-quoted, with escapes.
+void emit_text(YAML::Emitter& e, const std::string& s) {
+  const bool control = std::any_of(s.begin(), s.end(), [](char ch) {
+    const auto u = static_cast<unsigned char>(ch);
+    return u < 0x20 || u == 0x7f;
+  });
+  if (control) e << YAML::DoubleQuoted;
+  e << s;
+}
+
+// Text that reads back as the same value.
 void emit_field(YAML::Emitter& e, const Field& f, Config& c) {
   e << YAML::Key << std::string(f.name) << YAML::Value;
   if (f.list && !f.list(c)->empty()) {
     e << YAML::Flow << YAML::BeginSeq;
-    for (const std::string& item : *f.list(c)) e << item;
+    for (const std::string& item : *f.list(c)) emit_text(e, item);
     e << YAML::EndSeq;
     return;
   }
@@ -151,7 +164,7 @@ void emit_field(YAML::Emitter& e, const Field& f, Config& c) {
         else if constexpr (std::is_same_v<T, bool>)
           e << (*v ? "true" : "false");
         else if constexpr (std::is_same_v<T, std::string>)
-          e << *v;
+          emit_text(e, *v);
         else
           e << std::to_string(*v);
       },
@@ -161,11 +174,17 @@ void emit_field(YAML::Emitter& e, const Field& f, Config& c) {
 void emit_plugin_choice(YAML::Emitter& e, std::string_view key, const PluginChoice& a) {
   e << YAML::Key << std::string(key) << YAML::Value;
   if (a.params.empty()) {
-    e << a.name;
+    emit_text(e, a.name);
     return;
   }
-  e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << a.name;
-  for (const auto& [k, v] : a.params) e << YAML::Key << k << YAML::Value << v;
+  e << YAML::BeginMap << YAML::Key << "name" << YAML::Value;
+  emit_text(e, a.name);
+  for (const auto& [k, v] : a.params) {
+    e << YAML::Key;
+    emit_text(e, k);
+    e << YAML::Value;
+    emit_text(e, v);
+  }
   e << YAML::EndMap;
 }
 

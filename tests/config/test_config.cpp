@@ -1013,6 +1013,20 @@ TEST_F(ConfigTest, ToYamlOfRepoExampleReloads) {
   EXPECT_TRUE(b.zero_optimization.overlap_comm);
 }
 
+// A string with a control character (here a CR that ends the file, which the reader keeps in the
+// value) is written double-quoted with escapes: written plain, the CR reads back as a line break
+// and the value loses it (found by fuzz_config).
+TEST_F(ConfigTest, ToYamlKeepsControlCharacters) {
+  Config a = load_config(write(std::string(kBase) + "output:\n  dir: run\r"), {});
+  ASSERT_EQ(a.output.dir, "run\r");
+  const std::string text = to_yaml(a);
+  EXPECT_NE(text.find("dir: \"run\\r\""), std::string::npos) << text;
+  Config b = load_config(write(text), {});
+  EXPECT_EQ(b.output.dir, "run\r");
+  b.source_path = a.source_path;
+  EXPECT_EQ(to_yaml(b), text);
+}
+
 // device: cpu and device: {name: cpu, gemm: openblas} are the same section; --set reaches
 // either spelling, and to_yaml writes the map.
 TEST_F(ConfigTest, DeviceSection) {
