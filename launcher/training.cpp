@@ -133,7 +133,7 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
 }
 
 void check_memory(const Config& cfg, int world_size, int local_ranks) {
-  // The training device's memory is the host's on the CPU; a GPU's is not known here.
+  // The training device's memory is the host's on the CPU; a GPU's is checked by its rank (engine).
   if (cfg.device != "cpu") return;
   const size_t available = host_memory_available();
   if (available == 0) return;  // unknown: nothing to compare with

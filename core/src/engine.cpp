@@ -23,6 +23,7 @@
 #include "triad/core/files.hpp"
 #include "triad/core/gpt_layout.hpp"
 #include "triad/core/hf.hpp"
+#include "triad/core/memory_plan.hpp"
 #include "triad/core/model.hpp"
 #include "triad/core/model_state.hpp"
 #include "triad/core/param_spec.hpp"
@@ -489,6 +490,9 @@ RunResult train(const Config& cfg, const TrainOptions& opts_in) {
   const RankCoords me = groups.coords(env.rank);
   // Everything that can fail on bad input happens before the output folder is touched.
   auto device = make_device(cfg.device, env.local_rank, cfg.allow_tf32, cfg.device_gemm);
+  // A GPU's memory is known only here (the launcher checked the host's for a CPU run): the
+  // estimate against what the device has free, refused before anything is allocated.
+  if (const size_t free = device->memory_free()) check_memory_fits(cfg, env.world_size, free);
   const double peak_tflops =
       cfg.peak_tflops > 0 ? cfg.peak_tflops : device->peak_tflops(cfg.precision, cfg.allow_tf32);
   PluginLoader loader;

@@ -72,6 +72,11 @@ class CudaDevice final : public Device {
     return "cuda:" + std::to_string(ordinal_) + " (" + gpu_name_ + ")";
   }
   void* stream() const override { return stream_; }
+  size_t memory_free() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
+  }
 
   // Vendor datasheet dense peaks (no sparsity), TFLOP/s: fp32 on CUDA cores, TF32 and
   // bf16/fp16 on tensor cores. SXM parts unless the name says PCIe/NVL.

@@ -137,6 +137,10 @@ class Device {
   virtual double sum(const float* x, size_t n) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;
   virtual void scale_inplace(float* x, size_t n, float s) = 0;
+  // Bytes this device can still allocate, or 0 where it does not say (the CPU device: host
+  // memory is the launcher's to check, before any rank starts).
+  virtual size_t memory_free() const { return 0; }
+
   // Counts the bytes; on failure throws UserError naming what, how much and the peak so far.
   void* allocate(size_t bytes, const char* what);
   void release(void* ptr, size_t bytes);
