@@ -101,10 +101,10 @@ TEST_F(Safetensors, WrittenLayoutMatchesTheFormat) {
   for (const auto& [k, v] : h.items()) keys.push_back(k);
   EXPECT_EQ(keys,
             (std::vector<std::string>{"__metadata__", "h.0.weight", "bias", "scalar", "empty"}));
-  EXPECT_EQ(h["h.0.weight"]["data_offsets"], nlohmann::json::array({0, 24}));
-  EXPECT_EQ(h["bias"]["data_offsets"], nlohmann::json::array({24, 40}));
-  EXPECT_EQ(h["scalar"]["data_offsets"], nlohmann::json::array({40, 44}));
-  EXPECT_EQ(h["empty"]["data_offsets"], nlohmann::json::array({44, 44}));
+  EXPECT_EQ(h["h.0.weight"]["data_offsets"], nlohmann::ordered_json::array({0, 24}));
+  EXPECT_EQ(h["bias"]["data_offsets"], nlohmann::ordered_json::array({24, 40}));
+  EXPECT_EQ(h["scalar"]["data_offsets"], nlohmann::ordered_json::array({40, 44}));
+  EXPECT_EQ(h["empty"]["data_offsets"], nlohmann::ordered_json::array({44, 44}));
   EXPECT_EQ(raw.size(), 8 + n + 44);
   float v;
   std::memcpy(&v, raw.data() + 8 + n + 24 + 12, 4);
