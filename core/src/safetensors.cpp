@@ -1,7 +1,6 @@
 #include "triad/core/safetensors.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -16,6 +15,7 @@
 
 #include "triad/core/error.hpp"
 #include "triad/core/files.hpp"
+#include "triad/sdk/half.hpp"
 
 namespace triad::safetensors {
 
@@ -162,17 +162,6 @@ void check_tiling(const Reader& r, std::vector<Entry>& entries, uint64_t data_si
            "file is corrupt");
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  if (exp == 0) {  // zero or subnormal: mant × 2^-24, exact in float
-    const float f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
 }  // namespace
 
 std::vector<float> TensorData::to_f32() const {
@@ -192,7 +181,7 @@ std::vector<float> TensorData::to_f32() const {
   for (size_t i = 0; i < out.size(); ++i) {
     uint16_t v;
     std::memcpy(&v, bytes.data() + 2 * i, 2);
-    out[i] = dtype == "F16" ? half_to_float(v) : std::bit_cast<float>(uint32_t{v} << 16);
+    out[i] = dtype == "F16" ? sdk::fp16_to_float(v) : sdk::bf16_to_float(v);
   }
   return out;
 }
