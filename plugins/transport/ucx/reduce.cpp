@@ -35,8 +35,9 @@ void reduce_bf16(void* dst, const void* a, const void* b, size_t n) {
     d[i] = sdk::float_to_bf16(Op::apply(sdk::bf16_to_float(x[i]), sdk::bf16_to_float(y[i])));
 }
 
-// With the compiler's _Float16 where it has one (its conversions use the CPU's F16C and
-// vectorise), else by bit manipulation; both round the same way.
+// With the compiler's _Float16 where it has one (its conversions are the CPU's F16C instructions
+// where the build targets them, one element at a time), else by bit manipulation; both round the
+// same way.
 template <class Op>
 void reduce_f16(void* dst, const void* a, const void* b, size_t n) {
 #if defined(__FLT16_MANT_DIG__)
