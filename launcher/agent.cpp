@@ -19,8 +19,8 @@
 #include "monitor.hpp"
 #include "output.hpp"
 #include "rank_set.hpp"
+#include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/rendezvous.hpp"
 
 namespace triad::launch {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "plan.hpp"
-#include "triad/core/rendezvous.hpp"
+#include "triad/core/dist/rendezvous.hpp"
 
 namespace triad::launch {
 

@@ -1,6 +1,6 @@
 // triad-launch: trains a GPT from a YAML config, in this process (one rank) or by starting
 // ranks (--nproc-per-node, --nnodes, or under srun / mpirun), or runs any program per rank
-// (--exec). See README "Launching".
+// (--exec). See docs/launching.md.
 //   triad-launch [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
 //                CONFIG [--set key.path=value ...] [--dry-run] [-q]
 //   triad-launch [options] --exec PROGRAM [ARGS...]
@@ -16,11 +16,11 @@
 #include "plan.hpp"
 #include "spawn.hpp"
 #include "training.hpp"
-#include "triad/core/checkpoint.hpp"
-#include "triad/core/config.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/stop_signals.hpp"
+#include "triad/core/train/checkpoint.hpp"
+#include "triad/core/train/engine.hpp"
+#include "triad/core/train/stop_signals.hpp"
 
 namespace {
 
@@ -31,7 +31,7 @@ std::chrono::milliseconds ms(double seconds) {
 }
 
 // OpenMP threads that sleep when they wait, rather than spin, lose far less when another
-// process shares the cores, and cost little alone (README "Performance"). An OpenMP runtime
+// process shares the cores, and cost little alone (docs/performance.md). An OpenMP runtime
 // reads OMP_WAIT_POLICY once, as it loads before main, so a launcher started without it sets
 // it and starts itself again; ranks inherit it. A policy the user set is kept.
 void wait_passively_by_default(char** argv) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "job_store.hpp"
-#include "triad/core/rank_status.hpp"
+#include "triad/core/dist/rank_status.hpp"
 
 namespace triad::launch {
 

@@ -7,8 +7,8 @@
 #include <climits>
 #include <cstdlib>
 
+#include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/rendezvous.hpp"
 
 extern char** environ;
 

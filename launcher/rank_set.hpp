@@ -11,7 +11,7 @@
 #include "output.hpp"
 #include "plan.hpp"
 #include "spawn.hpp"
-#include "triad/core/rank_status.hpp"
+#include "triad/core/dist/rank_status.hpp"
 
 namespace triad::launch {
 

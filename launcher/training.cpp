@@ -9,25 +9,20 @@
 #include <cstdio>
 #include <iostream>
 
-#include "triad/core/checkpoint.hpp"
-#include "triad/core/config.hpp"
-#include "triad/core/dist_env.hpp"
-#include "triad/core/engine.hpp"
-#include "triad/core/memory_plan.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/rank_status.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/dist/dist_env.hpp"
+#include "triad/core/dist/rank_status.hpp"
+#include "triad/core/dist/transport.hpp"
+#include "triad/core/model/memory_plan.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/train/checkpoint.hpp"
+#include "triad/core/train/engine.hpp"
+#include "triad/core/units.hpp"
 
 namespace triad::launch {
 
 namespace {
-
-std::string mib(size_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
-  return buf;
-}
 
 int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
   TrainOptions opts;

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "cli.hpp"
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 namespace triad::launch {
 

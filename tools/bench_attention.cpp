@@ -20,10 +20,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "triad/core/attention.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace {
 

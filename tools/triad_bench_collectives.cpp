@@ -29,12 +29,12 @@
 #include <sstream>
 #include <vector>
 
-#include "triad/core/dist_env.hpp"
+#include "triad/core/dist/dist_env.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/rendezvous.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace {
 

@@ -12,10 +12,10 @@
 #include <iostream>
 #include <string>
 
-#include "triad/core/checkpoint.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/gpt_layout.hpp"
-#include "triad/core/hf.hpp"
+#include "triad/core/io/hf.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/train/checkpoint.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"triad-checkpoint: inspect, verify and convert Triad checkpoints"};

@@ -1,9 +1,9 @@
 // triad-estimate CONFIG [--world N] [--set key=value ...] [--memory-per-device SIZE] [--json]:
 // the memory one rank of the config's layout needs, under every ZeRO stage 0-3, estimated
-// without allocating (triad/core/memory_plan.hpp: the engine's allocations replayed). Prints one
-// table per pipeline stage (rows: ZeRO stages 0-3, the configured one marked; columns: parameters,
-// gradients, optimizer states, activations, attention workspace, communication buffers and
-// windows, the total per rank, and the ZeRO paper's model-state formula), then the activations
+// without allocating (triad/core/model/memory_plan.hpp: the engine's allocations replayed). Prints
+// one table per pipeline stage (rows: ZeRO stages 0-3, the configured one marked; columns:
+// parameters, gradients, optimizer states, activations, attention workspace, communication buffers
+// and windows, the total per rank, and the ZeRO paper's model-state formula), then the activations
 // and total under each training.recompute_granularity (none, selective, full), and ends with one
 // line: whether the configured run fits the memory limit per rank, and when it does not, the
 // cheapest change that does (a higher ZeRO stage, a smaller micro-batch, recomputation).
@@ -21,10 +21,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "triad/core/config.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/memory_plan.hpp"
+#include "triad/core/model/memory_plan.hpp"
+#include "triad/core/train/engine.hpp"
 
 namespace {
 

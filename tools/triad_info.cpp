@@ -10,12 +10,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "triad/core/attention.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/pipeline_backend.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/tensor_backend.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
 
 namespace {
 

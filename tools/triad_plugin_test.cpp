@@ -13,12 +13,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "triad/core/attention.hpp"
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/conformance/transport_conformance.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport_conformance.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace {
 

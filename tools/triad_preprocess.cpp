@@ -41,9 +41,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/data/indexed_dataset.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/indexed_dataset.hpp"
-#include "triad/core/tokenizer.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 
 namespace {
 

@@ -21,9 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.hpp"
-#include "triad/core/pipeline_backend.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace {
 

@@ -24,7 +24,7 @@ void gemm(Gemm lib, bool ta, bool tb, int M, int N, int K, float beta, const flo
   }
   // dnnl_sgemm rather than the matmul primitive: within noise of it on most of GPT-2 small's
   // shapes here and well ahead where K is the vocabulary, with no cache of primitives per shape
-  // (README "Performance"). It is row-major, as cblas with CblasRowMajor.
+  // (docs/performance.md, "GEMMs"). It is row-major, as cblas with CblasRowMajor.
   const dnnl_status_t st =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, N);
   // Only invalid arguments fail, and the shapes are checked by our callers: a bug, not a user's.

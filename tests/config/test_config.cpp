@@ -1,7 +1,7 @@
 // Config reading: every bad input gives one UserError naming the place, the key, the value and
 // the fix; aliases, overrides and batch-size derivation give the documented values; to_yaml
 // reads back to the same config.
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <functional>
 #include <initializer_list>
 
-#include "triad/core/device.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {

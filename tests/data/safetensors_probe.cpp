@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.hpp"
-#include "triad/core/safetensors.hpp"
+#include "triad/core/io/safetensors.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

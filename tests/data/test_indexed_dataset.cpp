@@ -14,8 +14,8 @@
 
 #include "data/gpt_samples.hpp"
 #include "test_util.hpp"
-#include "triad/core/data.hpp"
-#include "triad/core/indexed_dataset.hpp"
+#include "triad/core/data/data.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
 
 namespace triad {
 namespace {

@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
-#include "triad/core/indexed_dataset.hpp"
-#include "triad/core/tokenizer.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 
 namespace triad {
 namespace {

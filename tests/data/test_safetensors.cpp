@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
-#include "triad/core/safetensors.hpp"
+#include "triad/core/io/safetensors.hpp"
 
 namespace triad {
 namespace {

@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
 
 namespace triad {
 namespace {

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "test_util.hpp"
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
 
 namespace triad {
 namespace {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
 
 namespace triad {
 namespace {

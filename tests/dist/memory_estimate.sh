@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory estimator (triad-estimate, triad/core/memory_plan.hpp) against the peaks the engine
+# The memory estimator (triad-estimate, triad/core/model/memory_plan.hpp) against the peaks the engine
 # measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
 # dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
 # chunks; optimizer offload; activation recomputation, full and selective, also under tp 2 and

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/config.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/memory_plan.hpp"
+#include "triad/core/model/memory_plan.hpp"
+#include "triad/core/train/engine.hpp"
 
 using namespace triad;
 

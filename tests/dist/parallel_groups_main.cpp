@@ -8,11 +8,11 @@
 #include <numeric>
 #include <string>
 
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/process_groups.hpp"
-#include "triad/core/rendezvous.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/dist/process_groups.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/dist/transport.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "triad/core/dist/process_groups.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/process_groups.hpp"
 
 using triad::ProcessGroups;
 using triad::RankCoords;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <thread>
 
-#include "triad/core/rendezvous.hpp"
+#include "triad/core/dist/rendezvous.hpp"
 
 using namespace std::chrono_literals;
 using triad::RendezvousClient;

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/config.hpp"
-#include "triad/core/dist_env.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/dist/dist_env.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/train/engine.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

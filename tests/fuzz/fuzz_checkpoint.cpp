@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "fuzz_common.hpp"
-#include "triad/core/checkpoint.hpp"
+#include "triad/core/train/checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace triad::fuzz;

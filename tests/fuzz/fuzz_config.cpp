@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "fuzz_common.hpp"
-#include "triad/core/indexed_dataset.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace triad::fuzz;

@@ -1,4 +1,4 @@
-// The rendezvous protocol (core/src/rendezvous_wire.cpp): what the master reads from a rank's
+// The rendezvous protocol (core/src/dist/rendezvous_wire.cpp): what the master reads from a rank's
 // connection and what the rank reads back, sockets apart.
 //
 // Input: the bytes of one connection, as frames [u32 length][payload]. A length of 0 or past
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "dist/rendezvous_wire.hpp"
 #include "fuzz_common.hpp"
-#include "rendezvous_wire.hpp"
-#include "triad/core/rendezvous.hpp"
+#include "triad/core/dist/rendezvous.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "fuzz_common.hpp"
-#include "triad/core/safetensors.hpp"
+#include "triad/core/io/safetensors.hpp"
 
 namespace st = triad::safetensors;
 

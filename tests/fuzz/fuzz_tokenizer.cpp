@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "fuzz_common.hpp"
-#include "triad/core/tokenizer.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 
 namespace {
 

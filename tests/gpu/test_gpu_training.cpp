@@ -8,10 +8,10 @@
 
 #include <filesystem>
 
-#include "triad/core/config.hpp"
-#include "triad/core/device.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/train/engine.hpp"
 
 using namespace triad;
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "triad/core/dist_env.hpp"
+#include "triad/core/dist/dist_env.hpp"
 #include "triad/core/error.hpp"
 
 using triad::DistEnv;

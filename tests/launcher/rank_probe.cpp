@@ -13,9 +13,9 @@
 #include <string>
 #include <thread>
 
-#include "triad/core/dist_env.hpp"
+#include "triad/core/dist/dist_env.hpp"
+#include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/rendezvous.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "triad/core/rank_status.hpp"
+#include "triad/core/dist/rank_status.hpp"
 
 namespace triad::launch {
 namespace {

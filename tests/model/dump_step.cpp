@@ -16,16 +16,16 @@
 #include <nlohmann/json.hpp>
 
 #include "perturb.hpp"
-#include "triad/core/attention.hpp"
-#include "triad/core/config.hpp"
-#include "triad/core/data.hpp"
-#include "triad/core/device.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/data/data.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/hf.hpp"
-#include "triad/core/model.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/safetensors.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/io/hf.hpp"
+#include "triad/core/io/safetensors.hpp"
+#include "triad/core/model/model.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 
 using namespace triad;
 

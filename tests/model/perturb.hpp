@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/gpt_layout.hpp"
-#include "triad/core/model.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/model/model.hpp"
 
 namespace triad::test {
 

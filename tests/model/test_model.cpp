@@ -8,15 +8,15 @@
 #include <fstream>
 #include <map>
 
-#include "triad/core/attention.hpp"
-#include "triad/core/config.hpp"
-#include "triad/core/device.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/hf.hpp"
-#include "triad/core/model.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/io/hf.hpp"
+#include "triad/core/model/model.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/train/engine.hpp"
 
 using namespace triad;
 namespace fs = std::filesystem;

@@ -17,13 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "perturb.hpp"
-#include "triad/core/config.hpp"
-#include "triad/core/data.hpp"
-#include "triad/core/engine.hpp"
+#include "triad/core/config/config.hpp"
+#include "triad/core/data/data.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/gpt_layout.hpp"
-#include "triad/core/hf.hpp"
-#include "triad/core/safetensors.hpp"
+#include "triad/core/io/hf.hpp"
+#include "triad/core/io/safetensors.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/train/engine.hpp"
 
 using namespace triad;
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "triad/core/error.hpp"
-#include "triad/core/gpt_layout.hpp"
-#include "triad/core/param_spec.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/model/param_spec.hpp"
 
 namespace triad {
 namespace {

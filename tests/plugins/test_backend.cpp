@@ -7,10 +7,10 @@
 #include <random>
 
 #include "test_helpers.hpp"
-#include "triad/core/attention.hpp"
-#include "triad/core/conformance.hpp"
-#include "triad/core/device.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/device/device.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad {
 namespace {

@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "triad/core/conformance.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad {
 namespace {

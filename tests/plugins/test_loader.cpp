@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "test_helpers.hpp"
-#include "triad/core/plugin_loader.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v1.h"

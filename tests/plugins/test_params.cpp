@@ -5,7 +5,7 @@
 #include <iterator>
 
 #include "test_helpers.hpp"
-#include "triad/core/plugin_loader.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
 
 namespace triad {
 namespace {

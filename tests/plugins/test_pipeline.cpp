@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "test_helpers.hpp"
-#include "triad/core/pipeline_backend.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad {
 namespace {

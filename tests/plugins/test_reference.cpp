@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
 
 namespace triad::conformance {
 namespace {

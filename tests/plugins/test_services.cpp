@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <sstream>
 
-#include "triad/core/services.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad {
 namespace {

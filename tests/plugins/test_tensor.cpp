@@ -6,8 +6,8 @@
 #include <string>
 
 #include "test_helpers.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/tensor_backend.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
 
 namespace triad {
 namespace {

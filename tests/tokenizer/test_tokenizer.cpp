@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "triad/core/error.hpp"
-#include "triad/core/tokenizer.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using triad::Gpt2Tokenizer;

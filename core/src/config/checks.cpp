@@ -6,8 +6,8 @@
 
 #include "../data/blend.hpp"
 #include "schema.hpp"
-#include "triad/core/device.hpp"
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::config_detail {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "reader.hpp"
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 namespace triad::config_detail {
 

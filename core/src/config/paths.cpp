@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "../data/blend.hpp"
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {

@@ -9,7 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 namespace triad::config_detail {
 

@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "triad/core/config.hpp"
+#include "triad/core/config/config.hpp"
 
 namespace triad::config_detail {
 

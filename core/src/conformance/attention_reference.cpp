@@ -1,7 +1,7 @@
 #include <cmath>
 #include <limits>
 
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
 
 namespace triad::conformance {
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::conformance {

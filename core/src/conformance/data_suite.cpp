@@ -29,11 +29,11 @@
 #include <utility>
 
 #include "ranks.hpp"
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/plugin_instance.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/plugins/plugin_instance.hpp"
+#include "triad/core/plugins/services.hpp"
 #include "triad/sdk/data_v2.h"
 
 namespace triad::conformance {

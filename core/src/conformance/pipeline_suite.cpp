@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/pipeline_backend.hpp"
-#include "triad/core/services.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad::conformance {
 

@@ -11,8 +11,8 @@
 #include <map>
 #include <stdexcept>
 
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/rendezvous.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
 
 namespace triad::conformance::ranks {
 

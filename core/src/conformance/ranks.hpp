@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/conformance.hpp"
-#include "triad/core/rendezvous.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/dist/transport.hpp"
+#include "triad/core/plugins/services.hpp"
 
 namespace triad::conformance::ranks {
 

@@ -16,12 +16,12 @@
 #include <utility>
 
 #include "ranks.hpp"
-#include "triad/core/conformance.hpp"
+#include "triad/core/conformance/conformance.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/param_spec.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/tensor_backend.hpp"
-#include "triad/core/transport.hpp"
+#include "triad/core/model/param_spec.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
 
 namespace triad::conformance {
 

@@ -16,13 +16,13 @@
 #include <optional>
 #include <vector>
 
-#include "triad/core/device.hpp"
+#include "triad/core/conformance/transport_conformance.hpp"
+#include "triad/core/device/device.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/plugin_loader.hpp"
-#include "triad/core/rendezvous.hpp"
-#include "triad/core/services.hpp"
-#include "triad/core/transport.hpp"
-#include "triad/core/transport_conformance.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 #include "triad/sdk/half.hpp"
 
 #include "ranks.hpp"

@@ -27,7 +27,7 @@
 #include <random>
 #include <vector>
 
-#include "triad/core/indexed_dataset.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
 
 namespace triad::data {
 

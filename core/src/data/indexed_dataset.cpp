@@ -1,4 +1,4 @@
-#include "triad/core/indexed_dataset.hpp"
+#include "triad/core/data/indexed_dataset.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "triad/core/data.hpp"
+#include "triad/core/data/data.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {

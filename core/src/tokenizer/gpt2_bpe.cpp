@@ -2,7 +2,7 @@
 // Everything works on raw bytes: GPT-2's byte->unicode map is a bijection character by
 // character and maps ',' to itself, so the package's merge keys (a pair of unicode strings
 // joined with ',', JavaScript's Array-to-string) are the raw-byte pair joined with ','.
-#include "triad/core/tokenizer.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 
 #include <unicode/uchar.h>
 

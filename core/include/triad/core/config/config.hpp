@@ -1,0 +1,225 @@
+// The resolved run configuration. Parsed from YAML (config.cpp), validated against the
+// schema before anything runs; every field here has a default or was required.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace triad {
+
+struct ModelConfig {
+  int num_layers = 4;                          // Megatron --num-layers (alias n_layer)
+  int hidden_size = 128;                       // --hidden-size (alias n_embd)
+  int num_attention_heads = 4;                 // --num-attention-heads (alias n_head)
+  int seq_length = 64;                         // --seq-length: tokens per sample (T)
+  int max_position_embeddings = 0;             // context size; 0 = seq_length
+  int vocab_size = 256;                        // byte-level text: 256
+  std::string position_embedding = "learned";  // learned | rope
+  double rope_base = 10000.0;
+  double init_std = 0.02;
+  double layernorm_epsilon = 1e-5;
+  // The vocabulary is padded to a multiple of this × tensor_model_parallel_size (Megatron's
+  // --make-vocab-size-divisible-by); the padding never receives probability.
+  int make_vocab_size_divisible_by = 128;
+};
+
+struct DataConfig {
+  std::string kind = "synthetic";  // synthetic | text | tokens | indexed
+  // text: UTF-8 file; tokens: flat uint16 file; indexed: the prefix P of Megatron's P.bin/P.idx
+  std::string path;
+  // data.path written as a list (kind indexed; `path` is then empty): Megatron's --data-path
+  // blend [w1, P1, w2, P2, ...] or [P1, P2, ...], each item as written (data/blend.hpp).
+  std::vector<std::string> path_list;
+  bool shuffle = false;
+  uint64_t seed = 0;  // 0 = training.seed
+  // Megatron's --split: the train,validation,test weights of each dataset ("969,30,1"); empty:
+  // everything trains.
+  std::string split;
+  // A separate validation set of the same kind (Megatron's --valid-data-path); used whole.
+  std::string valid_path;
+  // data.kind text: bytes (one token per byte) or gpt2 (GPT-2's BPE, read from vocab_file and
+  // merge_file; empty = the files tools/bootstrap installs). Megatron's --tokenizer-type,
+  // --vocab-file, --merge-file.
+  std::string tokenizer = "bytes";
+  std::string vocab_file, merge_file;
+};
+
+struct TrainingConfig {
+  int train_iters = 100;
+  // Batch sizes (samples). Any two given derive the third; 0 = not given.
+  int micro_batch_size = 0;             // train_micro_batch_size_per_gpu / micro_batch_size
+  int gradient_accumulation_steps = 0;  // gradient_accumulation_steps
+  int global_batch_size = 0;            // train_batch_size / global_batch_size
+  uint64_t seed = 1234;
+  int log_interval = 1;
+  // What backward recomputes instead of keeping from the forward (Megatron's
+  // --recompute-granularity): none; full (each block's forward, from the block's input); or
+  // selective (the attention core: the plugin's forward from the kept q, k, v). The two switches
+  // are its shorthands, kept equal to it once the config is checked: checkpoint_activations
+  // (DeepSpeed's name) is full, recompute_activations (Megatron's --recompute-activations)
+  // selective.
+  std::string recompute_granularity = "none";
+  bool checkpoint_activations = false;
+  bool recompute_activations = false;
+  // Seconds any one collective or point-to-point wait of a multi-rank run may take before the
+  // rank gives up and names what it waited for (the launcher's --collective-timeout). 300 s:
+  // past any single step of the CPU configurations here (GPT-2 small at B 4: ~5 s) and a GPU's
+  // start-up, and half PyTorch's 10-minute NCCL watchdog, so a stuck job ends in minutes.
+  double collective_timeout = 300;
+  // Validation (Megatron's --eval-interval / --eval-iters): every eval_interval steps and after
+  // the last, the loss over eval_iters global batches of the validation data; 0 = never.
+  int eval_interval = 0;
+  int eval_iters = 100;
+  // Stop cleanly after a step that is a multiple of this (saving a checkpoint first when
+  // checkpoint.save is set); 0 = never (Megatron's --exit-interval).
+  int exit_interval = 0;
+};
+
+enum class Recompute { none, full, selective };
+// The checked config's recompute_granularity.
+inline Recompute recompute_of(const TrainingConfig& t) {
+  return t.recompute_granularity == "full"        ? Recompute::full
+         : t.recompute_granularity == "selective" ? Recompute::selective
+                                                  : Recompute::none;
+}
+
+struct OptimizerConfig {
+  std::string type = "adamw";
+  double lr = 1e-3;
+  double min_lr = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.1;
+  double clip_grad = 1.0;  // 0 = no clipping (DeepSpeed gradient_clipping)
+};
+
+struct LrScheduleConfig {
+  int lr_warmup_iters = 0;
+  std::string lr_decay_style = "cosine";  // cosine | linear | constant
+  int lr_decay_iters = 0;                 // 0 = train_iters
+};
+
+struct ParallelConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int data_parallel_size = 1;  // derived: world / (tp * pp) when 0
+  // Megatron's sequence parallelism: layernorm/residual regions split along the tokens over
+  // the tensor group (no effect at tp 1).
+  bool sequence_parallel = false;
+  // Layers per pipeline stage, comma-separated ("3,5"); empty = num_layers / pp each.
+  std::string pipeline_partition;
+  // Derived by load_config's checks: the layers of each pipeline stage (the partition given,
+  // else num_layers / pp each).
+  std::vector<int> stage_layers;
+  // Model chunks per stage (Megatron's interleaved schedule); 1 = not interleaved.
+  int virtual_pipeline_model_parallel_size = 1;
+};
+
+// DeepSpeed's zero_optimization section.
+struct ZeroConfig {
+  int stage = 0;  // 0 until ZeRO stages 1-3 land
+  // Elements (not bytes) per gradient all-reduce bucket; 25 MiB of fp32 by default.
+  int64_t reduce_bucket_size = 6553600;
+  // Start each bucket's all-reduce as soon as its gradients are complete, during backward.
+  bool overlap_comm = true;
+  // offload_optimizer: {device: cpu}: the fp32 master weights and Adam's moments of this rank's
+  // shard live on the host and are stepped there (stage 1 and above); "none" keeps them on the
+  // training device. pin_memory is accepted for DeepSpeed configs (host memory is what the
+  // host device allocates).
+  struct Offload {
+    std::string device = "none";
+    bool pin_memory = false;
+  } offload_optimizer;
+};
+
+// A plugin choice: its name plus its YAML section (validated against the plugin's schema
+// once the plugin is loaded).
+struct PluginChoice {
+  std::string name;
+  std::map<std::string, std::string> params;  // key -> value as written in YAML
+  std::string yaml_path;                      // where it came from, for messages
+};
+
+// Megatron's --save / --save-interval / --load, plus how many to keep and --resume.
+struct CheckpointConfig {
+  std::string save;  // the folder of the run's checkpoints (iter_NNNNNNN/ + latest); empty: none
+  int save_interval = 0;  // save every this many steps; 0: at the end only (and on SIGTERM/SIGINT)
+  std::string load;   // start from this checkpoint folder (its latest) or one iteration's folder
+  int keep_last = 0;  // keep this many newest checkpoints in `save`; 0: keep all
+  // Continue from the newest checkpoint of `load` (or else `save`) when there is one, and from
+  // the start when there is none (the same command for every start of a requeued job).
+  bool resume = false;
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";
+  // A folder that already holds a run (metrics.jsonl) is refused unless this is set (or the run
+  // resumes a checkpoint, and then appends).
+  bool overwrite = false;
+  std::string export_hf;     // write model.safetensors + config.json here at the end
+  std::string init_from_hf;  // start from such a folder
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  ParallelConfig parallel;
+  ZeroConfig zero_optimization;
+  PluginChoice attention{"naive", {}, "attention"};
+  PluginChoice transport{"ucx", {}, "transport"};
+  // The tensor-parallel plan; empty = "megatron" when tp > 1, else "none".
+  PluginChoice tensor{"", {}, "tensor"};
+  // The pipeline schedule (also the one-stage schedule of plain gradient accumulation); empty =
+  // "interleaved" with virtual stages, else "1f1b".
+  PluginChoice pipeline{"", {}, "pipeline"};
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+  std::string device = "cpu";      // cpu | cuda (device: cpu is short for device.name: cpu)
+  std::string precision = "fp32";  // fp32
+  bool allow_tf32 = false;         // fp32 GEMMs on the GPU may use TF32 tensor cores
+  double peak_tflops = 0;          // the device's peak for MFU; 0 = known GPUs' table
+  std::string source_path;         // the YAML file it was read from
+  // device.gemm: the library of the CPU device's GEMMs, onednn | openblas (cuda: cuBLAS).
+  std::string device_gemm = "onednn";
+};
+
+// Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear
+// message (file, line:column, key path, value, and the fix) on any problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size = 1);
+
+// The paths a run would otherwise trip over only once started, checked before any rank starts:
+// data.path (data.kind text or tokens) must be a regular file that opens for reading (a FIFO
+// is refused, never opened), and for data.kind indexed each prefix's .bin and .idx alike; with
+// writes_output (the launcher that runs rank 0), output.dir and output.export_hf must be folders
+// that exist or can be created, and can be written. Leaves nothing behind. Throws UserError naming
+// the key, the value and the fix.
+void check_run_paths(const Config& c, bool writes_output);
+
+// Whether `dir` holds a checkpoint to load: a save folder with `latest`, or an iteration folder.
+bool has_checkpoint(const std::string& dir);
+// The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
+// checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
+std::string checkpoint_to_load(const Config& cfg);
+
+// Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
+// layout when inconsistent.
+void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size);
+// Same, with the whole layout (p.data_parallel_size is the dp used) and the config file named
+// in the messages.
+void resolve_batch_sizes(TrainingConfig& t, const ParallelConfig& p, int world_size,
+                         const std::string& source = {});
+
+// The resolved config as YAML text (for --dry-run and the run folder).
+std::string to_yaml(const Config& c);
+
+}  // namespace triad

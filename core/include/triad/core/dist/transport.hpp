@@ -1,0 +1,143 @@
+// Core-side handle to one transport plugin instance (a PluginInstance) and the communicators
+// and requests it makes. Each object keeps the instance (and so its library) alive; non-zero
+// status codes become TransportError carrying the plugin's last_error.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triad/core/error.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/sdk/comm_ref_v1.h"
+#include "triad/sdk/transport_v1.h"
+
+namespace triad {
+
+class RendezvousClient;
+
+// A failed transport call: the plugin's status (TRIAD_ERR_*, TRIAD_TRANSPORT_ERR_TIMEOUT)
+// and a message naming the transport, the operation and the plugin's reason.
+class TransportError : public UserError {
+ public:
+  TransportError(int status, const std::string& msg) : UserError(msg), status_(status) {}
+  int status() const { return status_; }
+  bool timed_out() const { return status_ == TRIAD_TRANSPORT_ERR_TIMEOUT; }
+  bool unsupported() const { return status_ == TRIAD_ERR_UNSUPPORTED; }
+
+ private:
+  int status_;
+};
+
+namespace detail {
+struct TransportInstance;
+struct RendezvousBridge;
+}  // namespace detail
+
+// DLDataType / DLDevice shorthands.
+DLDataType dl_float32();
+DLDataType dl_bfloat16();
+DLDataType dl_float16();
+DLDevice dl_cpu();
+
+class TransportRequest {
+ public:
+  TransportRequest() = default;
+  TransportRequest(std::shared_ptr<detail::TransportInstance> inst, void* req, std::string what);
+  ~TransportRequest();
+  TransportRequest(TransportRequest&& o) noexcept;
+  TransportRequest& operator=(TransportRequest&& o) noexcept;
+  TransportRequest(const TransportRequest&) = delete;
+  TransportRequest& operator=(const TransportRequest&) = delete;
+
+  explicit operator bool() const { return req_ != nullptr; }
+  bool test();
+  // Throws TransportError (timed_out()) when the operation is not done within timeout.
+  void wait(std::chrono::milliseconds timeout);
+  const std::string& what() const { return what_; }
+
+ private:
+  void release();
+  std::shared_ptr<detail::TransportInstance> inst_;
+  void* req_ = nullptr;
+  std::string what_;
+};
+
+class Communicator {
+ public:
+  Communicator() = default;
+  Communicator(std::shared_ptr<detail::TransportInstance> inst,
+               std::shared_ptr<detail::RendezvousBridge> bridge, void* comm);
+  ~Communicator();
+  Communicator(Communicator&& o) noexcept;
+  Communicator& operator=(Communicator&& o) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  explicit operator bool() const { return comm_ != nullptr; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // The transport's ops table, instance and this communicator as C handles, to lend to a
+  // plugin that calls the transport itself (the data plugin). Valid while this lives.
+  triad_comm_ref_v1 c_ref() const;
+
+  // Collective; returns an empty Communicator for color TRIAD_COMM_SPLIT_NONE.
+  Communicator split(int color, int key);
+  // Names this communicator in what a watched rank reports waiting for ("the data-parallel
+  // group", its members' world ranks in communicator order); nothing when no launcher watches.
+  void label(std::string name, std::vector<int> world_ranks);
+
+  // Buffers and the block split as documented in transport_v1.h.
+  TransportRequest all_reduce(const void* send, void* recv, uint64_t count, DLDataType dtype,
+                              int op = TRIAD_REDUCE_SUM, DLDevice device = dl_cpu());
+  TransportRequest reduce_scatter(const void* send, void* recv, uint64_t count, DLDataType dtype,
+                                  int op = TRIAD_REDUCE_SUM, DLDevice device = dl_cpu());
+  TransportRequest all_gather(const void* send, void* recv, uint64_t count, DLDataType dtype,
+                              DLDevice device = dl_cpu());
+  TransportRequest broadcast(void* buf, uint64_t count, DLDataType dtype, int root,
+                             DLDevice device = dl_cpu());
+  TransportRequest send(const void* buf, uint64_t count, DLDataType dtype, int peer, uint32_t tag,
+                        DLDevice device = dl_cpu());
+  TransportRequest recv(void* buf, uint64_t count, DLDataType dtype, int peer, uint32_t tag,
+                        DLDevice device = dl_cpu());
+  TransportRequest barrier();
+
+ private:
+  void destroy();
+  std::shared_ptr<detail::TransportInstance> inst_;
+  std::shared_ptr<detail::RendezvousBridge> bridge_;
+  void* comm_ = nullptr;
+  int rank_ = 0, size_ = 0;
+};
+
+class Transport {
+ public:
+  // Creates the instance; `params` resolved against the plugin's schema. Throws UserError
+  // if the plugin is not of kind "transport" or refuses to be created.
+  Transport(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
+            const triad_services_v1* services);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const std::string& name() const;
+  const triad_transport_caps_v1& capabilities() const;
+  // The plugin's message about its last failure (e.g. which peer a timed-out wait waited for).
+  std::string last_error() const;
+  // Throws UserError naming the transport and what it lacks (memory, dtype, operation).
+  void check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const;
+
+  // Collective over the job. Keys go to `store` under `scope` (e.g. "transport/ucx/");
+  // rendezvous gets wait up to rendezvous_timeout. `store` must outlive the returned
+  // communicator and every communicator split from it (the plugin may use it in split).
+  Communicator init_world(int rank, int world_size, RendezvousClient& store,
+                          const std::string& scope,
+                          std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(120));
+
+ private:
+  std::shared_ptr<detail::TransportInstance> inst_;
+};
+
+}  // namespace triad

@@ -1,0 +1,26 @@
+// Hugging Face interchange: model.safetensors + config.json in the GPT-2 layout that
+// transformers.GPT2LMHeadModel loads (keys "transformer.<name>", Conv1D weights stored
+// (in, out) — the transpose of Triad's (out, in)).
+#pragma once
+
+#include <string>
+
+#include "triad/core/config/config.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+
+namespace triad {
+
+// Writes DIR/model.safetensors and DIR/config.json (creating DIR). Needs learned positions.
+void export_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout,
+               const float* params);
+
+// Checks DIR's config.json against the model config and loads every tensor into params.
+// Throws UserError naming the folder, the tensor or key, and what does not match.
+void import_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout,
+               float* params);
+
+// Validates the folder (files present, config matches, tensors present with the right shapes)
+// without loading: used before a run starts so nothing is half-done.
+void check_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout);
+
+}  // namespace triad

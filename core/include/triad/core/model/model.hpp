@@ -1,0 +1,240 @@
+// GPT-2 (pre-LN blocks, GELU MLP, learned or rotary positions, LM head tied to the token
+// embedding), forward and explicit backward over flat arenas. Attention goes through the
+// attention plugin. Backward accumulates into the gradient arena, so micro-batches
+// accumulate for free.
+//
+// Tensor parallelism (Megatron-LM): the model holds this rank's slice of every tensor as the
+// ParamSpec says (heads and the MLP's inner width split, the padded vocabulary split for the
+// embedding and the tied LM head) and runs, at each region boundary, the collective the tensor
+// plugin's plan names, on the tensor-parallel communicator. Under sequence parallelism the
+// layernorm/residual regions hold this rank's contiguous 1/tp of the B·T tokens.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "triad/core/config/config.hpp"
+#include "triad/core/device/device.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/model/model_state.hpp"
+#include "triad/core/model/param_spec.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/sdk/tensor_v1.h"
+
+namespace triad {
+
+class Communicator;
+
+// This rank's place in its tensor-parallel group and the plan it follows. The default is one
+// rank: nothing split, every boundary the identity.
+struct TensorParallel {
+  int rank = 0, size = 1;
+  bool sequence_parallel = false;
+  // Collectives at each triad_tensor_boundary (forward, backward), from the tensor plugin.
+  std::array<triad_tensor_collectives_v1, TRIAD_TENSOR_BOUNDARY_COUNT> boundary{};
+  Communicator* comm = nullptr;  // the tensor group; null when size is 1
+  std::chrono::milliseconds timeout{300000};
+};
+
+// Bytes one rank moved in the tensor group's collectives, counted as a ring moves them: an
+// all-reduce of n bytes sends 2(t-1)/t n, an all-gather or reduce-scatter of n bytes (the
+// whole, unsplit buffer) (t-1)/t n.
+struct TensorCommVolume {
+  double activations = 0;  // the layers' and ends' activation boundaries
+  double logits = 0;       // the vocab-parallel cross-entropy's row statistics
+  double replicated_grads = 0;
+};
+
+// The part of a rank's blocks one GPT runs: all of them, or one model chunk of an interleaved
+// pipeline (blocks [first_block, first_block + blocks) of its ParamSpec's layers), and whether
+// that chunk starts with the embedding / ends with the head (-1: as the placement says).
+struct StageChunk {
+  int first_block = 0;
+  int blocks = -1;
+  int embedding = -1;
+  int head = -1;
+};
+
+class GPT {
+ public:
+  // state: this rank's tensors (build_param_spec with tp's rank and size) and their arenas.
+  // max_batch: the largest micro-batch forward() will be called with. activation_sets: how many
+  // micro-batches may be in flight between their forward and backward (the schedule's buffer
+  // count; 1 for plain gradient accumulation). recompute: what backward recomputes rather than
+  // keeps (training.recompute_granularity).
+  GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
+      AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {},
+      Recompute recompute = Recompute::none);
+  // One rank holding the whole model, with a state of its own (no optimizer moments).
+  GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
+      DType act = DType::f32);
+  ~GPT();
+
+  ModelState& state() const { return state_; }
+  const ParamSpec& spec() const { return state_.spec(); }
+  // The Hugging Face layout of the whole, unpadded model (gpt_layout()).
+  const GptLayout& full_layout() const { return full_; }
+  size_t num_params() const { return state_.size(); }  // in this rank's arena
+  float* params() const { return state_.params(); }
+  float* grads() const { return state_.grads(); }
+  float* param(const std::string& name) const { return params() + spec().find(name).offset; }
+  float* grad(const std::string& name) const { return grads() + spec().find(name).offset; }
+  void* compute_params() const { return state_.compute(); }
+  void sync_compute_weights() { state_.sync_compute(); }
+  void zero_grad() { state_.zero_grad(); }
+  std::vector<float> params_to_host() const { return state_.params_to_host(); }
+  void params_from_host(const std::vector<float>& host) { state_.params_from_host(host); }
+
+  // GPT-2 initialisation: N(0, init_std), residual projections scaled by 1/sqrt(2 L),
+  // biases 0, layernorm weights 1, vocabulary padding 0. Each tensor draws its whole global
+  // tensor from its own stream seeded by (seed, its name) and keeps this rank's slice, so the
+  // weights do not depend on the layout.
+  void init_weights(uint64_t seed);
+  // The whole model in full_layout() order (HF import/export, tests): from_full keeps this
+  // rank's slices; to_full needs a rank that holds everything (tp 1).
+  void params_from_full(const float* full);
+  std::vector<float> params_to_full() const;
+  std::vector<float> grads_to_full() const;
+
+  // inputs/targets (B,T) with B <= max_batch, T = seq_length. Returns the mean loss over the
+  // B*T tokens and keeps the activations in activation set `set` for backward().
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int set = 0);
+  // Called during backward each time a range [offset, offset+count) of the gradient arena is
+  // final: the head, then each block from the last to the first, then the embedding. The
+  // ranges cover the arena exactly once (data parallelism starts reducing them at once).
+  using GradsReady = std::function<void(size_t offset, size_t count)>;
+  // grads += d(loss_scale * mean loss)/d params, for the forward kept in `set`. last_micro:
+  // this is the step's last micro-batch, so the gradients of replicated weights that sequence
+  // parallelism leaves partial are summed over the tensor group now (once per step).
+  void backward(float loss_scale, const GradsReady& grads_ready = nullptr, bool last_micro = true,
+                int set = 0);
+
+  // A pipeline stage's boundary buffers in activation set `set`, each (Ns,C) in the activation
+  // dtype (this tensor-parallel rank's tokens): the input the previous stage's output is
+  // received into, the output sent to the next stage, the input's gradient sent back and the
+  // output's gradient received. forward() on a stage without the embedding reads `input`;
+  // without the head it leaves the output and returns 0. backward() without the head reads
+  // `output_grad`; without the embedding it leaves `input_grad`.
+  struct StageIO {
+    void *input, *output, *input_grad, *output_grad;
+  };
+  StageIO stage_io(int set);
+  size_t stage_bytes(int B) const;  // of each, for a micro-batch of B
+  const TensorCommVolume& comm_volume() const { return volume_; }
+
+ private:
+  // One block's activations, kept from its forward for its backward.
+  struct LayerActs {
+    ActBuffer res_in;  // (Ns,C) input of the block (residual stream); Ns = N/tp under SP
+    ActBuffer ln1;     // (Ns,C)
+    Buffer<float> ln1_mean, ln1_rstd;
+    ActBuffer ln1_full;  // (N,C) gathered ln1 under sequence parallelism, else empty
+    ActBuffer qkv;       // (N,3Cl), q and k rotated in place when rope; Cl = C/tp
+    ActBuffer atty;      // (N,Cl) attention output, heads interleaved
+    Buffer<float> lse;   // (B,Hl,T)
+    ActBuffer res_mid;   // (Ns,C) after the attention residual
+    ActBuffer ln2;
+    Buffer<float> ln2_mean, ln2_rstd;
+    ActBuffer ln2_full;
+    ActBuffer fch, fch_gelu;  // (N,Fl), Fl = 4C/tp
+  };
+  // Everything one micro-batch keeps between its forward and its backward. The stage's input
+  // is layers[0].res_in (the embedding's output), its output res_out (the last block's).
+  struct ActSet {
+    std::vector<LayerActs> layers;
+    ActBuffer res_out, lnf, lnf_full, logits;
+    Buffer<float> lnf_mean, lnf_rstd, losses, ce_lse;
+    Buffer<float> ce_max, ce_sums;  // vocab-parallel cross-entropy: (N) max, (2N) sums
+    Buffer<int32_t> inputs, targets;
+    // Pipeline stages: the stage's input when it holds no block; the gradients of its input
+    // (sent back) and of its output (received).
+    ActBuffer res_in, grad_in, grad_out;
+    int B = 0;
+  };
+  void* stage_in(ActSet& s);
+  void setup(const TensorParallel& tp, int max_batch, int activation_sets);
+  ActSet make_act_set();
+
+  // The stage: embedding | block x n | head, each a forward/backward pair over an ActSet.
+  void embedding_forward(ActSet& s);
+  // fuse_norms (the forward pass proper, not a recomputation): block i's ln1 was written by
+  // block i-1's last residual add, and this block's last residual add writes the layernorm
+  // that reads its output on this stage (block i+1's ln1 or the head's ln_f) in the same pass.
+  void block_forward(size_t i, ActSet& s, void* out, bool fuse_norms);
+  // lnf_ready: the last block's fused residual add wrote ln_f already.
+  float head_forward(ActSet& s, bool lnf_ready);
+  void head_backward(ActSet& s, float loss_scale, bool reduce_replicated_grads);
+  void block_backward(size_t i, ActSet& s, bool reduce_replicated_grads);
+  void embedding_backward(ActSet& s);
+
+  struct AttnViews;
+  // The buffers of block a's attention output and lse: its own, or under selective
+  // recomputation the pair in work_ that every block shares.
+  LayerActs& attention_core(LayerActs& a) { return recompute_ == Recompute::selective ? work_ : a; }
+  void attention_forward(LayerActs& a, int B);
+  void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
+
+  const triad_tensor_collectives_v1& at(triad_tensor_boundary b) const { return tp_.boundary[b]; }
+  // Runs collective `c` over the tensor group on a buffer of `N` rows of `width` elements (the
+  // whole, unsplit size) from `in`, and returns where the result is: `in` itself for the
+  // identity, `out` otherwise (an all-reduce with no `out` works in place and returns `in`).
+  const void* exchange(int c, void* in, void* out, int N, int width, DType t, double* counter);
+  // The input of a column-parallel matmul: x itself, or x gathered over the group into full.
+  const void* column_input(const ActBuffer& x, const ActBuffer& full, int N);
+  // y (Ns,C) = x (N,K) @ W^T over this rank's slice of the K inputs, reduced as ROW_OUTPUT
+  // says, + the bias (fused into the GEMM on one rank).
+  void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K);
+  // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C).
+  void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
+                             float* dbias, int N, int K);
+  // The gradient of a column-parallel matmul's input from its partial sum in dcol_, reduced as
+  // COLUMN_INPUT says; returns the (Ns,C) result.
+  const void* column_input_grad(int N);
+  // Sums the partial gradients of replicated (C)-sized tensors over the group (SP).
+  void reduce_replicated(const std::vector<float*>& grads);
+
+  ModelConfig cfg_;
+  std::unique_ptr<ModelState> own_state_;  // the single-rank constructor's
+  ModelState& state_;
+  GptLayout full_;
+  TensorParallel tp_;
+  Device& dev_;
+  DType act_;
+  AttentionBackend& attn_;
+  int maxB_, T_, C_, H_, L_;
+  int Hl_, Cl_, Fl_;  // heads, attention width and MLP width on this rank
+  VocabShard vocab_;
+  bool rope_, sp_, gather_in_;
+  bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
+  StageChunk chunk_;
+  // Activation recomputation. Full: sets keep each block's input only; the block's other
+  // activations live in work_, recomputed before its backward (recompute_out_ takes the
+  // recomputed output). Selective: sets keep everything but the attention core's output and
+  // lse, which live in work_.atty / work_.lse, rewritten by each block's forward and recomputed
+  // from the block's kept qkv before its attention backward. (No plugin keeps anything between
+  // its forward and backward but these two: its T x T scratch is the workspace of one call.)
+  Recompute recompute_ = Recompute::none;
+  LayerActs work_;
+  ActBuffer recompute_out_;
+  // core: also the attention output and lse.
+  void alloc_block_acts(LayerActs& a, bool core = true);
+  size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+  std::vector<ActSet> sets_;  // the activation pool
+  // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,
+  // and the (N,C) gradient gathered at a row-parallel output or the embedding.
+  ActBuffer row_partial_, drow_full_;
+  // Backward scratch, reused by every block and set. dcol_: the gradient of a column-parallel
+  // matmul's input, (N,C) partial sums on a tensor-parallel rank (dln_ itself on one rank).
+  ActBuffer dres_, dln_, dln_full_, dqkv_, datty_, dfch_, dfch_gelu_;
+  void* dcol_ = nullptr;
+  Buffer<float> grad_pack_;  // the replicated gradients packed for one all-reduce
+  Buffer<uint8_t> attn_workspace_;
+  size_t ws_fwd_ = 0, ws_bwd_ = 0;
+  TensorCommVolume volume_;
+};
+
+}  // namespace triad

@@ -1,0 +1,51 @@
+// The optimizer step: the global gradient norm over the pieces this rank owns, clipping, AdamW
+// on the training device or on the offload host, and the data plugin's after-step. The one place
+// that knows which pieces of the arenas a ZeRO stage leaves on this rank.
+#pragma once
+
+#include <cstddef>
+
+#include "triad/core/config/config.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/model/model_state.hpp"
+#include "triad/core/model/param_spec.hpp"
+
+namespace triad {
+
+struct DistributedRun;
+
+class Optimizer {
+ public:
+  // Where this rank sits in the tensor and pipeline groups (which copies of a tensor it counts).
+  struct Place {
+    int tp_rank = 0, tp_size = 1, stage = 0, stages = 1;
+  };
+  // dist: null in a single-process run.
+  Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& arena,
+            const OptimizerConfig& cfg, const Place& place, DistributedRun* dist);
+
+  // The global gradient norm (before clipping): every split tensor's slices, each replicated
+  // tensor once per tensor group, the tied word embedding once (on the first stage). With
+  // ZeRO-2/3 this rank holds its slices of those tensors only (summed over the data-parallel
+  // group); otherwise the whole arena.
+  double grad_norm();
+  // Clips to optimizer.clip_grad by `norm`, then AdamW step `t` at learning rate `lr` over the
+  // pieces whose moments this rank keeps, then the data plugin's after-step.
+  void step(double norm, double lr, int t);
+  // Bytes the offloaded steps moved each way so far (0 without offload).
+  size_t offloaded_bytes() const { return offloaded_bytes_; }
+
+ private:
+  void adamw(double lr, int t);
+  void offloaded_adamw(double lr, int t);
+
+  ModelState& state_;
+  const ParamSpec& spec_;
+  const GptLayout& arena_;
+  const OptimizerConfig& cfg_;
+  Place place_;
+  DistributedRun* dist_;
+  size_t offloaded_bytes_ = 0;
+};
+
+}  // namespace triad

@@ -1,0 +1,57 @@
+// One training step of this rank: the schedule's instruction stream through the executor, with
+// the data plugin's reductions and the optimizer at the instructions that call for them; then
+// the loss, the stop signal and the pipeline's efficiency agreed over the job. Evaluation runs
+// the forward-only stream through the same executor.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "triad/core/train/optimizer.hpp"
+#include "triad/core/train/pipeline_executor.hpp"
+#include "triad/core/train/run.hpp"
+
+namespace triad {
+
+// What a step measured, as every rank agrees on it.
+struct StepOutcome {
+  int step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0;
+  bool stop_requested = false;  // a stop signal reached some rank during the step
+  // Pipelines: the stages' compute time over stages x the step time, and each stage's peak.
+  double efficiency = 0;
+  std::vector<double> stage_peak;
+  double valid_loss = std::nan("");
+};
+
+class TrainingStep final : public StepHooks {
+ public:
+  TrainingStep(Run& run, Optimizer& optimizer);
+  StepOutcome run(int step);
+  // The validation loss after `step` when training.eval_interval calls for one (NaN otherwise).
+  double evaluate_after(int step);
+
+  // StepHooks: the instructions that are the data plugin's and the optimizer's.
+  GPT::GradsReady grads_ready(bool last) override;
+  void reduce_tied_grads() override;
+  void reduce_grads() override;
+  void optimizer_step() override;
+
+ private:
+  double evaluate(int64_t round);
+  bool is_tied(size_t off, size_t n) const {
+    return tied_split_ && off == tied_range_.begin && n == tied_range_.size();
+  }
+
+  Run& run_;
+  Optimizer& optimizer_;
+  PipelineExecutor executor_;
+  bool partitioned_, overlap_, tied_split_;
+  ArenaRange tied_range_;
+  size_t wte_off_ = 0, wte_n_ = 0;
+  int step_ = 0;     // the step in progress (its optimizer step number)
+  double lr_ = 0;    // its learning rate
+  double norm_ = 0;  // its gradient norm, before clipping
+};
+
+}  // namespace triad

@@ -1,0 +1,316 @@
+// The CUDA device: stream-ordered memory (cudaMallocAsync) counted like the CPU's, and every
+// kernel from kernels/cuda on one stream. The model and engine see only the Device interface.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "triad/core/device/device.hpp"
+#include "triad/core/error.hpp"
+#include "triad/kernels/cuda.hpp"
+
+namespace triad {
+
+namespace {
+
+namespace k = kernels::cuda;
+
+// Calls fn with a value of the C++ type of `act` (float or bf16), to pick the kernels' overload.
+template <class Fn>
+void typed(DType act, Fn&& fn) {
+  if (act == DType::f32)
+    fn(float{});
+  else
+    fn(k::bf16{});
+}
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+template <class T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda device: ") + what + ": " + cudaGetErrorString(e));
+}
+
+[[noreturn]] void tensor_parallel_only(const char* what) {
+  throw UserError(std::string("cuda device: ") + what +
+                  " (tensor parallelism) is not built for CUDA yet; use "
+                  "parallel.tensor_model_parallel_size: 1 on device: cuda, or device: cpu");
+}
+
+// The CUDA kernels look up and score the whole (padded) vocabulary only.
+void whole_vocabulary(const VocabShard& v, const char* what) {
+  if (v.start != 0) tensor_parallel_only(what);
+}
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, bool allow_tf32) : ordinal_(ordinal) {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    blas_ = std::make_unique<k::Blas>(stream_, allow_tf32);
+    check(cudaMallocAsync(reinterpret_cast<void**>(&scalar_), sizeof(double), stream_),
+          "cudaMallocAsync (reduction scalar)");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, ordinal_), "cudaGetDeviceProperties");
+    gpu_name_ = p.name;
+  }
+  ~CudaDevice() override {
+    cudaFreeAsync(scalar_, stream_);
+    blas_.reset();
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  DLDevice dl_device() const override { return DLDevice{kDLCUDA, ordinal_}; }
+  std::string name() const override {
+    return "cuda:" + std::to_string(ordinal_) + " (" + gpu_name_ + ")";
+  }
+  void* stream() const override { return stream_; }
+  std::string gemm_library() const override { return "cuBLAS"; }
+  size_t memory_free() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
+  }
+
+  // Vendor datasheet dense peaks (no sparsity), TFLOP/s: fp32 on CUDA cores, TF32 and
+  // bf16/fp16 on tensor cores. SXM parts unless the name says PCIe/NVL.
+  double peak_tflops(const std::string& precision, bool tf32) const override {
+    struct Peak {
+      const char* name;
+      double fp32, tf32, half;
+    };
+    static const Peak kPeaks[] = {
+        {"H200", 66.9, 494.7, 989.4},     {"H100 PCIe", 51.2, 378.0, 756.0},
+        {"H100 NVL", 60.0, 417.5, 835.0}, {"H100", 66.9, 494.7, 989.4},
+        {"GH200", 66.9, 494.7, 989.4},    {"A100", 19.5, 156.0, 312.0},
+        {"L40S", 91.6, 183.0, 366.0},     {"A10G", 31.2, 35.0, 70.0},
+    };
+    for (const Peak& p : kPeaks)
+      if (gpu_name_.find(p.name) != std::string::npos)
+        return precision == "fp32" ? (tf32 ? p.tf32 : p.fp32) : p.half;
+    return 0;
+  }
+
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy to device");
+    // The host buffer may be reused at once (pageable memory): wait for the copy.
+    check(cudaStreamSynchronize(stream_), "copy to device");
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host");
+    check(cudaStreamSynchronize(stream_), "copy to host");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src)
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy");
+  }
+  void fill_zero(void* ptr, size_t bytes) override {
+    if (bytes) check(cudaMemsetAsync(ptr, 0, bytes, stream_), "memset");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                         int T, int C, const VocabShard& vocab, DType act) override {
+    whole_vocabulary(vocab, "embedding_forward");
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::embedding_forward(as<T_>(out), tokens, as<T_>(wte), as<T_>(wpe), B, T, C, stream_);
+    });
+  }
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                          int T, int C, const VocabShard& vocab, DType act) override {
+    whole_vocabulary(vocab, "embedding_backward");
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::embedding_backward(dwte, dwpe, as<T_>(dout), tokens, B, T, C, vocab.rows, stream_);
+    });
+  }
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C, float eps, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::layernorm_forward(as<T_>(out), mean, rstd, as<T_>(inp), as<T_>(weight), as<T_>(bias), N, C,
+                           eps, stream_);
+    });
+  }
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                          int N, int C, DType act, GradWrite write) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::layernorm_backward(as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp), as<T_>(weight),
+                            mean, rstd, N, C, stream_, write == GradWrite::accumulate);
+    });
+  }
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int N, int C,
+                                  float eps, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::residual_layernorm_forward(as<T_>(res), as<T_>(out), mean, rstd, as<T_>(a), as<T_>(b),
+                                    as<T_>(weight), as<T_>(bias), N, C, eps, stream_);
+    });
+  }
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                      int C, int OC, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_forward(*blas_, as<T_>(out), as<T_>(inp), as<T_>(weight), as<T_>(bias), N, C, OC);
+    });
+  }
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC, DType act,
+                       GradWrite write) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_backward(*blas_, as<T_>(dinp), dweight, dbias, as<T_>(dout), as<T_>(inp),
+                         as<T_>(weight), N, C, OC, write == GradWrite::accumulate);
+    });
+  }
+  void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::gelu_forward(as<T_>(out), as<T_>(inp), n, stream_);
+    });
+  }
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act,
+                     GradWrite write) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::gelu_backward(as<T_>(dinp), as<T_>(inp), as<T_>(dout), n, stream_,
+                       write == GradWrite::accumulate);
+    });
+  }
+  void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::residual_forward(as<T_>(out), as<T_>(a), as<T_>(b), n, stream_);
+    });
+  }
+  void crossentropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
+                            int N, const VocabShard& vocab, DType act) override {
+    whole_vocabulary(vocab, "crossentropy_forward");
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_forward(losses, lse, as<T_>(logits), targets, N, vocab.rows, stream_,
+                              vocab.valid);
+    });
+  }
+  void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
+                             const int32_t* targets, float dloss, int N, const VocabShard& vocab,
+                             DType act) override {
+    whole_vocabulary(vocab, "crossentropy_backward");
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_backward(as<T_>(dlogits), as<T_>(logits), lse, targets, dloss, N, vocab.rows,
+                               stream_, vocab.valid);
+    });
+  }
+  // Tensor parallelism's kernels (vocab-parallel cross-entropy, the row-parallel bias) are not
+  // built for CUDA yet; the engine refuses tp > 1 on this device before anything starts.
+  void crossentropy_row_max(float*, const void*, int, const VocabShard&, DType) override {
+    tensor_parallel_only("crossentropy_row_max");
+  }
+  void crossentropy_row_sums(float*, float*, const void*, const float*, const int32_t*, int,
+                             const VocabShard&, DType) override {
+    tensor_parallel_only("crossentropy_row_sums");
+  }
+  void crossentropy_finish(float*, float*, const float*, const float*, const float*, int) override {
+    tensor_parallel_only("crossentropy_finish");
+  }
+  void bias_forward(void*, const void*, int, int, DType) override {
+    tensor_parallel_only("bias_forward");
+  }
+  void bias_backward(float*, const void*, int, int, DType) override {
+    tensor_parallel_only("bias_backward");
+  }
+  void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                    double base, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::rope_forward(as<T_>(x), B, T, H, D, sb, st, sh, base, stream_);
+    });
+  }
+  void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+                     double base, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::rope_backward(as<T_>(dx), B, T, H, D, sb, st, sh, base, stream_);
+    });
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int t, void* compute,
+                    DType act) override {
+    if (act == DType::f32 || !compute) {
+      k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream_);
+      if (compute && compute != params) copy(compute, params, n * sizeof(float));
+    } else {
+      k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
+                      static_cast<k::bf16*>(compute), stream_);
+    }
+  }
+  void convert(void* dst, DType act, const float* src, size_t n) override {
+    if (act == DType::f32)
+      copy(dst, src, n * sizeof(float));
+    else
+      k::convert(static_cast<k::bf16*>(dst), src, n, stream_);
+  }
+  double sum(const float* x, size_t n) override {
+    k::sum(scalar_, x, n, stream_);
+    return read_scalar();
+  }
+  double sum_squares(const float* x, size_t n) override {
+    k::sum_squares(scalar_, x, n, stream_);
+    return read_scalar();
+  }
+  void scale_inplace(float* x, size_t n, float s) override { k::scale_inplace(x, n, s, stream_); }
+
+ protected:
+  void* raw_allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, stream_) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free out-of-memory error
+      return nullptr;
+    }
+    // Zeroed, like the CPU device, so fresh arenas are deterministic.
+    if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream_), "memset");
+    return p;
+  }
+  void raw_release(void* ptr) override { cudaFreeAsync(ptr, stream_); }
+
+ private:
+  double read_scalar() {
+    double h = 0;
+    to_host(&h, scalar_, sizeof h);
+    return h;
+  }
+
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<k::Blas> blas_;
+  double* scalar_ = nullptr;
+  std::string gpu_name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cuda_device(int local_rank, bool allow_tf32) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw UserError(std::string("device 'cuda': no CUDA GPU is visible (") +
+                    (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
+                    "); run on a machine with an NVIDIA GPU and driver, or use device: cpu");
+  return std::make_unique<CudaDevice>(local_rank % count, allow_tf32);
+}
+
+}  // namespace triad

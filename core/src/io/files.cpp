@@ -1,0 +1,91 @@
+#include "triad/core/io/files.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "triad/core/error.hpp"
+
+namespace triad {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Writes all of [p, p + n); the system's reason on failure (ENOSPC: "No space left on device").
+std::string write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return std::strerror(errno);
+    p += w;
+    n -= size_t(w);
+  }
+  return {};
+}
+
+}  // namespace
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw UserError("cannot open folder '" + dir.string() + "': " + std::strerror(errno));
+  const int r = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (r != 0)
+    throw UserError("flushing folder '" + dir.string() + "' failed: " + std::strerror(err));
+}
+
+void write_file_atomic(const fs::path& path, const std::vector<std::string_view>& parts) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw UserError("cannot create '" + tmp.string() + "': " + std::strerror(errno) +
+                    "; check that its folder exists and is writable");
+  std::string failed;
+  for (std::string_view p : parts)
+    if (failed.empty()) failed = write_all(fd, p.data(), p.size());
+  // Flushed before the rename, so a crash can never leave a complete-looking empty file.
+  if (failed.empty() && ::fsync(fd) != 0) failed = std::strerror(errno);
+  if (::close(fd) != 0 && failed.empty()) failed = std::strerror(errno);
+  if (failed.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) failed = std::strerror(errno);
+  if (!failed.empty()) {
+    ::unlink(tmp.c_str());
+    throw UserError("writing '" + path.string() + "' failed: " + failed +
+                    "; it was left as it was");
+  }
+  fsync_dir(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
+LineFile::LineFile(const fs::path& path, bool append) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd_ < 0)
+    throw UserError("cannot open '" + path.string() + "' for writing: " + std::strerror(errno));
+}
+
+void LineFile::close() {
+  if (fd_ < 0) return;
+  const bool synced = ::fsync(fd_) == 0;
+  const int err = errno;
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!synced || !closed)
+    throw UserError("writing '" + path_.string() +
+                    "' failed: " + std::strerror(synced ? errno : err));
+}
+
+LineFile::~LineFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void LineFile::write_line(const std::string& line) {
+  const std::string text = line + "\n";
+  const std::string failed = write_all(fd_, text.data(), text.size());
+  if (!failed.empty())
+    throw UserError("writing '" + path_.string() + "' failed: " + failed +
+                    "; free space there (or choose another output.dir) and resume");
+}
+
+}  // namespace triad

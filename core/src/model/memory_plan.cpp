@@ -1,0 +1,794 @@
+// The memory estimator. It replays, without allocating, what the engine allocates through its
+// counting Device for one rank of each pipeline stage (tensor- and data-parallel rank 0):
+//   train/ (the run)      the collectives' scalars (1 float; pp + 1 once a pipelined step ends),
+//                         the executor's send staging copies, the export's gathers;
+//   ModelState            parameters, gradients, the compute copy (bf16), AdamW's moments (whole,
+//                         the data plugin's owned block at stage 1, the owned shard at 2-3); at
+//                         stages 2-3 the gradient windows and, at 3, the gathered weights, with
+//                         the same open / reduce / complete / gather / release rules;
+//   GPT (model.cpp)       per model chunk: `buffers` ActSets (the pipeline schedule's count),
+//                         recomputation's work set, backward scratch, the tensor-parallel exchange
+//                         buffers and the attention plugin's workspace.
+// Sizes come from the same ParamSpec, tensor plan, schedule and workspace_size() the engine uses;
+// the windows and send copies from running the schedule's instruction streams through the same
+// call order as GPT::forward / GPT::backward and the executor. Nothing here is measured.
+// Not counted: the plugins' own allocations through the core's allocator service (none of the
+// bundled plugins makes any; the engine adds their peak to peak_memory_bytes) and the test-only
+// gradient dump. The pipeline's send copies are an upper bound (see simulate_send_copies).
+#include "triad/core/model/memory_plan.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <tuple>
+
+#include "triad/core/device/device.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/model/param_spec.hpp"
+#include "triad/core/plugins/attention.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
+#include "triad/core/train/engine.hpp"
+#include "triad/sdk/transport_v1.h"
+
+namespace triad {
+
+const char* MemoryEstimate::peak_phase() const {
+  const size_t s = step();
+  if (export_hf > s && export_hf >= setup) return "export_hf";
+  if (setup > s) return "setup";
+  return "step";
+}
+
+std::string memory_text(double bytes) {
+  char buf[48];
+  if (bytes >= 1024.0 * 1024.0 * 1024.0)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+namespace {
+
+constexpr size_t kNone = size_t(-1);
+
+// The plugins whose answers decide allocations, loaded once for every estimate of one config
+// (the fix search re-plans the same layout many times).
+struct Plugins {
+  PluginLoader loader;
+  // The engine gives plugins omp_get_max_threads() threads; the flash plugins' workspaces are
+  // per thread.
+  CoreServices services{omp_get_max_threads(), nullptr};
+  std::unique_ptr<AttentionBackend> attention;
+  std::unique_ptr<TensorBackend> tensor;
+  std::unique_ptr<PipelineBackend> pipeline;
+  TensorPlan plan;
+
+  explicit Plugins(const Config& cfg) {
+    auto a = loader.load("attention", cfg.attention.name);
+    attention = std::make_unique<AttentionBackend>(
+        a, resolve_params(a->descriptor(), cfg.attention.params, cfg.attention.yaml_path),
+        services.c_services());
+    auto t = loader.load("tensor", cfg.tensor.name);
+    tensor = std::make_unique<TensorBackend>(
+        t, resolve_params(t->descriptor(), cfg.tensor.params, cfg.tensor.yaml_path),
+        services.c_services());
+    plan = tensor->plan(cfg.parallel.tensor_model_parallel_size, cfg.parallel.sequence_parallel);
+    auto p = loader.load("pipeline", cfg.pipeline.name);
+    pipeline = std::make_unique<PipelineBackend>(
+        p, resolve_params(p->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
+        services.c_services());
+  }
+};
+
+// One GPT object of a stage (model.hpp StageChunk): its blocks (indices into spec.layers) and
+// whether it starts with the embedding / ends with the head.
+struct Chunk {
+  int first_block = 0, blocks = 0;
+  bool embedding = false, head = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ZeRO-2/3 windows: ModelState's unit rules, counting bytes instead of allocating.
+class WindowSim {
+ public:
+  WindowSim(const std::vector<size_t>& unit_sizes, bool params_sharded, size_t act_bytes)
+      : sharded_(params_sharded), act_bytes_(act_bytes), units_(unit_sizes.size()) {
+    for (size_t u = 0; u < units_.size(); ++u) units_[u].n = unit_sizes[u];
+  }
+  // ModelState::grad(): opens the unit's window (after completing its last reduction).
+  void grad(size_t u) {
+    Unit& w = units_[u];
+    if (w.open) return;
+    complete(u);
+    grads_ += w.n * 4;
+    w.open = true;
+    note();
+  }
+  // ModelState::weight(): gathered and waited for on first use (ZeRO-3).
+  void weight(size_t u) {
+    if (!sharded_ || units_[u].resident) return;
+    prefetch(u);
+    complete(u);
+  }
+  void prefetch(size_t u) {
+    if (!sharded_ || u == kNone) return;
+    Unit& w = units_[u];
+    if (w.resident || w.gathering) return;
+    params_ += w.n * act_bytes_;
+    w.gathered = w.gathering = true;
+    note();
+  }
+  void release(size_t u) {
+    if (!sharded_ || u == kNone) return;
+    Unit& w = units_[u];
+    complete(u);
+    if (w.gathered) params_ -= w.n * act_bytes_;
+    w.gathered = w.resident = false;
+  }
+  // ModelState::grads_done(): the window is reduced; one reduction stays in flight.
+  void grads_done(size_t u) {
+    if (u == kNone) return;
+    Unit& w = units_[u];
+    if (!w.open) grad(u);
+    w.open = false;
+    w.reducing = true;
+    reducing_.push_back(u);
+    while (reducing_.size() > 1) complete(reducing_.front());
+  }
+  void finish() {
+    for (size_t u = 0; u < units_.size(); ++u) complete(u);
+  }
+  size_t peak = 0, peak_grads = 0, peak_params = 0;
+
+ private:
+  struct Unit {
+    size_t n = 0;
+    bool open = false, reducing = false, gathering = false, resident = false, gathered = false;
+  };
+  void complete(size_t u) {
+    Unit& w = units_[u];
+    if (w.reducing) {
+      w.reducing = false;
+      grads_ -= w.n * 4;
+      reducing_.erase(std::find(reducing_.begin(), reducing_.end(), u));
+    }
+    if (w.gathering) {
+      w.gathering = false;
+      w.resident = true;
+    }
+  }
+  void note() {
+    if (grads_ + params_ > peak) {
+      peak = grads_ + params_;
+      peak_grads = grads_;
+      peak_params = params_;
+    }
+  }
+  bool sharded_;
+  size_t act_bytes_;
+  std::vector<Unit> units_;
+  std::deque<size_t> reducing_;
+  size_t grads_ = 0, params_ = 0;
+};
+
+// The windows of one stage over `steps` steps of its instruction stream: GPT::forward and
+// GPT::backward's prefetch / weight / grad / release order, and the executor's reductions.
+struct WindowPeak {
+  size_t grads = 0, params = 0;
+};
+WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chunks,
+                            const PipeSchedule& stream, int pp, bool params_sharded,
+                            size_t act_bytes, int steps) {
+  const std::vector<ArenaRange> ranges = arena_units(spec);  // the engine's units
+  auto unit_of = [&](const ArenaRange& r) {
+    if (r.size() == 0) return kNone;
+    for (size_t u = 0; u < ranges.size(); ++u)
+      if (ranges[u].begin == r.begin) return u;
+    return kNone;
+  };
+  std::vector<size_t> sizes;
+  for (const ArenaRange& r : ranges) sizes.push_back(r.size());
+  WindowSim w(sizes, params_sharded, act_bytes);
+  const size_t E = unit_of(spec.embedding), H = unit_of(spec.head);
+  const size_t wte = E != kNone ? E : H;  // where the layers read the tied word embedding
+  // A pipeline's tied embedding is reduced over the first and last stage first: its unit's
+  // window stays open until REDUCE_TIED_GRADS.
+  const bool tied_split = pp > 1;
+  const size_t tied = spec.placement.has_embedding ? E : H;
+  auto ready = [&](size_t u) {
+    if (!(tied_split && u == tied)) w.grads_done(u);
+  };
+  auto block = [&](const Chunk& c, int i) {
+    return unit_of(spec.layers[size_t(c.first_block + i)].range);
+  };
+  auto forward = [&](const Chunk& c) {
+    const int nl = c.blocks;
+    if (c.embedding) {
+      w.prefetch(E);
+      if (nl) w.prefetch(block(c, 0));
+      w.weight(E);
+      if (!c.head) w.release(E);
+    }
+    for (int i = 0; i < nl; ++i) {
+      w.prefetch(i + 1 < nl ? block(c, i + 1) : H);
+      w.weight(block(c, i));
+      w.release(block(c, i));
+    }
+    if (!c.head) return;
+    w.weight(H);
+    w.weight(wte);
+    w.release(H);
+    w.release(E);
+  };
+  auto backward = [&](const Chunk& c) {
+    const int nl = c.blocks;
+    if (nl) w.prefetch(block(c, nl - 1));
+    if (c.head) {
+      w.prefetch(H);
+      w.prefetch(E);
+      w.weight(wte);
+      w.grad(wte);
+      w.weight(H);
+      w.grad(H);
+      w.release(H);
+      w.release(E);
+      ready(H);
+    }
+    for (int i = nl; i-- > 0;) {
+      if (i > 0) w.prefetch(block(c, i - 1));
+      w.weight(block(c, i));
+      w.grad(block(c, i));
+      w.release(block(c, i));
+      ready(block(c, i));
+    }
+    if (c.embedding) {
+      w.grad(E);
+      ready(E);
+    }
+  };
+  for (int s = 0; s < steps; ++s)
+    for (const triad_pipe_instr_v1& in : stream.instrs) {
+      switch (in.op) {
+        case TRIAD_PIPE_FORWARD:
+          forward(chunks[size_t(in.chunk)]);
+          break;
+        case TRIAD_PIPE_BACKWARD:
+          backward(chunks[size_t(in.chunk)]);
+          break;
+        case TRIAD_PIPE_REDUCE_TIED_GRADS:
+          if (tied_split && wte != kNone) {
+            w.grad(wte);  // the all-reduce over the first and last stage writes it
+            w.grads_done(tied);
+          }
+          break;
+        case TRIAD_PIPE_REDUCE_GRADS:
+          w.finish();
+          break;
+        default:
+          break;
+      }
+    }
+  return {w.peak_grads, w.peak_params};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline send staging. The executor copies what it sends into a staging buffer, recycles the
+// copies of finished sends at its next send and waits for all of them at REDUCE_GRADS; the copies
+// stay allocated for the next steps. A send finishes once its peer has posted the matching
+// receive AND the sender's transport has made progress since: the executor is sure to make it
+// only while it blocks in a receive of its own (ZeRO and tensor-parallel waits and the test() at
+// the next send may make some too, but when depends on the transport's timing), so the count is
+// an upper bound: a copy is kept until a later blocking receive of its stage ended no earlier than
+// the peer posted the matching one. When receives are posted comes from running the stages'
+// streams together (a forward costing its chunk's FLOPs, a backward twice that plus what it
+// recomputes; communication free). GPipe's stages thus keep all m copies; 1F1B's first stage
+// two, the others one.
+std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
+                                      const std::vector<std::vector<double>>& fwd_cost,
+                                      const std::vector<std::vector<double>>& bwd_cost) {
+  const int pp = int(streams.size());
+  // A message: (receiving stage, kind 0 activation / 1 gradient, micro-batch, receiver's chunk).
+  using Key = std::tuple<int, int, int, int>;
+  std::map<Key, double> sent, posted;
+  struct InFlight {
+    Key key;
+    double progress = -1;  // the end of the latest blocking receive since the send
+  };
+  struct Stage {
+    size_t pc = 0;
+    double t = 0;
+    std::vector<InFlight> inflight;
+    int copies = 0;
+  };
+  std::vector<Stage> st(static_cast<size_t>(pp));
+  auto recv_key = [&](int s, const triad_pipe_instr_v1& in) {
+    return Key{s, in.op == TRIAD_PIPE_RECV_GRAD, in.micro_batch, in.chunk};
+  };
+  auto send_key = [&](int s, const triad_pipe_instr_v1& in) {
+    if (in.op == TRIAD_PIPE_SEND_ACTIVATION)  // PipelineExecutor::next_stage
+      return Key{(s + 1) % pp, 0, in.micro_batch, in.chunk + (s == pp - 1)};
+    return Key{(s + pp - 1) % pp, 1, in.micro_batch, in.chunk - (s == 0)};  // prev_stage
+  };
+  for (;;) {
+    int next = -1;
+    for (int s = 0; s < pp; ++s) {
+      Stage& g = st[size_t(s)];
+      const auto& instrs = streams[size_t(s)].instrs;
+      if (g.pc >= instrs.size()) continue;
+      const triad_pipe_instr_v1& in = instrs[g.pc];
+      if (in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD) {
+        const Key k = recv_key(s, in);
+        posted.emplace(k, g.t);  // posted (and waited on) when the stage gets there
+        if (!sent.count(k)) continue;
+      }
+      if (next < 0 || g.t < st[size_t(next)].t) next = s;
+    }
+    if (next < 0) break;  // every stream done (schedules() already refused deadlocks)
+    Stage& g = st[size_t(next)];
+    const triad_pipe_instr_v1& in = streams[size_t(next)].instrs[g.pc++];
+    const size_t chunk = size_t(std::max(0, in.chunk));
+    switch (in.op) {
+      case TRIAD_PIPE_FORWARD:
+        g.t += fwd_cost[size_t(next)][chunk];
+        break;
+      case TRIAD_PIPE_BACKWARD:
+        g.t += bwd_cost[size_t(next)][chunk];
+        break;
+      case TRIAD_PIPE_RECV_ACTIVATION:
+      case TRIAD_PIPE_RECV_GRAD:
+        g.t = std::max(g.t, sent[recv_key(next, in)]);
+        for (InFlight& f : g.inflight) f.progress = g.t;
+        break;
+      case TRIAD_PIPE_SEND_ACTIVATION:
+      case TRIAD_PIPE_SEND_GRAD: {
+        std::erase_if(g.inflight, [&](const InFlight& f) {
+          const auto it = posted.find(f.key);
+          return it != posted.end() && it->second <= f.progress;
+        });
+        const Key k = send_key(next, in);
+        sent[k] = g.t;
+        g.inflight.push_back({k});
+        g.copies = std::max(g.copies, int(g.inflight.size()));
+        break;
+      }
+      case TRIAD_PIPE_REDUCE_GRADS:
+        g.inflight.clear();
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<int> copies;
+  for (const Stage& g : st) copies.push_back(g.copies);
+  return copies;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The estimate of one layout, with the plugins already loaded.
+std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero_stage,
+                                     const Plugins& plugins) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& par = cfg.parallel;
+  const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
+  const int dp = std::max(1, par.data_parallel_size), v = par.virtual_pipeline_model_parallel_size;
+  const int micro = cfg.training.micro_batch_size, accum = cfg.training.gradient_accumulation_steps;
+  const Recompute recompute = recompute_of(cfg.training);
+  const bool full = recompute == Recompute::full, selective = recompute == Recompute::selective;
+  const bool distributed = world_size > 1;
+  const bool part_grads = distributed && zero_stage >= 2;
+  const bool part_params = distributed && zero_stage >= 3;
+  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  const size_t a = dtype_bytes(act), cb = act == DType::f32 ? 0 : a;  // compute copy per element
+  const TensorPlan& plan = plugins.plan;
+  const bool sp = tp > 1 && par.sequence_parallel;
+  const bool gather_in =
+      plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT].forward == TRIAD_TENSOR_ALL_GATHER;
+  const bool vocab_parallel_ce =
+      plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS].forward != TRIAD_TENSOR_IDENTITY;
+
+  // Shapes (model.cpp GPT::setup): BT tokens of a micro-batch, BTs of the token-split regions.
+  const size_t T = size_t(m.seq_length), C = size_t(m.hidden_size);
+  const size_t BT = size_t(micro) * T, BTs = sp ? BT / size_t(tp) : BT;
+  const size_t Cl = C / size_t(tp), Fl = 4 * C / size_t(tp);
+  const size_t Hl = size_t(m.num_attention_heads / tp);
+  // alloc_block_acts: one block's activations; core_acts the attention core's output and lse
+  // among them (what selective recomputation keeps one of per model chunk, in work_).
+  const size_t core_acts = BT * Cl * a /* atty */ + BT * Hl * 4 /* lse */;
+  const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
+                            (gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
+                            core_acts + 2 * BT * Fl * a /* fch, fch_gelu */;
+  // What a set keeps of each block beside its input, and what the recomputation shares (per
+  // model chunk).
+  const size_t kept_per_block = full ? 0 : selective ? block_acts - core_acts : block_acts;
+  const size_t recompute_work = full ? block_acts + BTs * C * a : selective ? core_acts : 0;
+  // Backward scratch: dres, dln, dqkv, datty, dfch, dfch_gelu.
+  const size_t scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
+  const size_t exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
+  size_t ws = 0;
+  {
+    const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
+    const triad_attention_shape_v1 shape{
+        micro, int(Hl), m.seq_length, m.hidden_size / m.num_attention_heads, 1, dl_dtype(act), dev};
+    size_t f = 0, b = 0;
+    plugins.attention->workspace_size(shape, &f, &b);
+    ws = std::max(f, b);
+  }
+  const std::vector<PipeSchedule> streams = plugins.pipeline->schedules(pp, accum, v);
+  const std::vector<int> layers = pipeline_partition(cfg);
+  const int chunk_layers = m.num_layers / (pp * v);
+
+  // Each stage's chunks and its ParamSpec (tensor rank 0).
+  std::vector<ParamSpec> specs;
+  std::vector<std::vector<Chunk>> stage_chunks;
+  // Forward and backward FLOPs per chunk, for the send simulation.
+  std::vector<std::vector<double>> cost, bwd_cost;
+  int first = 0;
+  for (int st = 0; st < pp; ++st) {
+    Placement place;
+    place.tp_size = tp;
+    place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+    place.split = plan.split;
+    place.first_layer = first;
+    place.num_layers = layers[size_t(st)];
+    place.has_embedding = st == 0;
+    place.has_head = st == pp - 1;
+    if (v > 1)
+      for (int c = 0; c < v; ++c)
+        place.chunks.push_back({(c * pp + st) * chunk_layers, chunk_layers});
+    first += layers[size_t(st)];
+    specs.push_back(build_param_spec(m, place));
+    std::vector<Chunk> chunks;
+    if (v > 1) {
+      for (int c = 0; c < v; ++c)
+        chunks.push_back(
+            {c * chunk_layers, chunk_layers, st == 0 && c == 0, st == pp - 1 && c == v - 1});
+    } else {
+      chunks.push_back({0, int(specs.back().layers.size()), st == 0, st == pp - 1});
+    }
+    std::vector<double> c_cost, b_cost;
+    const double Vl = double(specs.back().padded_vocab_size / tp);
+    for (const Chunk& c : chunks) {
+      const double attention = double(BT) * c.blocks * 4.0 * T * C / tp;
+      c_cost.push_back(
+          double(BT) * (c.blocks * 24.0 * C * C / tp + (c.head ? 2.0 * C * Vl : 0.0) + double(C)) +
+          attention);
+      b_cost.push_back(2 * c_cost.back() + (full ? c_cost.back() : selective ? attention : 0.0));
+    }
+    cost.push_back(c_cost);
+    bwd_cost.push_back(b_cost);
+    stage_chunks.push_back(chunks);
+  }
+  const std::vector<int> copies =
+      pp > 1 ? simulate_send_copies(streams, cost, bwd_cost) : std::vector<int>(size_t(pp), 0);
+
+  std::vector<MemoryEstimate> out;
+  for (int st = 0; st < pp; ++st) {
+    const ParamSpec& spec = specs[size_t(st)];
+    const std::vector<Chunk>& chunks = stage_chunks[size_t(st)];
+    const int sets = streams[size_t(st)].buffers;
+    MemoryEstimate e;
+    e.zero_stage = zero_stage;
+    const size_t psi = spec.total;
+    e.elements = psi;
+    // Activations per chunk (make_act_set x sets, recomputation's work set) and its scratch.
+    size_t acts = 0;
+    for (const Chunk& c : chunks) {
+      const size_t nl = size_t(c.blocks);
+      size_t set = nl * (BTs * C * a /* res_in */ + kept_per_block) + BTs * C * a /* res_out */ +
+                   (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
+      if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
+      if (c.head) {
+        const size_t Vl = size_t(spec.padded_vocab_size / tp);
+        set += BTs * C * a + (gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
+               2 * BT * 4 + (vocab_parallel_ce ? 3 * BT * 4 : 0);
+      }
+      acts += size_t(sets) * set + recompute_work + scratch;
+      e.workspace += ws;
+      e.tensor_exchange += exchange;
+    }
+    e.activations = acts;
+    const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
+    e.pipeline_sends = size_t(copies[size_t(st)]) * io;
+    // The collectives' scalars: one float, replaced at the first pipelined step's end by pp + 1
+    // (both alive for a moment).
+    e.scalars = distributed ? (pp > 1 ? size_t(pp + 2) * 4 : 4) : 0;
+    // Model states (ModelState, and the data plugin's ownership for rank 0).
+    size_t shard = 0;
+    {
+      std::vector<size_t> sizes;
+      if (spec.embedding.size()) sizes.push_back(spec.embedding.size());
+      for (const LayerRange& l : spec.layers) sizes.push_back(l.range.size());
+      if (spec.head.size()) sizes.push_back(spec.head.size());
+      for (size_t n : sizes) {
+        uint64_t off = 0, cnt = 0;
+        triad_transport_block(n, dp, 0, &off, &cnt);
+        shard += cnt;
+      }
+    }
+    uint64_t block_off = 0, block = psi;
+    if (distributed && zero_stage == 1) triad_transport_block(psi, dp, 0, &block_off, &block);
+    e.params = part_params ? (4 + cb) * shard : (4 + cb) * psi;
+    e.grads = part_grads ? 4 * shard : 4 * psi;
+    const size_t opt = part_grads ? shard : size_t(block);  // elements this rank steps
+    // ZeRO-Offload moves the moments to the host device, beside an fp32 master copy of the
+    // weights and the gradients it steps with (ModelState::offload_optimizer).
+    // (Stage 1 and above: stage 0 has no shard to offload and is refused with it.)
+    const bool offload = cfg.zero_optimization.offload_optimizer.device == "cpu" && zero_stage >= 1;
+    e.optimizer = offload ? 0 : 8 * opt;
+    e.host = offload ? 16 * opt : 0;
+    if (part_grads) {
+      const WindowPeak wp =
+          simulate_windows(spec, chunks, streams[size_t(st)], pp, part_params, a, 2);
+      e.grad_windows = wp.grads;
+      e.param_windows = wp.params;
+    }
+    // Before the step: ModelState's constructor holds the whole weights (and their compute
+    // copy; the gradient arena is deferred to shard_optimizer / partition, which allocate what
+    // the stage keeps) beside every GPT allocation; at stage 3 ModelState::partition briefly
+    // holds the whole weights, their shard copy and the gradient shard. (With offload the
+    // moments are allocated on the host device from the start.)
+    const size_t model_side = acts + e.workspace + e.tensor_exchange + (distributed ? 4 : 0);
+    e.setup = (4 + cb) * psi + model_side;
+    if (part_params) e.setup = std::max(e.setup, (4 + cb) * psi + 8 * shard + model_side);
+    if (!cfg.output.export_hf.empty()) {
+      // ModelState::whole_params, then whole_model's tensor-parallel and pipeline gathers.
+      const size_t F = gpt_layout(m).total;
+      const size_t end =
+          e.model_states() + acts + e.workspace + e.tensor_exchange + e.pipeline_sends + e.scalars;
+      e.export_hf =
+          end + 4 * psi + std::max(tp > 1 ? 4 * psi * size_t(tp) : 0, pp > 1 ? 4 * F : size_t(0));
+    }
+    // The ZeRO paper's model states (Rajbhandari et al. 2020, fp32 here), with N = dp.
+    const double P = double(psi), N = double(distributed ? dp : 1), c = double(cb);
+    switch (zero_stage) {
+      case 0:
+        e.paper_model_states = 16 * P + c * P;
+        e.paper_formula = cb ? "18Ψ" : "16Ψ";
+        break;
+      case 1:
+        e.paper_model_states = 8 * P + 8 * P / N + c * P;
+        e.paper_formula = cb ? "10Ψ+8Ψ/N" : "8Ψ+8Ψ/N";
+        break;
+      case 2:
+        e.paper_model_states = 4 * P + 12 * P / N + c * P;
+        e.paper_formula = cb ? "6Ψ+12Ψ/N" : "4Ψ+12Ψ/N";
+        break;
+      default:
+        e.paper_model_states = (16 + c) * P / N;
+        e.paper_formula = cb ? "18Ψ/N" : "16Ψ/N";
+        break;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+// A candidate change for the fix search.
+struct Candidate {
+  int stage;
+  int micro;
+  Recompute recompute;
+};
+
+// Recomputation's cost, cheapest first: selective reruns the attention core, full whole blocks.
+int recompute_cost(Recompute r) {
+  return r == Recompute::none ? 0 : r == Recompute::selective ? 1 : 2;
+}
+
+const char* granularity_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+}  // namespace
+
+std::vector<MemoryEstimate> estimate_memory(const Config& cfg, int world_size,
+                                            std::optional<int> zero_stage) {
+  const Plugins plugins(cfg);
+  return estimate(cfg, world_size, zero_stage.value_or(cfg.zero_optimization.stage), plugins);
+}
+
+std::array<std::vector<MemoryEstimate>, 4> estimate_memory_zero_stages(const Config& cfg,
+                                                                       int world_size) {
+  const Plugins plugins(cfg);
+  std::array<std::vector<MemoryEstimate>, 4> all;
+  for (int s = 0; s < 4; ++s) all[size_t(s)] = estimate(cfg, world_size, s, plugins);
+  return all;
+}
+
+size_t peak_per_rank(const std::vector<MemoryEstimate>& stages, bool with_host) {
+  size_t p = 0;
+  for (const MemoryEstimate& e : stages) p = std::max(p, e.total() + (with_host ? e.host : 0));
+  return p;
+}
+
+std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
+                                             size_t limit_bytes) {
+  const Plugins plugins(cfg);
+  const int s0 = cfg.zero_optimization.stage, b0 = cfg.training.micro_batch_size;
+  const Recompute c0 = recompute_of(cfg.training);
+  const int dp = std::max(1, cfg.parallel.data_parallel_size);
+  const int per_rank = cfg.training.global_batch_size / dp;  // micro x accumulation
+  // The choices of each knob, cheapest first: ZeRO stages above the configured one (only where
+  // there is a data-parallel group to partition over), smaller micro-batches that divide the
+  // per-rank batch (largest first), recomputation (selective, then full).
+  std::vector<int> stages{s0}, micros{b0};
+  std::vector<Recompute> ckpts{c0};
+  if (world_size > 1 && dp > 1)
+    for (int s = s0 + 1; s <= 3; ++s) stages.push_back(s);
+  for (int b = b0 - 1; b >= 1; --b)
+    if (per_rank % b == 0) micros.push_back(b);
+  if (c0 == Recompute::none) ckpts.push_back(Recompute::selective);
+  if (c0 != Recompute::full) ckpts.push_back(Recompute::full);
+  // One knob changed, then two, then all three; among those, the knobs in that order (stage,
+  // micro-batch, checkpointing; stage + micro-batch, stage + checkpointing, micro-batch +
+  // checkpointing), then the lower stage, the larger micro-batch and the cheaper recomputation.
+  std::vector<Candidate> order;
+  for (Recompute ck : ckpts)
+    for (int b : micros)
+      for (int s : stages)
+        if (s != s0 || b != b0 || ck != c0) order.push_back({s, b, ck});
+  const auto key = [&](const Candidate& c) {
+    const int mask = (c.stage != s0) * 1 + (c.micro != b0) * 2 + (c.recompute != c0) * 4;
+    const int changed = (mask & 1) + ((mask >> 1) & 1) + ((mask >> 2) & 1);
+    return std::tuple{changed, mask, c.stage, -c.micro, recompute_cost(c.recompute)};
+  };
+  std::sort(order.begin(), order.end(),
+            [&](const Candidate& x, const Candidate& y) { return key(x) < key(y); });
+  for (const Candidate& c : order) {
+    Config alt = cfg;
+    alt.zero_optimization.stage = c.stage;
+    alt.training.micro_batch_size = c.micro;
+    alt.training.gradient_accumulation_steps = per_rank / c.micro;
+    alt.training.recompute_granularity = granularity_name(c.recompute);
+    alt.training.checkpoint_activations = c.recompute == Recompute::full;
+    alt.training.recompute_activations = c.recompute == Recompute::selective;
+    size_t bytes = 0;
+    try {
+      bytes = peak_per_rank(estimate(alt, world_size, c.stage, plugins), alt.device == "cpu");
+    } catch (const UserError&) {
+      continue;  // e.g. a schedule that cannot take that many micro-batches
+    }
+    if (bytes > limit_bytes) continue;
+    MemoryFix fix;
+    fix.bytes = bytes;
+    auto add = [&](const std::string& set, const std::string& text) {
+      fix.sets.push_back(set);
+      fix.text += (fix.text.empty() ? "" : " + ") + text;
+    };
+    if (c.stage != s0)
+      add("zero_optimization.stage=" + std::to_string(c.stage),
+          "ZeRO stage " + std::to_string(c.stage));
+    if (c.micro != b0) {
+      add("training.micro_batch_size=" + std::to_string(c.micro),
+          "micro-batch " + std::to_string(c.micro) + " x accumulation " +
+              std::to_string(per_rank / c.micro) + " (the same global batch)");
+      fix.sets.push_back("training.gradient_accumulation_steps=" +
+                         std::to_string(per_rank / c.micro));
+    }
+    if (c.recompute != c0) {
+      add(std::string("training.recompute_granularity=") + granularity_name(c.recompute),
+          c.recompute == Recompute::full ? "activation checkpointing (full recomputation)"
+                                         : "selective recomputation (the attention core)");
+      // The shorthand of the configured granularity would contradict the new one.
+      if (c0 == Recompute::selective) fix.sets.push_back("training.recompute_activations=false");
+    }
+    return fix;
+  }
+  return std::nullopt;
+}
+
+void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes) {
+  const std::vector<MemoryEstimate> est = estimate_memory(cfg, world_size);
+  // A CPU run's offloaded optimizer state lives in the same memory.
+  const bool with_host = cfg.device == "cpu";
+  const size_t need = peak_per_rank(est, with_host);
+  if (need <= limit_bytes) return;
+  size_t worst = 0;
+  for (size_t s = 0; s < est.size(); ++s)
+    if (peak_per_rank({est[s]}, with_host) > peak_per_rank({est[worst]}, with_host)) worst = s;
+  const MemoryEstimate& e = est[worst];
+  std::ostringstream msg;
+  msg << "the run needs an estimated " << memory_text(double(need)) << " per rank";
+  if (est.size() > 1) msg << " (pipeline stage " << worst << ")";
+  msg << " but " << memory_text(double(limit_bytes)) << " is available: ZeRO stage "
+      << cfg.zero_optimization.stage << " keeps parameters " << memory_text(double(e.params))
+      << ", gradients " << memory_text(double(e.grads)) << ", optimizer states "
+      << memory_text(double(e.optimizer)) << ", activations "
+      << memory_text(double(e.activations + e.workspace)) << ", buffers "
+      << memory_text(double(e.buffers()));
+  if (e.host)
+    msg << (with_host ? " and " : ", beside ") << memory_text(double(e.host))
+        << " of offloaded optimizer state on the host";
+  if (std::string(e.peak_phase()) != "step")
+    msg << " (its peak is at " << e.peak_phase() << ", " << memory_text(double(e.total())) << ")";
+  const std::optional<MemoryFix> fix = cheapest_memory_fix(cfg, world_size, limit_bytes);
+  if (fix) {
+    msg << "; the cheapest change that fits: " << fix->text << ", "
+        << memory_text(double(fix->bytes)) << " per rank:";
+    for (const std::string& set : fix->sets) msg << " --set " << set;
+  } else {
+    msg << "; no higher ZeRO stage, smaller micro-batch or activation checkpointing fits: use "
+           "more ranks (tensor or pipeline parallelism) or a smaller model";
+  }
+  throw UserError(msg.str());
+}
+
+namespace {
+
+// The first number in a file, or nullopt.
+std::optional<uint64_t> read_number(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (!(f >> s) || s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])))
+    return std::nullopt;
+  try {
+    return std::stoull(s);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+size_t host_memory_available(std::string* how) {
+  size_t avail = 0;
+  {
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    uint64_t kb = 0;
+    while (f >> key >> kb) {
+      std::getline(f, unit);
+      if (key == "MemAvailable:") {
+        avail = size_t(kb) * 1024;
+        break;
+      }
+    }
+  }
+  if (how) *how = "MemAvailable";
+  // The memory cgroup: this process's (from /proc/self/cgroup), v2 then v1, also at the mount
+  // root (a cgroup namespace shows its own group there).
+  std::string v2 = "/", v1 = "/";
+  {
+    std::ifstream f("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
+      const size_t p = line.find(":memory:");
+      if (p != std::string::npos) v1 = line.substr(p + 8);
+    }
+  }
+  const std::vector<std::pair<std::string, std::string>> dirs = {
+      {"/sys/fs/cgroup" + v2, "v2"},
+      {"/sys/fs/cgroup", "v2"},
+      {"/sys/fs/cgroup/memory" + v1, "v1"},
+      {"/sys/fs/cgroup/memory", "v1"}};
+  for (const auto& [dir, kind] : dirs) {
+    const std::optional<uint64_t> limit =
+        read_number(dir + (kind == "v2" ? "/memory.max" : "/memory.limit_in_bytes"));
+    const std::optional<uint64_t> used =
+        read_number(dir + (kind == "v2" ? "/memory.current" : "/memory.usage_in_bytes"));
+    if (!limit) continue;
+    if (*limit >= (uint64_t(1) << 60)) break;  // unlimited
+    const size_t left = size_t(*limit > used.value_or(0) ? *limit - used.value_or(0) : 0);
+    if (avail == 0 || left < avail) {
+      avail = left;
+      if (how) *how = "cgroup limit";
+    }
+    break;
+  }
+  return avail;
+}
+
+}  // namespace triad

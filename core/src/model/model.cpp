@@ -1,0 +1,675 @@
+#include "triad/core/model/model.hpp"
+
+#include "triad/core/dist/transport.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+namespace triad {
+
+namespace {
+
+// A (B,H,T,D) strided view into a (B,T,W) activation where head h of this part starts at
+// column col0 + h*D. Owns the shape/stride arrays the DLTensor points at.
+struct HeadView {
+  int64_t shape[4];
+  int64_t strides[4];
+  DLTensor t{};
+  HeadView(const void* base, int B, int T, int H, int D, int64_t row_width, int64_t col0,
+           DLDevice dev, DType act) {
+    shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
+    strides[0] = T * row_width, strides[1] = D, strides[2] = row_width, strides[3] = 1;
+    t.data = const_cast<void*>(advance(base, col0, act));
+    t.device = dev;
+    t.ndim = 4;
+    t.dtype = dl_dtype(act);
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = 0;
+  }
+};
+
+struct LseView {
+  int64_t shape[3];
+  DLTensor t{};
+  LseView(float* base, int B, int H, int T, DLDevice dev) {
+    shape[0] = B, shape[1] = H, shape[2] = T;
+    t.data = base;
+    t.device = dev;
+    t.ndim = 3;
+    t.dtype = DLDataType{kDLFloat, 32, 1};
+    t.shape = shape;
+    t.strides = nullptr;
+  }
+};
+
+}  // namespace
+
+namespace {
+
+ParamSpec whole_model_spec(const ModelConfig& cfg) {
+  Placement p;
+  p.make_vocab_size_divisible_by = cfg.make_vocab_size_divisible_by;
+  return build_param_spec(cfg, p);
+}
+
+}  // namespace
+
+GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch, DType act)
+    : cfg_(cfg),
+      own_state_(std::make_unique<ModelState>(whole_model_spec(cfg), dev, act, false)),
+      state_(*own_state_),
+      dev_(dev),
+      attn_(attention) {
+  setup(TensorParallel{}, max_batch, 1);
+}
+
+GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
+         AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk,
+         Recompute recompute)
+    : cfg_(cfg),
+      state_(state),
+      dev_(state.device()),
+      attn_(attention),
+      chunk_(chunk),
+      recompute_(recompute) {
+  setup(tp, max_batch, activation_sets);
+}
+
+GPT::~GPT() = default;
+
+void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
+  const ModelConfig& cfg = cfg_;
+  full_ = gpt_layout(cfg);
+  tp_ = tp;
+  act_ = state_.act();
+  maxB_ = max_batch;
+  T_ = cfg.seq_length;
+  C_ = cfg.hidden_size;
+  H_ = cfg.num_attention_heads;
+  L_ = cfg.num_layers;
+  rope_ = cfg.position_embedding == "rope";
+  const int t = tp_.size;
+  sp_ = t > 1 && tp_.sequence_parallel;
+  if (t > 1 && !tp_.comm)
+    throw std::logic_error("GPT: tensor-parallel size > 1 without a communicator");
+  if (activation_sets < 1) throw std::logic_error("GPT: at least one activation set");
+  Hl_ = H_ / t;
+  Cl_ = C_ / t;
+  Fl_ = 4 * C_ / t;
+  const ParamSpec& spec = state_.spec();
+  const int64_t Vl = spec.padded_vocab_size / t;
+  vocab_.start = int64_t(tp_.rank) * Vl;
+  vocab_.rows = static_cast<int>(Vl);
+  vocab_.valid = static_cast<int>(std::clamp<int64_t>(spec.vocab_size - vocab_.start, 0, Vl));
+  gather_in_ = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
+  // A pipeline stage holds the embedding (first stage) and/or the head (last stage); the last
+  // stage's head has its own copy of the tied wte.
+  const int held = static_cast<int>(spec.layers.size());
+  if (chunk_.blocks < 0) chunk_.blocks = held - chunk_.first_block;
+  if (chunk_.first_block < 0 || chunk_.first_block + chunk_.blocks > held)
+    throw std::logic_error("GPT: chunk outside the blocks this rank holds");
+  has_embedding_ = chunk_.embedding < 0 ? spec.placement.has_embedding : chunk_.embedding != 0;
+  has_head_ = chunk_.head < 0 ? spec.placement.has_head : chunk_.head != 0;
+  if (has_embedding_ || has_head_) wte_ = spec.find("wte.weight").offset;
+  wpe_ = rope_ || !has_embedding_ ? 0 : spec.find("wpe.weight").offset;
+  if (has_head_) {
+    lnf_w_ = spec.find("ln_f.weight").offset;
+    lnf_b_ = spec.find("ln_f.bias").offset;
+  }
+  pipelined_ = !(has_embedding_ && has_head_);
+  if (recompute_ == Recompute::full) {
+    alloc_block_acts(work_);
+    recompute_out_ =
+        ActBuffer(dev_, (sp_ ? size_t(maxB_) * T_ / tp_.size : size_t(maxB_) * T_) * size_t(C_),
+                  act_, "activations");
+  } else if (recompute_ == Recompute::selective) {
+    work_.atty = ActBuffer(dev_, size_t(maxB_) * T_ * Cl_, act_, "activations");
+    work_.lse = Buffer<float>(dev_, size_t(maxB_) * T_ * Hl_, "activations");
+  }
+  for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
+  const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
+  if (t > 1) {
+    row_partial_ = ActBuffer(dev_, BT * C, act_, "activations");
+    drow_full_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+    dln_full_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
+    grad_pack_ = Buffer<float>(dev_, 6 * C, "gradient scratch");
+  }
+  dres_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  dln_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  dcol_ = t > 1 ? dln_full_.data() : dln_.data();
+  dqkv_ = ActBuffer(dev_, BT * 3 * Cl_, act_, "activation gradients");
+  datty_ = ActBuffer(dev_, BT * Cl_, act_, "activation gradients");
+  dfch_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+  dfch_gelu_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+
+  triad_attention_shape_v1 shape{maxB_, Hl_, T_, C_ / H_, 1, dl_dtype(act_), dev_.dl_device()};
+  attn_.check_supported(shape);
+  attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
+  const size_t ws = std::max(ws_fwd_, ws_bwd_);
+  if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
+}
+
+void GPT::alloc_block_acts(LayerActs& a, bool core) {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  const size_t BTs = sp_ ? BT / tp_.size : BT;
+  a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln1_mean = Buffer<float>(dev_, BTs, "activations");
+  a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
+  if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
+  a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
+  if (core) {
+    a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
+    a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+  }
+  a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
+  a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
+  a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
+  if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
+  a.fch = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
+}
+
+GPT::ActSet GPT::make_act_set() {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  const size_t BTs = sp_ ? BT / tp_.size : BT;  // tokens of the token-split regions
+  ActSet s;
+  s.layers.resize(static_cast<size_t>(chunk_.blocks));
+  for (auto& a : s.layers) {
+    a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+    // With full recomputation a set keeps each block's input only; the rest lives in work_,
+    // rewritten by each block's forward and recomputed before its backward. Selective
+    // recomputation keeps all but the attention core's output (work_ again).
+    if (recompute_ != Recompute::full) alloc_block_acts(a, recompute_ == Recompute::none);
+  }
+  s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (s.layers.empty()) s.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (pipelined_) {
+    s.grad_in = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+    s.grad_out = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+  }
+  if (!has_head_) {
+    s.targets = Buffer<int32_t>(dev_, BT, "token ids");
+    s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+    return s;
+  }
+  s.lnf = ActBuffer(dev_, BTs * C, act_, "activations");
+  if (gather_in_) s.lnf_full = ActBuffer(dev_, BT * C, act_, "activations");
+  s.lnf_mean = Buffer<float>(dev_, BTs, "activations");
+  s.lnf_rstd = Buffer<float>(dev_, BTs, "activations");
+  s.logits = ActBuffer(dev_, BT * size_t(vocab_.rows), act_, "logits");
+  s.losses = Buffer<float>(dev_, BT, "activations");
+  s.ce_lse = Buffer<float>(dev_, BT, "activations");
+  if (at(TRIAD_TENSOR_BOUNDARY_LOGITS).forward != TRIAD_TENSOR_IDENTITY) {
+    s.ce_max = Buffer<float>(dev_, BT, "activations");
+    s.ce_sums = Buffer<float>(dev_, 2 * BT, "activations");
+  }
+  s.targets = Buffer<int32_t>(dev_, BT, "token ids");
+  s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+  return s;
+}
+
+namespace {
+
+// The seed of one tensor's random stream: (run seed, tensor name) mixed by FNV-1a and
+// splitmix64. Every tensor draws from its own stream, so its values do not depend on which
+// other tensors a rank holds or in which order they are laid out: a tensor- or
+// pipeline-parallel rank can draw the same global tensor and keep its slice.
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  uint64_t z = seed ^ h;
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void GPT::init_weights(uint64_t seed) {
+  // The whole model is drawn in the full (unpadded) layout, tensor by tensor from its own
+  // stream, and this rank keeps its slices.
+  std::vector<float> full(full_.total);
+  const float std = static_cast<float>(cfg_.init_std);
+  const float proj_std = std / std::sqrt(2.0f * L_);
+  for (const TensorSpec& t : spec().tensors) {
+    const ParamInfo& p = full_.find(t.name);
+    float* w = full.data() + p.offset;
+    const bool is_bias = p.name.ends_with(".bias");
+    const bool is_ln = p.name.find("ln_") != std::string::npos;
+    if (is_ln && !is_bias) {
+      for (size_t i = 0; i < p.numel; ++i) w[i] = 1.0f;
+    } else if (is_bias) {
+      std::memset(w, 0, p.numel * sizeof(float));
+    } else {
+      const bool residual_proj = p.name.ends_with("c_proj.weight");
+      std::mt19937_64 rng(tensor_seed(seed, p.name));
+      std::normal_distribution<float> nd(0.0f, residual_proj ? proj_std : std);
+      for (size_t i = 0; i < p.numel; ++i) w[i] = nd(rng);
+    }
+  }
+  params_from_full(full.data());
+}
+
+void GPT::params_from_full(const float* full) {
+  std::vector<float> local(num_params());
+  local_from_full(spec(), full_, full, local.data());
+  params_from_host(local);
+}
+
+namespace {
+
+std::vector<float> arena_to_full(const ParamSpec& spec, const GptLayout& full_layout,
+                                 const std::vector<float>& local) {
+  if (spec.placement.tp_size != 1)
+    throw std::logic_error("the whole model is on no single rank under tensor parallelism");
+  std::vector<float> full(full_layout.total);
+  full_from_local(spec, 0, full_layout, local.data(), full.data());
+  return full;
+}
+
+}  // namespace
+
+std::vector<float> GPT::params_to_full() const {
+  return arena_to_full(spec(), full_, state_.params_to_host());
+}
+
+std::vector<float> GPT::grads_to_full() const {
+  return arena_to_full(spec(), full_, state_.grads_to_host());
+}
+
+// The attention plugin's views of one layer: q, k, v inside qkv (B,T,3Cl), the output inside
+// atty (B,T,Cl), lse (B,Hl,T), over this rank's Hl heads. Forward and backward see the same ones.
+struct GPT::AttnViews {
+  HeadView q, k, v, out;
+  LseView lse;
+  // a: the block's qkv; core: where its attention output and lse are (attention_core(a)).
+  AttnViews(LayerActs& a, LayerActs& core, int B, int T, int H, int C, DLDevice d, DType act)
+      : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d, act),
+        k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d, act),
+        v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d, act),
+        out(core.atty.data(), B, T, H, C / H, C, 0, d, act),
+        lse(core.lse.data(), B, H, T, d) {}
+};
+
+void GPT::attention_forward(LayerActs& a, int B) {
+  const int D = C_ / H_;
+  AttnViews w(a, attention_core(a), B, T_, Hl_, Cl_, dev_.dl_device(), act_);
+  triad_attention_fwd_args_v1 args{&w.q.t,
+                                   &w.k.t,
+                                   &w.v.t,
+                                   &w.out.t,
+                                   &w.lse.t,
+                                   1,
+                                   1.0f / std::sqrt(static_cast<float>(D)),
+                                   attn_workspace_.data(),
+                                   attn_workspace_.size()};
+  attn_.forward(args);
+}
+
+void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
+  const int D = C_ / H_, Cl = Cl_, Hl = Hl_;
+  const DLDevice d = dev_.dl_device();
+  AttnViews w(a, attention_core(a), B, T_, Hl, Cl, d, act_);
+  HeadView dout(datty, B, T_, Hl, D, Cl, 0, d, act_);
+  HeadView dq(dqkv, B, T_, Hl, D, 3 * Cl, 0, d, act_);
+  HeadView dk(dqkv, B, T_, Hl, D, 3 * Cl, Cl, d, act_);
+  HeadView dv(dqkv, B, T_, Hl, D, 3 * Cl, 2 * Cl, d, act_);
+  triad_attention_bwd_args_v1 args{&w.q.t,
+                                   &w.k.t,
+                                   &w.v.t,
+                                   &w.out.t,
+                                   &w.lse.t,
+                                   &dout.t,
+                                   &dq.t,
+                                   &dk.t,
+                                   &dv.t,
+                                   1,
+                                   1.0f / std::sqrt(static_cast<float>(D)),
+                                   attn_workspace_.data(),
+                                   attn_workspace_.size()};
+  attn_.backward(args);
+}
+
+const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t, double* counter) {
+  if (c == TRIAD_TENSOR_IDENTITY) return in;
+  const size_t total = size_t(N) * width;  // the whole, unsplit buffer
+  const double bytes = double(total) * dtype_bytes(t), k = tp_.size;
+  const DLDataType dt = dl_dtype(t);
+  const DLDevice d = dev_.dl_device();
+  Communicator& comm = *tp_.comm;
+  switch (c) {
+    case TRIAD_TENSOR_ALL_REDUCE: {  // into `out` when given, else in place
+      void* dst = out ? out : in;
+      comm.all_reduce(in, dst, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
+      *counter += 2 * (k - 1) / k * bytes;
+      return dst;
+    }
+    case TRIAD_TENSOR_ALL_GATHER:  // in: this rank's block of total / tp
+      comm.all_gather(in, out, total, dt, d).wait(tp_.timeout);
+      *counter += (k - 1) / k * bytes;
+      return out;
+    case TRIAD_TENSOR_REDUCE_SCATTER:  // out: this rank's block of total / tp
+      comm.reduce_scatter(in, out, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
+      *counter += (k - 1) / k * bytes;
+      return out;
+  }
+  throw std::logic_error("unknown tensor-parallel collective " + std::to_string(c));
+}
+
+const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N) {
+  return exchange(at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward, x.data(), full.data(), N, C_,
+                  act_, &volume_.activations);
+}
+
+void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N,
+                               int K) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  if (c.forward == TRIAD_TENSOR_IDENTITY) {  // one rank: the bias rides in the GEMM
+    dev_.matmul_forward(y, x, W, bias, N, K, C_, act_);
+    return;
+  }
+  // Each rank's product over its slice of the inputs is a partial sum: reduce, then add the
+  // (replicated) bias once.
+  const int Ns = sp_ ? N / tp_.size : N;
+  dev_.matmul_forward(row_partial_.data(), x, W, nullptr, N, K, C_, act_);
+  exchange(c.forward, row_partial_.data(), y, N, C_, act_, &volume_.activations);
+  dev_.bias_forward(y, bias, Ns, C_, act_);
+}
+
+void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
+                                float* dbias, int N, int K) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  if (c.forward == TRIAD_TENSOR_IDENTITY) {
+    dev_.matmul_backward(dx, dW, dbias, dy, x, W, N, K, C_, act_, GradWrite::overwrite);
+    return;
+  }
+  const int Ns = sp_ ? N / tp_.size : N;
+  dev_.bias_backward(dbias, dy, Ns, C_, act_);
+  const void* dfull = exchange(c.backward, const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
+                               &volume_.activations);
+  dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
+}
+
+const void* GPT::column_input_grad(int N) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT);
+  return exchange(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
+}
+
+void GPT::reduce_replicated(const std::vector<float*>& grads) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_REPLICATED_GRADS);
+  if (c.backward == TRIAD_TENSOR_IDENTITY) return;
+  if (c.backward != TRIAD_TENSOR_ALL_REDUCE)
+    throw std::logic_error("replicated gradients are summed with an all-reduce");
+  const size_t C = C_, bytes = C * sizeof(float);
+  for (size_t i = 0; i < grads.size(); ++i) dev_.copy(grad_pack_.data() + i * C, grads[i], bytes);
+  exchange(TRIAD_TENSOR_ALL_REDUCE, grad_pack_.data(), nullptr, 1, int(grads.size() * C),
+           DType::f32, &volume_.replicated_grads);
+  for (size_t i = 0; i < grads.size(); ++i) dev_.copy(grads[i], grad_pack_.data() + i * C, bytes);
+}
+
+void GPT::embedding_forward(ActSet& s) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  // x (Ns,C) = wte[tokens] + wpe[positions]: each rank looks up its own vocabulary rows (zero
+  // for the others) and rank 0 alone adds the positions, so the reduction sums to the whole.
+  const void* wpe = rope_ || tp_.rank != 0 ? nullptr : state_.weight(wpe_);
+  const void* wte = state_.weight(wte_);
+  const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
+  void* x0 = stage_in(s);
+  if (emb.forward == TRIAD_TENSOR_IDENTITY || emb.forward == TRIAD_TENSOR_ALL_REDUCE) {
+    dev_.embedding_forward(x0, s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
+    exchange(emb.forward, x0, nullptr, N, C, act_, &volume_.activations);
+  } else {
+    dev_.embedding_forward(row_partial_.data(), s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
+    exchange(emb.forward, row_partial_.data(), x0, N, C, act_, &volume_.activations);
+  }
+}
+
+void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  const int Ns = sp_ ? N / tp_.size : N;
+  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const float eps = static_cast<float>(cfg_.layernorm_epsilon);
+  LayerActs& a = recompute_ == Recompute::full ? work_ : s.layers[i];
+  const void* in = s.layers[i].res_in.data();  // the block's input
+  const BlockParams p = state_.block_params(chunk_.first_block + i);
+  if (!fuse_norms || i == 0)
+    dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
+                           Ns, C, eps, act_);
+  // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
+  const void* ln1 = column_input(a.ln1, a.ln1_full, N);
+  dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
+  if (rope_) {
+    // rotate q and k in place: (B,T,Hl,D) views with row stride 3Cl
+    dev_.rope_forward(a.qkv.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                      act_);
+    dev_.rope_forward(a.qkv.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                      act_);
+  }
+  attention_forward(a, B);
+  // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
+  row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
+  // ln2 = layernorm(res_mid) in the same pass
+  dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
+                                  a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
+  const void* ln2 = column_input(a.ln2, a.ln2_full, N);
+  dev_.matmul_forward(a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
+  dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * Fl, act_);
+  // out = res_mid + fch_gelu @ Wfcproj^T + b
+  row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl);
+  const bool next_block = i + 1 < s.layers.size();
+  if (!fuse_norms || (!next_block && !has_head_)) {  // the output leaves the stage
+    dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
+    return;
+  }
+  // ... and the layernorm that reads it, in the same pass. The next block's weights are asked
+  // for only now, so a ZeRO-3 gather of them still overlaps this block's compute.
+  if (next_block) {
+    LayerActs& n = recompute_ == Recompute::full ? work_ : s.layers[i + 1];
+    const BlockParams q = state_.block_params(chunk_.first_block + i + 1);
+    dev_.residual_layernorm_forward(out, n.ln1.data(), n.ln1_mean.data(), n.ln1_rstd.data(),
+                                    a.res_mid.data(), out, q.ln1_w, q.ln1_b, Ns, C, eps, act_);
+  } else {
+    dev_.residual_layernorm_forward(out, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(),
+                                    a.res_mid.data(), out, state_.weight(lnf_w_),
+                                    state_.weight(lnf_b_), Ns, C, eps, act_);
+  }
+}
+
+float GPT::head_forward(ActSet& s, bool lnf_ready) {
+  const int N = s.B * T_, C = C_, t = tp_.size;
+  const int Ns = sp_ ? N / t : N;
+  if (!lnf_ready)
+    dev_.layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), s.res_out.data(),
+                           state_.weight(lnf_w_), state_.weight(lnf_b_), Ns, C,
+                           static_cast<float>(cfg_.layernorm_epsilon), act_);
+  // logits (N,Vl) = lnf @ wte^T  (tied head, no bias; this rank's vocabulary columns)
+  const void* lnf = column_input(s.lnf, s.lnf_full, N);
+  dev_.matmul_forward(s.logits.data(), lnf, state_.weight(wte_), nullptr, N, C, vocab_.rows, act_);
+  const auto& lg = at(TRIAD_TENSOR_BOUNDARY_LOGITS);
+  if (lg.forward == TRIAD_TENSOR_IDENTITY) {
+    dev_.crossentropy_forward(s.losses.data(), s.ce_lse.data(), s.logits.data(), s.targets.data(),
+                              N, vocab_, act_);
+  } else {
+    // Vocab-parallel: the row max, then the sums of exponentials and the target logits, each
+    // reduced over the group; no rank ever holds a whole row of logits.
+    float* sums = s.ce_sums.data();
+    dev_.crossentropy_row_max(s.ce_max.data(), s.logits.data(), N, vocab_, act_);
+    tp_.comm
+        ->all_reduce(s.ce_max.data(), s.ce_max.data(), N, dl_float32(), TRIAD_REDUCE_MAX,
+                     dev_.dl_device())
+        .wait(tp_.timeout);
+    volume_.logits += 2.0 * (t - 1) / t * N * sizeof(float);
+    dev_.crossentropy_row_sums(sums, sums + N, s.logits.data(), s.ce_max.data(), s.targets.data(),
+                               N, vocab_, act_);
+    exchange(lg.forward, sums, nullptr, 1, 2 * N, DType::f32, &volume_.logits);
+    dev_.crossentropy_finish(s.losses.data(), s.ce_lse.data(), s.ce_max.data(), sums, sums + N, N);
+  }
+  return static_cast<float>(dev_.sum(s.losses.data(), N) / N);
+}
+
+void* GPT::stage_in(ActSet& s) {
+  return s.layers.empty() ? s.res_in.data() : s.layers[0].res_in.data();
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  const int N = B * T_;
+  s.B = B;
+  // ZeRO-3: each unit's weights are gathered before use (the next one's while this one
+  // computes) and freed after; the tied word embedding stays until the head has used it.
+  const ParamSpec& spec = state_.spec();
+  const size_t nl = s.layers.size();
+  auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
+  if (has_embedding_) {
+    state_.prefetch(spec.embedding);
+    if (nl) state_.prefetch(block_range(0));
+    dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
+    embedding_forward(s);
+    if (!has_head_) state_.release(spec.embedding);
+  }
+  // else: the previous stage's output was received into the stage's input.
+  for (size_t i = 0; i < nl; ++i) {
+    state_.prefetch(i + 1 < nl ? block_range(i + 1) : spec.head);
+    block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data(), true);
+    state_.release(block_range(i));
+  }
+  if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
+  if (!has_head_) return 0.0f;  // the output goes to the next stage
+  dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
+  const float loss = head_forward(s, nl > 0);
+  state_.release(spec.head);
+  state_.release(spec.embedding);
+  return loss;
+}
+
+size_t GPT::stage_bytes(int B) const {
+  const size_t N = size_t(B) * T_;
+  return (sp_ ? N / tp_.size : N) * C_ * dtype_bytes(act_);
+}
+
+GPT::StageIO GPT::stage_io(int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  return {stage_in(s), s.res_out.data(), s.grad_in.data(), s.grad_out.data()};
+}
+
+void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
+  const int N = s.B * T_, C = C_;
+  const int Ns = sp_ ? N / tp_.size : N;
+  // dlogits (in place over logits) = scale/N * (softmax - onehot), this rank's columns
+  dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
+                             loss_scale / N, N, vocab_, act_);
+  const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
+  // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
+  dev_.matmul_backward(dcol_, state_.grad(wte_), nullptr, s.logits.data(), lnf, state_.weight(wte_),
+                       N, C, vocab_.rows, act_, GradWrite::overwrite);
+  const void* dlnf = column_input_grad(N);
+  dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
+                          s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
+                          s.lnf_rstd.data(), Ns, C, act_, GradWrite::overwrite);
+  if (reduce_now) reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
+}
+
+// dres_ holds d loss / d (residual stream) at the block's output; turns it into the gradient at
+// its input (the residual adds pass it through unchanged).
+void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
+  const int B = s.B, T = T_, C = C_, N = B * T;
+  const int Ns = sp_ ? N / tp_.size : N;
+  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const bool full = recompute_ == Recompute::full;
+  if (full) block_forward(i, s, recompute_out_.data(), false);  // this block's activations again
+  LayerActs& a = full ? work_ : s.layers[i];
+  const void* in = s.layers[i].res_in.data();
+  const BlockParams p = state_.block_params(chunk_.first_block + i);
+  const BlockGrads g = state_.block_grads(chunk_.first_block + i);
+  const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
+  const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
+  // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
+  row_parallel_backward(dfch_gelu_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
+                        g.fc_proj_w, g.fc_proj_b, N, Fl);
+  // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
+  // stream's, accumulates each branch's part.
+  dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_,
+                     GradWrite::overwrite);
+  dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_,
+                       GradWrite::overwrite);
+  const void* dln2 = column_input_grad(N);
+  dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
+                          a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
+  // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
+  // Selective recomputation: the attention core's output and lse again, from the kept (rotated)
+  // q, k and v; the same plugin call on the same inputs, so the same bits.
+  if (recompute_ == Recompute::selective) attention_forward(a, B);
+  row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
+                        g.attn_proj_w, g.attn_proj_b, N, Cl);
+  attention_backward(a, dqkv_.data(), datty_.data(), B);
+  if (rope_) {
+    dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                       act_);
+    dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
+                       act_);
+  }
+  dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_,
+                       GradWrite::overwrite);
+  const void* dln1 = column_input_grad(N);
+  dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
+                          a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
+  if (reduce_now)
+    reduce_replicated({g.ln1_w, g.ln1_b, g.attn_proj_b, g.ln2_w, g.ln2_b, g.fc_proj_b});
+}
+
+// The embedding's gradient: every token's row (gathered over the group under sequence
+// parallelism), into this rank's vocabulary rows and the whole position table.
+void GPT::embedding_backward(ActSet& s) {
+  const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
+  const void* dx = exchange(emb.backward, dres_.data(), drow_full_.data(), s.B * T_, C_, act_,
+                            &volume_.activations);
+  float* dwpe = rope_ ? nullptr : state_.grad(wpe_);
+  dev_.embedding_backward(state_.grad(wte_), dwpe, dx, s.inputs.data(), s.B, T_, C_, vocab_, act_);
+}
+
+void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_micro, int set) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  const ParamSpec& spec = state_.spec();
+  // Sequence parallelism leaves replicated gradients partial over the tensor group; they are
+  // summed once per step, or after every micro-batch where ZeRO-2/3 reduces each one.
+  auto reduce_now = [&](const ArenaRange& r) {
+    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
+  };
+  auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
+  const size_t nl = s.layers.size();
+  if (nl) state_.prefetch(block_range(nl - 1));
+  if (has_head_) {
+    state_.prefetch(spec.head);
+    state_.prefetch(spec.embedding);
+    head_backward(s, loss_scale, reduce_now(spec.head));
+    state_.release(spec.head);
+    state_.release(spec.embedding);  // embedding_backward reads no weights
+    if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+  } else {
+    // The next stage sent the gradient of this stage's output.
+    dev_.copy(dres_.data(), s.grad_out.data(), stage_bytes(s.B));
+  }
+  for (size_t i = nl; i-- > 0;) {
+    if (i > 0) state_.prefetch(block_range(i - 1));
+    block_backward(i, s, reduce_now(block_range(i)));
+    state_.release(block_range(i));
+    const ArenaRange& r = block_range(i);
+    if (grads_ready) grads_ready(r.begin, r.size());
+  }
+  if (has_embedding_) {
+    embedding_backward(s);
+    // wte (and wpe) are final only now: the tied LM head wrote into wte first.
+    if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
+  } else {
+    // For the previous stage: the gradient of this stage's input.
+    dev_.copy(s.grad_in.data(), dres_.data(), stage_bytes(s.B));
+  }
+}
+
+}  // namespace triad

@@ -1,0 +1,549 @@
+#include "triad/core/train/checkpoint.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <zlib.h>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
+#include "triad/core/io/safetensors.hpp"
+
+namespace triad {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "triad-checkpoint";
+constexpr int kVersion = 1;
+const char* const kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+
+std::string iter_name(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07d", step);
+  return buf;
+}
+
+std::string rank_file(int rank) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
+  return buf;
+}
+
+uint32_t crc_of(const uint8_t* p, uint64_t n) {
+  return uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), p, size_t(n)));
+}
+
+nlohmann::json model_json(const ModelConfig& m) {
+  return {{"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"num_attention_heads", m.num_attention_heads},
+          {"seq_length", m.seq_length},
+          {"max_position_embeddings", m.max_position_embeddings},
+          {"vocab_size", m.vocab_size},
+          {"position_embedding", m.position_embedding},
+          {"rope_base", m.rope_base},
+          {"init_std", m.init_std},
+          {"layernorm_epsilon", m.layernorm_epsilon},
+          {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by}};
+}
+
+ModelConfig model_of(const nlohmann::json& j) {
+  ModelConfig m;
+  m.num_layers = j.at("num_layers").get<int>();
+  m.hidden_size = j.at("hidden_size").get<int>();
+  m.num_attention_heads = j.at("num_attention_heads").get<int>();
+  m.seq_length = j.at("seq_length").get<int>();
+  m.max_position_embeddings = j.at("max_position_embeddings").get<int>();
+  m.vocab_size = j.at("vocab_size").get<int>();
+  m.position_embedding = j.at("position_embedding").get<std::string>();
+  m.rope_base = j.at("rope_base").get<double>();
+  m.init_std = j.at("init_std").get<double>();
+  m.layernorm_epsilon = j.at("layernorm_epsilon").get<double>();
+  m.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
+  return m;
+}
+
+// Every tensor of the model (all layers, both ends) as tensor-parallel rank `tp_rank` of `tp`
+// holds it under the role splits `split`.
+ParamSpec whole_spec(const ModelConfig& m, int tp_rank, int tp,
+                     const std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>& split) {
+  Placement p;
+  p.tp_rank = tp_rank;
+  p.tp_size = tp;
+  p.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+  p.split = split;
+  return build_param_spec(m, p);
+}
+
+// What each rank tells every other after writing its file.
+struct FileReport {
+  uint32_t written = 0, failed = 0, crc = 0, pad = 0;
+  uint64_t bytes = 0;
+};
+
+}  // namespace
+
+// --- saving -----------------------------------------------------------------------------------
+
+namespace {
+
+// This rank's file: the master weights and moments of the pieces its optimizer steps.
+void write_rank_file(const fs::path& path, const ParamSpec& spec, const ModelState& state,
+                     const CheckpointRank& me, int step) {
+  Device& opt = state.host() ? *state.host() : state.device();
+  const size_t n = state.opt_count();
+  std::vector<float> host[3] = {std::vector<float>(n), std::vector<float>(n),
+                                std::vector<float>(n)};
+  for (const ModelState::Piece& pc : state.pieces()) {
+    const size_t bytes = pc.count * sizeof(float);
+    if (state.host())  // ZeRO-Offload: the master copy the optimizer steps is the host's
+      opt.to_host(host[0].data() + pc.pos, state.piece_master(pc), bytes);
+    else
+      state.device().to_host(host[0].data() + pc.pos, state.piece_params(pc), bytes);
+    opt.to_host(host[1].data() + pc.pos, state.piece_m(pc), bytes);
+    opt.to_host(host[2].data() + pc.pos, state.piece_v(pc), bytes);
+  }
+  std::vector<safetensors::TensorRef> refs;
+  // Entry "K/NAME/LO": the piece's elements from `at` on, LO elements into the tensor.
+  for (int k = 0; k < 3; ++k)
+    for_each_overlap(state.pieces(), spec.tensors,
+                     [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t at, size_t n) {
+                       refs.push_back({std::string(kKinds[k]) + "/" + ts.name + "/" +
+                                           std::to_string(pc.arena + at - ts.offset),
+                                       {int64_t(n)},
+                                       host[k].data() + pc.pos + at});
+                     });
+  safetensors::write_f32(path.string(), refs,
+                         {{"format", kFormat},
+                          {"rank", std::to_string(me.rank)},
+                          {"tp", std::to_string(me.coords.tp)},
+                          {"pp", std::to_string(me.coords.pp)},
+                          {"dp", std::to_string(me.coords.dp)},
+                          {"step", std::to_string(step)}});
+}
+
+nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const CheckpointRank& me,
+                        int step, const std::vector<FileReport>& reports) {
+  const auto& par = cfg.parallel;
+  const int tp = par.tensor_model_parallel_size;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorSpec& t : whole_spec(cfg.model, 0, tp, spec.placement.split).tensors)
+    tensors.push_back({{"name", t.name},
+                       {"role", role_name(t.role)},
+                       {"global_shape", t.global_shape},
+                       {"split",
+                        {{"dim", t.split.dim},
+                         {"chunks", t.split.chunks},
+                         {"strided_parts", t.split.strided_parts}}},
+                       {"tie_group", t.tie_group}});
+  const ProcessGroups groups(me.world, tp, par.pipeline_model_parallel_size,
+                             par.data_parallel_size);
+  nlohmann::json files = nlohmann::json::array();
+  for (int r = 0; r < me.world; ++r) {
+    const FileReport& f = reports[size_t(r)];
+    if (!f.written) continue;
+    const RankCoords c = groups.coords(r);
+    files.push_back({{"name", rank_file(r)},
+                     {"rank", r},
+                     {"tp", c.tp},
+                     {"pp", c.pp},
+                     {"dp", c.dp},
+                     {"bytes", f.bytes},
+                     {"crc32", f.crc}});
+  }
+  const int64_t consumed = int64_t(step) * cfg.training.global_batch_size;
+  return {{"format", kFormat},
+          {"version", kVersion},
+          {"step", step},
+          {"consumed_samples", consumed},
+          {"global_batch_size", cfg.training.global_batch_size},
+          {"train_iters", cfg.training.train_iters},
+          {"layout",
+           {{"tensor_model_parallel_size", tp},
+            {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
+            {"data_parallel_size", par.data_parallel_size},
+            {"virtual_pipeline_model_parallel_size", par.virtual_pipeline_model_parallel_size},
+            {"sequence_parallel", par.sequence_parallel},
+            {"world_size", me.world},
+            {"zero_stage", cfg.zero_optimization.stage},
+            {"split", spec.placement.split}}},
+          {"model", model_json(cfg.model)},
+          // Training draws no random numbers after initialisation (no dropout), and the data
+          // order is a function of the seed and the step: the seeds are the whole RNG state.
+          {"rng",
+           {{"training_seed", cfg.training.seed},
+            {"data_seed", cfg.data.seed ? cfg.data.seed : cfg.training.seed}}},
+          {"data",
+           {{"kind", cfg.data.kind},
+            {"path", cfg.data.path},
+            {"consumed_samples", consumed},
+            {"next_step", step + 1}}},
+          {"tensors", tensors},
+          {"files", files},
+          {"config", to_yaml(cfg)}};
+}
+
+// Rank 0, once every rank file is complete: metadata, the folder's rename, `latest`, pruning.
+void publish(const Config& cfg, const fs::path& tmp, const fs::path& final,
+             const nlohmann::json& meta) {
+  // Files a killed earlier attempt at this step left behind belong to no rank of this save.
+  std::set<std::string> keep{"metadata.json"};
+  for (const auto& f : meta["files"]) keep.insert(f["name"].get<std::string>());
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (!keep.count(e.path().filename().string())) fs::remove_all(e.path());
+  write_file_atomic(tmp / "metadata.json", meta.dump(1));
+  const fs::path root = final.parent_path();
+  if (fs::exists(final)) {  // an earlier save of this step that `latest` never named
+    const fs::path old = final.string() + ".old";
+    fs::remove_all(old);
+    fs::rename(final, old);
+    fs::rename(tmp, final);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, final);
+  }
+  fsync_dir(root);
+  write_file_atomic(root / "latest", final.filename().string() + "\n");
+  if (cfg.checkpoint.keep_last <= 0) return;
+  // The newest keep_last complete checkpoints stay; `latest` is the newest.
+  std::vector<std::pair<int, fs::path>> done;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    int s = 0;
+    if (n.size() == 12 && n.rfind("iter_", 0) == 0 && std::sscanf(n.c_str() + 5, "%d", &s) == 1 &&
+        fs::exists(e.path() / "metadata.json"))
+      done.emplace_back(s, e.path());
+  }
+  std::sort(done.begin(), done.end());
+  for (size_t i = 0; i + size_t(cfg.checkpoint.keep_last) < done.size(); ++i)
+    if (done[i].second != final) fs::remove_all(done[i].second);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const ModelState& state,
+                            const CheckpointRank& me, int step) {
+  const fs::path root = cfg.checkpoint.save;
+  const fs::path final = root / iter_name(step), tmp = root / (iter_name(step) + ".tmp");
+  // ZeRO 1-3 partition the optimizer over the data-parallel group: each rank saves its part.
+  // Without ZeRO the replicas are equal and the group's first rank saves for all.
+  const bool writes = cfg.zero_optimization.stage >= 1 || me.coords.dp == 0;
+  FileReport mine;
+  std::string error;
+  if (writes) {
+    try {
+      std::error_code ec;
+      fs::create_directories(tmp, ec);
+      if (ec)
+        throw UserError("cannot create folder '" + tmp.string() + "': " + ec.message() +
+                        "; check checkpoint.save '" + cfg.checkpoint.save + "'");
+      const fs::path file = tmp / rank_file(me.rank);
+      write_rank_file(file, spec, state, me, step);
+      const safetensors::Mapped back(file.string());  // as it is on disk
+      mine.crc = crc_of(back.file_bytes(), back.file_size());
+      mine.bytes = back.file_size();
+      mine.written = 1;
+    } catch (const std::exception& e) {
+      error = e.what();
+      mine.failed = 1;
+    }
+  }
+  std::vector<uint8_t> blob(sizeof mine);
+  std::memcpy(blob.data(), &mine, sizeof mine);
+  const std::vector<uint8_t> all = me.world_gather(blob);
+  std::vector<FileReport> reports(size_t(me.world));
+  std::memcpy(reports.data(), all.data(), all.size());
+  const std::string what = "checkpoint.save: saving step " + std::to_string(step) + " into '" +
+                           cfg.checkpoint.save + "' failed";
+  const std::string kept = "; the previous checkpoint stays the latest";
+  if (!error.empty()) throw UserError(what + ": " + error + kept);
+  for (int r = 0; r < me.world; ++r)
+    if (reports[size_t(r)].failed)
+      throw UserError(what + " on rank " + std::to_string(r) + " (its message says why)" + kept);
+  // Rank 0 makes it the latest; the others wait for that, so a rank that exits after a save
+  // (a signal, exit_interval) leaves a complete checkpoint behind.
+  uint32_t ok = 1;
+  if (me.rank == 0) {
+    try {
+      publish(cfg, tmp, final, metadata(cfg, spec, me, step, reports));
+    } catch (const std::exception& e) {
+      error = e.what();
+      ok = 0;
+    }
+  }
+  std::vector<uint8_t> flag(4);
+  std::memcpy(flag.data(), &ok, 4);
+  const std::vector<uint8_t> oks = me.world_gather(flag);
+  if (!error.empty()) throw UserError(what + ": " + error + kept);
+  if (oks[0] == 0) throw UserError(what + " on rank 0 (its message says why)" + kept);
+  return final.string();
+}
+
+void check_checkpoint_to_load(const Config& cfg) {
+  const std::string dir = checkpoint_to_load(cfg);
+  if (!dir.empty()) Checkpoint(dir).check_model(cfg.model, "checkpoint.load");
+}
+
+// --- loading ----------------------------------------------------------------------------------
+
+struct Checkpoint::Impl {
+  std::string dir;
+  nlohmann::json meta;
+  ModelConfig model;
+  int tp = 1;
+  std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> split{};
+  struct File {
+    std::string name;
+    int rank = 0, tp = 0;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    std::unique_ptr<safetensors::Mapped> map;
+  };
+  std::vector<File> files;
+  struct Part {
+    size_t lo = 0, n = 0;
+    const float* data = nullptr;
+  };
+  // (kind/name, tensor-parallel rank) -> the saved parts of that slice.
+  std::map<std::pair<std::string, int>, std::vector<Part>> parts;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UserError("checkpoint '" + dir + "' " + what);
+  }
+
+  // The whole model's `kind` in the Hugging Face layout.
+  std::vector<float> full(const char* kind, const GptLayout& layout) const {
+    std::vector<float> out(layout.total, 0.0f);
+    for (int q = 0; q < tp; ++q) {
+      const ParamSpec spec = whole_spec(model, q, tp, split);
+      std::vector<float> local(spec.total, 0.0f);
+      for (const TensorSpec& ts : spec.tensors) {
+        const auto it = parts.find({std::string(kind) + "/" + ts.name, q});
+        std::vector<Part> have = it == parts.end() ? std::vector<Part>{} : it->second;
+        std::sort(have.begin(), have.end(),
+                  [](const Part& a, const Part& b) { return a.lo < b.lo; });
+        size_t covered = 0;  // [0, covered) is present
+        for (const Part& p : have) {
+          if (p.lo > covered) break;
+          if (p.lo + p.n > ts.numel)
+            fail("holds " + std::string(kind) + " of " + ts.name + " past its " +
+                 std::to_string(ts.numel) + " elements; the files do not match metadata.json");
+          std::memcpy(local.data() + ts.offset + p.lo, p.data, p.n * sizeof(float));
+          covered = std::max(covered, p.lo + p.n);
+        }
+        if (covered < ts.numel)
+          fail("lacks " + std::string(kind) + " of " + ts.name + " (tensor-parallel rank " +
+               std::to_string(q) + ", elements from " + std::to_string(covered) +
+               "): a rank file is missing from it; load an earlier checkpoint");
+      }
+      full_from_local(spec, q, layout, local.data(), out.data());
+    }
+    return out;
+  }
+};
+
+Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>()) {
+  Impl& c = *impl_;
+  c.dir = dir_in;
+  const fs::path latest = fs::path(dir_in) / "latest";
+  std::error_code ec;
+  if (fs::exists(latest, ec)) {
+    std::ifstream in(latest);
+    std::string name;
+    std::getline(in, name);
+    if (name.empty() || name.find('/') != std::string::npos)
+      c.fail("has a `latest` file that names no checkpoint ('" + name +
+             "'); point checkpoint.load at one of its iter_* folders");
+    c.dir = (fs::path(dir_in) / name).string();
+    if (!fs::exists(fs::path(c.dir) / "metadata.json", ec))
+      throw UserError("checkpoint '" + dir_in + "': `latest` names '" + name +
+                      "', which has no metadata.json; point checkpoint.load at one of its "
+                      "complete iter_* folders");
+  } else if (!fs::exists(fs::path(dir_in) / "metadata.json", ec)) {
+    c.fail(fs::is_directory(dir_in, ec)
+               ? std::string("is not a checkpoint (no `latest`, no metadata.json); point "
+                             "checkpoint.load at a checkpoint.save folder or one of its iter_* "
+                             "folders")
+               : std::string("does not exist; check checkpoint.load"));
+  }
+  const fs::path meta_path = fs::path(c.dir) / "metadata.json";
+  try {
+    std::ifstream in(meta_path);
+    c.meta = nlohmann::json::parse(in);
+    if (c.meta.value("format", "") != kFormat) c.fail("metadata.json is not a Triad checkpoint's");
+    if (c.meta.at("version").get<int>() != kVersion)
+      c.fail("has format version " + c.meta.at("version").dump() + "; this Triad reads version " +
+             std::to_string(kVersion));
+    c.model = model_of(c.meta.at("model"));
+    const auto& layout = c.meta.at("layout");
+    c.tp = layout.at("tensor_model_parallel_size").get<int>();
+    c.split = layout.at("split").get<std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>>();
+    for (const auto& f : c.meta.at("files"))
+      c.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(),
+                         f.at("tp").get<int>(), f.at("bytes").get<uint64_t>(),
+                         f.at("crc32").get<uint32_t>(), nullptr});
+    // Everything describe() and the loader read, read once here: a damaged metadata.json is
+    // this one message, never a JSON exception later.
+    c.meta.at("step").get<int>();
+    c.meta.at("global_batch_size").get<int>();
+    c.meta.at("consumed_samples").get<int64_t>();
+    c.meta.at("train_iters").get<int>();
+    c.meta.at("tensors").size();
+    c.meta.at("rng").at("training_seed").get<uint64_t>();
+    c.meta.at("rng").at("data_seed").get<uint64_t>();
+    for (const char* k :
+         {"pipeline_model_parallel_size", "data_parallel_size", "world_size", "zero_stage"})
+      layout.at(k).get<int>();
+    layout.at("sequence_parallel").get<bool>();
+    if (c.tp < 1) c.fail("metadata.json has tensor_model_parallel_size " + std::to_string(c.tp));
+    for (const Impl::File& f : c.files)
+      if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.tp < 0 ||
+          f.tp >= c.tp)
+        c.fail("metadata.json lists the file '" + f.name + "' (tensor-parallel rank " +
+               std::to_string(f.tp) + "), which is not a rank file of this folder");
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError("checkpoint metadata '" + meta_path.string() + "' is damaged or incomplete (" +
+                    e.what() + "); load an earlier checkpoint");
+  }
+  for (Impl::File& f : c.files) {
+    const fs::path p = fs::path(c.dir) / f.name;
+    const auto size = fs::file_size(p, ec);
+    if (ec)
+      throw UserError("checkpoint file '" + p.string() + "' (rank " + std::to_string(f.rank) +
+                      "'s state) is missing: " + ec.message() +
+                      "; the checkpoint is incomplete, load an earlier one");
+    if (size != f.bytes)
+      throw UserError("checkpoint file '" + p.string() + "' is " + std::to_string(size) +
+                      " bytes but was saved with " + std::to_string(f.bytes) +
+                      " (truncated or replaced); load an earlier checkpoint");
+    f.map = std::make_unique<safetensors::Mapped>(p.string());
+    for (const auto& [key, t] : f.map->tensors()) {
+      const size_t a = key.find('/'), b = key.rfind('/');
+      if (t.dtype != "F32" || t.shape.size() != 1 || a == std::string::npos || a == b)
+        throw UserError("checkpoint file '" + p.string() + "' holds '" + key +
+                        "', which is no checkpoint entry; the file is not this checkpoint's");
+      // The element offset LO of "K/NAME/LO": digits only (std::stoull would throw a
+      // std::invalid_argument, not a UserError, on a damaged name).
+      size_t lo = 0;
+      const char* first = key.data() + b + 1;
+      const char* last = key.data() + key.size();
+      const auto [end, err] = std::from_chars(first, last, lo);
+      if (first == last || err != std::errc() || end != last)
+        throw UserError("checkpoint file '" + p.string() + "' holds '" + key +
+                        "', whose element offset is not a number; the file is damaged, load an "
+                        "earlier checkpoint");
+      c.parts[{key.substr(0, b), f.tp}].push_back(
+          {lo, size_t(t.shape[0]), reinterpret_cast<const float*>(t.data)});
+    }
+  }
+}
+
+Checkpoint::~Checkpoint() = default;
+
+const std::string& Checkpoint::path() const {
+  return impl_->dir;
+}
+int Checkpoint::step() const {
+  return impl_->meta.at("step").get<int>();
+}
+int Checkpoint::global_batch_size() const {
+  return impl_->meta.at("global_batch_size").get<int>();
+}
+ModelConfig Checkpoint::model() const {
+  return impl_->model;
+}
+
+std::string Checkpoint::describe() const {
+  const auto& m = impl_->meta;
+  const auto& l = m.at("layout");
+  const ModelConfig& md = impl_->model;
+  uint64_t bytes = 0;
+  for (const auto& f : impl_->files) bytes += f.bytes;
+  std::ostringstream s;
+  s << "checkpoint: " << impl_->dir << "\n"
+    << "step: " << m.at("step") << " (consumed samples " << m.at("consumed_samples")
+    << ", global batch " << m.at("global_batch_size") << ", of train_iters " << m.at("train_iters")
+    << ")\n"
+    << "layout: tp " << l.at("tensor_model_parallel_size") << " x pp "
+    << l.at("pipeline_model_parallel_size") << " x dp " << l.at("data_parallel_size") << " (world "
+    << l.at("world_size") << "), ZeRO stage " << l.at("zero_stage")
+    << (l.at("sequence_parallel").get<bool>() ? ", sequence parallel" : "") << "\n"
+    << "model: " << md.num_layers << " layers, hidden " << md.hidden_size << ", "
+    << md.num_attention_heads << " heads, vocab " << md.vocab_size << ", context "
+    << context_length(md) << ", " << md.position_embedding << " positions, " << gpt_layout(md).total
+    << " parameters\n"
+    << "tensors: " << m.at("tensors").size()
+    << "; state: fp32 weights + AdamW exp_avg, exp_avg_sq\n"
+    << "files: " << impl_->files.size() << " rank files, " << bytes << " bytes, CRC-32 each\n"
+    << "seeds: training " << m.at("rng").at("training_seed") << ", data "
+    << m.at("rng").at("data_seed") << "\n";
+  return s.str();
+}
+
+void Checkpoint::check_model(const ModelConfig& m, const std::string& key) const {
+  const ModelConfig& s = impl_->model;
+  auto differ = [&](const char* name, const std::string& saved, const std::string& here) {
+    if (saved != here)
+      throw UserError(key + " '" + impl_->dir + "' holds another model: model." + name + " is " +
+                      saved + " there but " + here +
+                      " in this config; train it with the model it was saved with (its config "
+                      "is in metadata.json)");
+  };
+  differ("num_layers", std::to_string(s.num_layers), std::to_string(m.num_layers));
+  differ("hidden_size", std::to_string(s.hidden_size), std::to_string(m.hidden_size));
+  differ("num_attention_heads", std::to_string(s.num_attention_heads),
+         std::to_string(m.num_attention_heads));
+  differ("vocab_size", std::to_string(s.vocab_size), std::to_string(m.vocab_size));
+  differ("position_embedding", s.position_embedding, m.position_embedding);
+  differ("max_position_embeddings (the context)", std::to_string(context_length(s)),
+         std::to_string(context_length(m)));
+}
+
+void Checkpoint::verify() const {
+  for (const Impl::File& f : impl_->files) {
+    const uint32_t crc = crc_of(f.map->file_bytes(), f.map->file_size());
+    if (crc != f.crc)
+      throw UserError("checkpoint file '" + (fs::path(impl_->dir) / f.name).string() +
+                      "' is corrupt: its CRC-32 is " + std::to_string(crc) + ", saved as " +
+                      std::to_string(f.crc) + "; load an earlier checkpoint");
+  }
+}
+
+std::vector<float> Checkpoint::full_model(const GptLayout& layout) const {
+  return impl_->full("param", layout);
+}
+
+std::vector<float> Checkpoint::params(const ParamSpec& spec) const {
+  const GptLayout layout = gpt_layout(impl_->model);
+  const std::vector<float> full = impl_->full("param", layout);
+  std::vector<float> local(spec.total);
+  local_from_full(spec, layout, full.data(), local.data());
+  return local;
+}
+
+void Checkpoint::load_optimizer(ModelState& state) const {
+  const GptLayout layout = gpt_layout(impl_->model);
+  Device& opt = state.host() ? *state.host() : state.device();
+  std::vector<float> local(state.spec().total);
+  for (int k = 1; k < 3; ++k) {
+    const std::vector<float> full = impl_->full(kKinds[k], layout);
+    local_from_full(state.spec(), layout, full.data(), local.data());
+    for (const ModelState::Piece& pc : state.pieces())
+      opt.to_device(k == 1 ? state.piece_m(pc) : state.piece_v(pc), local.data() + pc.arena,
+                    pc.count * sizeof(float));
+  }
+}
+
+}  // namespace triad

@@ -1,0 +1,90 @@
+#include "triad/core/train/optimizer.hpp"
+
+#include <cmath>
+
+#include "triad/core/train/run.hpp"
+
+namespace triad {
+
+Optimizer::Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& arena,
+                     const OptimizerConfig& cfg, const Place& place, DistributedRun* dist)
+    : state_(state), spec_(spec), arena_(arena), cfg_(cfg), place_(place), dist_(dist) {}
+
+double Optimizer::grad_norm() {
+  Device& dev = state_.device();
+  const bool partitioned = state_.grads_partitioned();
+  const int tp = place_.tp_size, pp = place_.stages;
+  double sq = 0;
+  if (!partitioned && tp == 1 && pp == 1) {
+    sq = dev.sum_squares(state_.grads(), state_.size());
+  } else {
+    const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
+    for_each_overlap(partitioned ? state_.pieces() : whole, spec_.tensors,
+                     [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t k, size_t n) {
+                       if (ts.replicated_in_tp && place_.tp_rank != 0) return;
+                       if (ts.tie_group == "wte" && pp > 1 && place_.stage != 0) return;
+                       sq += dev.sum_squares(state_.piece_grads(pc) + k, n);
+                     });
+    if (partitioned) sq = dist_->sum(*dist_->comms.dp, sq);
+    if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
+    if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);
+  }
+  return std::sqrt(sq);
+}
+
+void Optimizer::step(double norm, double lr, int t) {
+  if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
+    state_.device().scale_inplace(state_.grads(), state_.grads_size(),
+                                  float(cfg_.clip_grad / (norm + 1e-6)));
+  if (state_.host())
+    offloaded_adamw(lr, t);
+  else
+    adamw(lr, t);
+  if (dist_) {
+    dist_->data->after_step(state_.params());
+    // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
+    if (state_.opt_count() != state_.size() && !state_.params_partitioned()) state_.sync_compute();
+  }
+}
+
+// AdamW over each tensor of the arena, decaying only matmul weights and embeddings; only the
+// pieces whose moments this rank keeps (its ZeRO shard; the whole arena below stage 1). In
+// mixed precision the compute copy of the weights is refreshed in the same pass.
+void Optimizer::adamw(double lr, int t) {
+  Device& dev = state_.device();
+  const OptimizerConfig& o = cfg_;
+  for_each_overlap(state_.pieces(), arena_.params,
+                   [&](const ModelState::Piece& pc, const ParamInfo& p, size_t k, size_t n) {
+                     void* compute = state_.piece_compute(pc);
+                     dev.adamw_update(state_.piece_params(pc) + k, state_.piece_grads(pc) + k,
+                                      state_.piece_m(pc) + k, state_.piece_v(pc) + k, n, float(lr),
+                                      float(o.adam_beta1), float(o.adam_beta2), float(o.adam_eps),
+                                      p.weight_decay ? float(o.weight_decay) : 0.0f, t,
+                                      compute ? advance(compute, k, state_.act()) : nullptr,
+                                      state_.act());
+                   });
+}
+
+// ZeRO-Offload: the same update on the host: each piece's gradients down, AdamW over the host's
+// master weights and moments, the weights back up (and into the compute copy).
+void Optimizer::offloaded_adamw(double lr, int t) {
+  Device& dev = state_.device();
+  Device& host = *state_.host();
+  const OptimizerConfig& o = cfg_;
+  for (const ModelState::Piece& pc : state_.pieces())
+    dev.to_host(state_.piece_host_grads(pc), state_.piece_grads(pc), pc.count * sizeof(float));
+  for_each_overlap(state_.pieces(), arena_.params,
+                   [&](const ModelState::Piece& pc, const ParamInfo& p, size_t k, size_t n) {
+                     host.adamw_update(state_.piece_master(pc) + k, state_.piece_host_grads(pc) + k,
+                                       state_.piece_m(pc) + k, state_.piece_v(pc) + k, n, float(lr),
+                                       float(o.adam_beta1), float(o.adam_beta2), float(o.adam_eps),
+                                       p.weight_decay ? float(o.weight_decay) : 0.0f, t, nullptr,
+                                       DType::f32);
+                   });
+  for (const ModelState::Piece& pc : state_.pieces())
+    dev.to_device(state_.piece_params(pc), state_.piece_master(pc), pc.count * sizeof(float));
+  if (state_.act() != DType::f32) state_.sync_compute();
+  offloaded_bytes_ += state_.opt_count() * sizeof(float);
+}
+
+}  // namespace triad

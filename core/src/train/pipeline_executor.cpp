@@ -1,0 +1,183 @@
+#include "triad/core/train/pipeline_executor.hpp"
+
+#include <utility>
+
+#include "triad/core/error.hpp"
+
+namespace triad {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::vector<GPT*> chunks, const Place& place, Device& device,
+                                   DType act, Communicator* pipe, std::chrono::milliseconds timeout,
+                                   float grad_scale, std::string schedule_name)
+    : chunks_(std::move(chunks)),
+      place_(place),
+      device_(device),
+      act_(act),
+      pipe_(pipe),
+      timeout_(timeout),
+      grad_scale_(grad_scale),
+      schedule_name_(std::move(schedule_name)) {
+  const size_t slots = size_t(place.chunks) * size_t(place.buffers);
+  inputs_.assign(slots, std::vector<int32_t>(size_t(place.micro_batch) * place.seq_length));
+  targets_ = inputs_;
+}
+
+// Where a chunk's activations go and its gradients come from: the next / previous virtual stage
+// (c * pp + stage ± 1); tags name the receiver's micro-batch and chunk.
+std::pair<int, int> PipelineExecutor::next_stage(int c) const {
+  const int pp = place_.stages, me = place_.stage;
+  return {(me + 1) % pp, c + (me == pp - 1)};
+}
+std::pair<int, int> PipelineExecutor::prev_stage(int c) const {
+  const int pp = place_.stages, me = place_.stage;
+  return {(me + pp - 1) % pp, c - (me == 0)};
+}
+uint32_t PipelineExecutor::tag_of(int mb, int chunk, int kind) const {
+  return uint32_t((mb * place_.chunks + chunk) * 2 + kind);
+}
+
+void PipelineExecutor::peer_wait(TransportRequest r, const char* what, int peer) {
+  try {
+    r.wait(timeout_);
+  } catch (const TransportError& e) {
+    throw UserError(std::string("pipeline stage ") + std::to_string(place_.stage) + ": " + what +
+                    " pipeline stage " + std::to_string(peer) + " failed: " + e.what());
+  }
+}
+
+void PipelineExecutor::send(const void* src, size_t elems, int to, uint32_t tag) {
+  for (size_t k = 0; k < inflight_.size();) {  // recycle the copies of finished sends
+    if (inflight_[k].req.test()) {
+      spare_.push_back(std::move(inflight_[k].data));
+      inflight_.erase(inflight_.begin() + long(k));
+    } else {
+      ++k;
+    }
+  }
+  const size_t bytes = elems * dtype_bytes(act_);
+  Buffer<uint8_t> copy;
+  if (!spare_.empty()) {
+    copy = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    copy = Buffer<uint8_t>(device_, bytes, "pipeline send buffers");
+  }
+  device_.copy(copy.data(), src, bytes);
+  device_.synchronize();  // the copy is complete before the transport reads it
+  inflight_.push_back(
+      {pipe_->send(copy.data(), elems, dl_dtype(act_), to, tag, device_.dl_device()),
+       std::move(copy)});
+}
+
+void PipelineExecutor::drain_sends() {
+  for (auto& f : inflight_) peer_wait(std::move(f.req), "a send to", place_.stage);
+  for (auto& f : inflight_) spare_.push_back(std::move(f.data));
+  inflight_.clear();
+}
+
+PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_v1>& instrs,
+                                             DataLoader& data, int64_t batch, StepHooks* hooks,
+                                             uint32_t tag_base, Work so_far) {
+  // Each chunk's last BACKWARD of the step (the model sums sequence parallelism's partial
+  // gradients there; the hooks may hand the data plugin finished ranges then).
+  std::vector<size_t> last_backward(size_t(place_.chunks), 0);
+  for (size_t i = 0; i < instrs.size(); ++i)
+    if (instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward[size_t(instrs[i].chunk)] = i;
+  const bool pipelined = place_.stages > 1;
+  const int B = place_.micro_batch;
+  const size_t io = chunks_[0]->stage_bytes(B) / dtype_bytes(act_);  // elements of a boundary
+  const auto step_wide = [&](const triad_pipe_instr_v1& in) -> StepHooks& {
+    if (!hooks)
+      throw std::logic_error("instruction " + std::to_string(in.op) +
+                             " in a stream run without step hooks");
+    return *hooks;
+  };
+  Work work = so_far;
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const triad_pipe_instr_v1& in = instrs[i];
+    const int mb = in.micro_batch, buf = in.buffer, c = in.chunk;
+    const size_t slot = size_t(c) * size_t(place_.buffers) + size_t(buf);
+    // Step-wide instructions name no chunk.
+    GPT& chunk = *chunks_[c >= 0 && size_t(c) < chunks_.size() ? size_t(c) : 0];
+    switch (in.op) {
+      case TRIAD_PIPE_LOAD_MICRO_BATCH:
+        data.micro_batch(batch, mb, inputs_[slot].data(), targets_[slot].data());
+        break;
+      case TRIAD_PIPE_FORWARD: {
+        const auto b0 = std::chrono::steady_clock::now();
+        work.loss += chunk.forward(inputs_[slot].data(), targets_[slot].data(), B, buf);
+        if (pipelined) device_.synchronize();
+        work.busy_ms += ms_since(b0);
+        break;
+      }
+      case TRIAD_PIPE_SEND_ACTIVATION: {
+        const auto [to, to_chunk] = next_stage(c);
+        send(chunk.stage_io(buf).output, io, to, tag_base + tag_of(mb, to_chunk, 0));
+        break;
+      }
+      case TRIAD_PIPE_RECV_ACTIVATION:
+        peer_wait(
+            pipe_->recv(chunk.stage_io(buf).input, io, dl_dtype(act_), prev_stage(c).first,
+                        tag_base + tag_of(mb, c, 0), device_.dl_device()),
+            tag_base ? "receiving a validation activation from" : "receiving an activation from",
+            prev_stage(c).first);
+        break;
+      case TRIAD_PIPE_RECV_GRAD:
+        peer_wait(
+            pipe_->recv(chunk.stage_io(buf).output_grad, io, dl_dtype(act_), next_stage(c).first,
+                        tag_base + tag_of(mb, c, 1), device_.dl_device()),
+            "receiving a gradient from", next_stage(c).first);
+        break;
+      case TRIAD_PIPE_BACKWARD: {
+        const bool last = i == last_backward[size_t(c)];
+        const GPT::GradsReady ready = step_wide(in).grads_ready(last);
+        const auto b0 = std::chrono::steady_clock::now();
+        chunk.backward(grad_scale_, ready, last, buf);
+        if (pipelined) device_.synchronize();
+        work.busy_ms += ms_since(b0);
+        break;
+      }
+      case TRIAD_PIPE_SEND_GRAD: {
+        const auto [to, to_chunk] = prev_stage(c);
+        send(chunk.stage_io(buf).input_grad, io, to, tag_base + tag_of(mb, to_chunk, 1));
+        break;
+      }
+      case TRIAD_PIPE_REDUCE_TIED_GRADS:
+        step_wide(in).reduce_tied_grads();
+        break;
+      case TRIAD_PIPE_REDUCE_GRADS:
+        drain_sends();
+        step_wide(in).reduce_grads();
+        break;
+      case TRIAD_PIPE_OPTIMIZER_STEP:
+        step_wide(in).optimizer_step();
+        break;
+      default:
+        throw UserError("pipeline plugin '" + schedule_name_ + "' sent instruction " +
+                        std::to_string(in.op) + ", which this executor does not know");
+    }
+  }
+  return work;
+}
+
+std::vector<triad_pipe_instr_v1> forward_only_stream(int stage, int stages, int chunks,
+                                                     int micro_batches) {
+  std::vector<triad_pipe_instr_v1> out;
+  for (int mb = 0; mb < micro_batches; ++mb)
+    for (int c = 0; c < chunks; ++c) {
+      const bool first = stage == 0 && c == 0, last = stage == stages - 1 && c == chunks - 1;
+      if (first || last) out.push_back({TRIAD_PIPE_LOAD_MICRO_BATCH, mb, 0, c});
+      if (!first) out.push_back({TRIAD_PIPE_RECV_ACTIVATION, mb, 0, c});
+      out.push_back({TRIAD_PIPE_FORWARD, mb, 0, c});
+      if (!last) out.push_back({TRIAD_PIPE_SEND_ACTIVATION, mb, 0, c});
+    }
+  return out;
+}
+
+}  // namespace triad

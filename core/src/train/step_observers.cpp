@@ -1,0 +1,220 @@
+#include "triad/core/train/step_observers.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/io/hf.hpp"
+#include "triad/core/units.hpp"
+
+namespace triad {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Resuming into a run's folder: its metrics records up to the resumed step stay, later ones
+// (steps the checkpoint does not hold, about to be trained again) go. Rewritten atomically.
+void keep_metrics_until(const fs::path& file, int step) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::string kept, line;
+  int dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    int s = 0;
+    try {
+      s = nlohmann::json::parse(line).at("step").get<int>();
+    } catch (const nlohmann::json::exception&) {
+      ++dropped;  // a torn last line of a run that was killed
+      continue;
+    }
+    if (s <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  write_file_atomic(file, kept);
+  if (dropped)
+    spdlog::info("{}: kept the records up to step {}, dropped {} after it (trained again now)",
+                 file.string(), step, dropped);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const Run& run)
+    : run_(run),
+      flops_per_step_(model_flops_per_step(run.cfg.model, run.cfg.training.global_batch_size)) {
+  if (!run.opts.write_output) return;
+  const Config& cfg = run.cfg;
+  // A folder holding a run was refused before the ranks started unless it is resumed (then
+  // appended to) or output.overwrite (then started anew).
+  const fs::path out = cfg.output.dir, metrics = out / "metrics.jsonl";
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw UserError("output.dir '" + cfg.output.dir + "' cannot be created: " + ec.message());
+  const bool append = cfg.checkpoint.resume || run.ckpt;
+  if (append) keep_metrics_until(metrics, run.start_step);
+  write_file_atomic(out / "config.yaml", to_yaml(cfg));
+  jsonl_.emplace(metrics, append);
+}
+
+StepRecord MetricsLog::record(const StepOutcome& s) {
+  const Config& cfg = run_.cfg;
+  const TrainingConfig& t = cfg.training;
+  const int pp = run_.stages();
+  const double peak_tflops = run_.peak_tflops;
+  StepRecord r;
+  r.valid_loss = s.valid_loss;
+  r.step = s.step;
+  r.loss = s.loss;
+  r.lr = s.lr;
+  r.grad_norm = s.grad_norm;
+  r.ms = s.ms;
+  r.samples_per_s = t.global_batch_size / (s.ms / 1e3);
+  r.tokens_per_s = r.samples_per_s * cfg.model.seq_length;
+  r.tflops = flops_per_step_ / (s.ms / 1e3) / 1e12 / run_.opts.dist.world_size;
+  r.mfu = peak_tflops > 0 ? r.tflops / peak_tflops : 0;
+  r.peak_bytes = run_.device->peak_bytes() + run_.services->peak_bytes();
+  if (!std::isfinite(s.loss))
+    throw UserError("loss is " + std::to_string(s.loss) + " at step " + std::to_string(s.step) +
+                    "; lower optimizer.lr or enable clip_grad");
+  if (jsonl_) {
+    nlohmann::json j{
+        {"step", s.step},
+        {"loss", s.loss},
+        {"lr", s.lr},
+        {"grad_norm", s.grad_norm},
+        {"ms_per_step", s.ms},
+        {"samples_per_s", r.samples_per_s},
+        {"tokens_per_s", r.tokens_per_s},
+        {"tflops_per_device", r.tflops},
+        {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
+        {"pipeline_efficiency", pp > 1 ? nlohmann::json(s.efficiency) : nlohmann::json()},
+        {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(s.stage_peak) : nlohmann::json()},
+        {"peak_memory_bytes", r.peak_bytes}};
+    if (std::isfinite(s.valid_loss)) {
+      j["valid_loss"] = s.valid_loss;
+      j["valid_ppl"] = std::exp(s.valid_loss);
+    }
+    jsonl_->write_line(j.dump());
+  }
+  if (!run_.opts.quiet && (s.step % t.log_interval == 0 || s.step == 1 || s.step == t.train_iters))
+    spdlog::info(
+        "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad-norm {:.3f} | {:.1f} ms | "
+        "{:.1f} samples/s | {:.0f} tokens/s | {:.3f} TFLOP/s{} | peak {}",
+        s.step, t.train_iters, s.loss, s.lr, s.grad_norm, s.ms, r.samples_per_s, r.tokens_per_s,
+        r.tflops,
+        (peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string()) +
+            (pp > 1 ? fmt::format(" | pipeline {:.0f}%", 100 * s.efficiency) : std::string()),
+        mib(r.peak_bytes));
+  return r;
+}
+
+void MetricsLog::close() {
+  if (jsonl_) jsonl_->close();
+}
+
+CheckpointSaver::CheckpointSaver(const Run& run) : run_(run) {
+  // This rank's place, and how every rank hears of every other's file.
+  const DistEnv& env = run.opts.dist;
+  rank_.rank = env.rank;
+  rank_.world = env.world_size;
+  rank_.coords = run.me;
+  rank_.world_gather = [&run](const std::vector<uint8_t>& mine) {
+    if (!run.dist) return mine;
+    Device& device = *run.device;
+    const int world = run.opts.dist.world_size;
+    // Bytes as they are (a gather never computes on them), in 4-byte words on the device.
+    const size_t words = (mine.size() + 3) / 4, n = words * size_t(world);
+    std::vector<uint8_t> host(n * 4, 0);
+    std::memcpy(host.data(), mine.data(), mine.size());
+    Buffer<float> send(device, words, "checkpoint reports"), recv(device, n, "checkpoint reports");
+    device.to_device(send.data(), host.data(), words * 4);
+    run.dist->world.all_gather(send.data(), recv.data(), n, dl_float32(), device.dl_device())
+        .wait(run.dist->timeout);
+    device.to_host(host.data(), recv.data(), n * 4);
+    std::vector<uint8_t> all;
+    for (int r = 0; r < world; ++r)
+      all.insert(all.end(), host.begin() + long(size_t(r) * words * 4),
+                 host.begin() + long(size_t(r) * words * 4 + mine.size()));
+    return all;
+  };
+}
+
+void CheckpointSaver::after_step(int step, bool stopping) {
+  const Config& cfg = run_.cfg;
+  const int every = cfg.checkpoint.save_interval;
+  if (cfg.checkpoint.save.empty() ||
+      !(step == cfg.training.train_iters || stopping || (every > 0 && step % every == 0)))
+    return;
+  const auto s0 = std::chrono::steady_clock::now();
+  last_ = save_checkpoint(cfg, run_.spec, *run_.state, rank_, step);
+  if (!run_.opts.quiet)
+    spdlog::info(
+        "saved checkpoint {} in {:.0f} ms", last_,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+}
+
+void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
+  const Config& cfg = run.cfg;
+  const bool quiet = run.opts.quiet;
+  const double ran = std::max<size_t>(1, result.steps.size());
+  // The tensor group's traffic per step, as counted against Megatron's formula.
+  TensorTraffic counted;
+  for (const auto& ch : run.chunks) {
+    const TensorCommVolume& vol = ch->comm_volume();
+    counted.activations += vol.activations / ran;
+    counted.logits += vol.logits / ran;
+    counted.replicated_grads += vol.replicated_grads / ran;
+  }
+  result.tensor_traffic_counted = counted;
+  result.tensor_traffic_formula = tensor_traffic_formula(cfg, run.me.pp);
+  if (run.host_device && !quiet)
+    spdlog::info(
+        "optimizer offloaded to the host: {} each way per step (gradients down, weights up); "
+        "host memory {} (master weights and Adam moments of this rank's shard), training device "
+        "peak {}",
+        mib(size_t(double(optimizer.offloaded_bytes()) / ran)), mib(run.host_device->peak_bytes()),
+        mib(run.device->peak_bytes()));
+  if (run.dist) {
+    // The paper counts one forward and backward per step: 2Ψ (reduce-scatter + all-gather, or
+    // an all-reduce) for stages 0-2, 3Ψ for stage 3, each times (N-1)/N in ring accounting.
+    const int zstage = cfg.zero_optimization.stage;
+    const double psi = double(run.state->size()), nd = run.dist->comms.dp->size();
+    result.zero_traffic_counted = run.dist->data->take_traffic() / ran;
+    result.zero_traffic_paper = (zstage == 3 ? 3 : 2) * psi * 4 * (nd - 1) / nd;
+    if (!quiet)
+      spdlog::info(
+          "data-parallel traffic per step per rank: counted {:.0f} B ({:.2f}Ψ over {} "
+          "micro-batches); the ZeRO paper's {}Ψ = {:.0f} B (one micro-batch per step)",
+          result.zero_traffic_counted,
+          nd > 1 ? result.zero_traffic_counted / (psi * 4 * (nd - 1) / nd) : 0.0,
+          cfg.training.gradient_accumulation_steps, zstage == 3 ? 3 : 2, result.zero_traffic_paper);
+  }
+  if (run.tp() > 1 && !quiet) {
+    const TensorTraffic& c = result.tensor_traffic_counted;
+    const TensorTraffic& f = result.tensor_traffic_formula;
+    spdlog::info(
+        "tensor-parallel traffic per step per rank: counted {:.0f} B (activations {:.0f}, "
+        "logits {:.0f}, replicated grads {:.0f}); Megatron's formula {:.0f} B ({:.0f}, {:.0f}, "
+        "{:.0f})",
+        c.total(), c.activations, c.logits, c.replicated_grads, f.total(), f.activations, f.logits,
+        f.replicated_grads);
+  }
+  if (!cfg.output.export_hf.empty() && result.stopped_at == 0) {
+    // Every tensor-parallel rank takes part in the gather; rank 0 writes.
+    const Buffer<float> whole = run.state->whole_params();
+    const std::vector<float> full = run.whole_model(whole.data());
+    if (run.opts.dist.rank == 0) {
+      export_hf(cfg.output.export_hf, cfg.model, run.model().full_layout(), full.data());
+      if (!quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
+    }
+  }
+}
+
+}  // namespace triad

@@ -1,0 +1,63 @@
+#include "triad/core/train/stop_signals.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+namespace triad {
+
+namespace {
+
+std::atomic<bool> g_armed{false};
+std::atomic<int> g_signal{0};
+
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// The default action, from this thread: unblocked here, the signal ends the process.
+[[noreturn]] void die_of(int sig) {
+  const sigset_t set = stop_set();
+  ::signal(sig, SIG_DFL);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(sig);
+  for (;;) ::pause();  // not reached: the default action of SIGTERM / SIGINT ends the process
+}
+
+}  // namespace
+
+void take_stop_signals() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  const sigset_t set = stop_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      int none = 0;
+      if (!g_armed.load() || !g_signal.compare_exchange_strong(none, sig)) die_of(sig);
+    }
+  }).detach();
+}
+
+StopSignalsArmed::StopSignalsArmed() {
+  g_signal = 0;
+  g_armed = true;
+}
+
+StopSignalsArmed::~StopSignalsArmed() {
+  g_armed = false;
+}
+
+int stop_signal() {
+  return g_signal.load();
+}
+
+}  // namespace triad

@@ -1,0 +1,204 @@
+#include "triad/core/train/training_step.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "triad/core/dist/rank_status.hpp"
+#include "triad/core/io/safetensors.hpp"
+#include "triad/core/train/stop_signals.hpp"
+
+namespace triad {
+
+namespace {
+
+// Evaluation's messages apart from training's.
+constexpr uint32_t kEvalTags = 1u << 30;
+
+PipelineExecutor::Place executor_place(const Run& run) {
+  PipelineExecutor::Place p;
+  p.stage = run.me.pp;
+  p.stages = run.stages();
+  p.chunks = run.chunks_per_stage;
+  p.buffers = run.schedule.buffers;
+  p.micro_batch = run.cfg.training.micro_batch_size;
+  p.seq_length = run.cfg.model.seq_length;
+  return p;
+}
+
+std::vector<GPT*> chunk_pointers(const Run& run) {
+  std::vector<GPT*> out;
+  for (const auto& c : run.chunks) out.push_back(c.get());
+  return out;
+}
+
+// Writes the whole model's gradients (Hugging Face names, Triad's (out,in) shapes) to
+// DIR/grads.safetensors.
+void write_grads(const std::string& dir, const GptLayout& layout, const std::vector<float>& g) {
+  std::filesystem::create_directories(dir);
+  std::vector<safetensors::TensorRef> ts;
+  for (const auto& p : layout.params) ts.push_back({p.name, p.shape, g.data() + p.offset});
+  safetensors::write_f32((std::filesystem::path(dir) / "grads.safetensors").string(), ts);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TrainingStep::TrainingStep(Run& run, Optimizer& optimizer)
+    : run_(run),
+      optimizer_(optimizer),
+      // With data parallelism each rank also scales by 1/dp, so the data plugin's sum over the
+      // group is the mean (zero_optimization: no pass over the gradients after the reduction).
+      executor_(chunk_pointers(run), executor_place(run), *run.device, run.act,
+                run.dist ? run.dist->comms.pp.get() : nullptr, run.timeout,
+                1.0f / (float(run.cfg.training.gradient_accumulation_steps) * float(run.dp())),
+                run.pipeline->name()),
+      partitioned_(run.state->grads_partitioned()),
+      // Without interleaving the last BACKWARD of the step hands finished gradient ranges to
+      // the data plugin as it goes (overlapping its reduction); with interleaved chunks the
+      // data plugin gets the whole arena at REDUCE_GRADS.
+      overlap_(run.chunks_per_stage == 1),
+      // With pipeline stages the tied word embedding's gradient is summed over the first and
+      // last stage before the data plugin may reduce it: the range holding it waits for
+      // REDUCE_TIED_GRADS.
+      tied_split_(run.stages() > 1),
+      tied_range_(run.me.pp == 0 ? run.spec.embedding : run.spec.head) {
+  // ZeRO-2/3 reduce every micro-batch's gradients unit by unit, but the tied embedding's only
+  // once, after REDUCE_TIED_GRADS summed it over the stages.
+  if (partitioned_ && tied_split_ && tied_range_.size()) run.state->defer_unit(tied_range_);
+  if (run.spec.placement.has_embedding || run.spec.placement.has_head) {
+    wte_off_ = run.spec.find("wte.weight").offset;
+    wte_n_ = run.spec.find("wte.weight").numel;
+  }
+}
+
+StepOutcome TrainingStep::run(int step) {
+  const Config& cfg = run_.cfg;
+  const auto t0 = std::chrono::steady_clock::now();
+  step_ = step;
+  lr_ = learning_rate(cfg.optimizer, cfg.lr_schedule, cfg.training.train_iters, step);
+  norm_ = 0;
+  run_.model().zero_grad();
+  const PipelineExecutor::Work work =
+      executor_.run(run_.schedule.instrs, *run_.data, step - 1, this);
+  StepOutcome out;
+  out.step = step;
+  out.lr = lr_;
+  out.grad_norm = norm_;
+  // The last stage computed the loss; every rank reports the data-parallel mean. A stop
+  // signal any rank received rides along, so that every rank stops after the same step.
+  DistributedRun* dist = run_.dist.get();
+  const int pp = run_.stages();
+  std::vector<double> agreed{work.loss / cfg.training.gradient_accumulation_steps,
+                             double(stop_signal() != 0)};
+  if (pp > 1) agreed = dist->sum(*dist->comms.pp, agreed);
+  if (dist) agreed = dist->sum(*dist->comms.dp, agreed);
+  if (run_.tp() > 1) agreed[1] = dist->sum(*dist->comms.tp, agreed[1]);
+  out.loss = agreed[0] / (dist ? run_.dp() : 1);
+  out.stop_requested = agreed[1] > 0;
+  run_.device->synchronize();  // the step's time includes its device work
+  out.ms = ms_since(t0);
+  // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
+  // communication and waiting included); and each stage's peak memory (GPipe's grows with
+  // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
+  // busy time, then its peak in its own slot.
+  if (pp > 1) {
+    std::vector<double> mine(size_t(pp) + 1, 0.0);
+    mine[0] = work.busy_ms;
+    mine[size_t(run_.me.pp) + 1] = double(run_.device->peak_bytes() + run_.services->peak_bytes());
+    const std::vector<double> all = dist->sum(*dist->comms.pp, mine);
+    out.efficiency = all[0] / (pp * out.ms);
+    out.stage_peak.assign(all.begin() + 1, all.end());
+  }
+  return out;
+}
+
+GPT::GradsReady TrainingStep::grads_ready(bool last) {
+  ModelState& state = *run_.state;
+  if (partitioned_)
+    return [this, &state](size_t off, size_t n) {
+      if (!is_tied(off, n)) state.grads_done({off, off + n});
+    };
+  if (run_.dist && overlap_ && last)
+    return [this](size_t off, size_t n) {
+      if (!is_tied(off, n)) run_.dist->data->grads_ready(run_.model().grads(), off, n);
+    };
+  return nullptr;
+}
+
+void TrainingStep::reduce_tied_grads() {
+  if (!tied_split_) return;
+  DistributedRun& dist = *run_.dist;  // pipeline stages run in a job of several ranks
+  ModelState& state = *run_.state;
+  if (dist.embedding)
+    dist.embedding
+        .all_reduce(state.grad(wte_off_), state.grad(wte_off_), wte_n_, dl_float32(),
+                    TRIAD_REDUCE_SUM, run_.device->dl_device())
+        .wait(run_.timeout);
+  if (partitioned_)
+    state.grads_done(tied_range_);
+  else if (overlap_)
+    dist.data->grads_ready(run_.model().grads(), tied_range_.begin, tied_range_.size());
+}
+
+void TrainingStep::reduce_grads() {
+  if (partitioned_) {
+    run_.state->finish_grads();
+  } else if (run_.dist) {
+    GPT& model = run_.model();
+    if (!overlap_) run_.dist->data->grads_ready(model.grads(), 0, model.num_params());
+    run_.dist->data->finish_grads(model.grads());
+  }
+}
+
+void TrainingStep::optimizer_step() {
+  norm_ = optimizer_.grad_norm();
+  if (step_ == 1 && !run_.opts.grads_dump_dir.empty()) {
+    const Buffer<float> whole = run_.state->whole_grads();
+    const std::vector<float> g = run_.whole_model(whole.data());
+    if (run_.opts.dist.rank == 0)
+      write_grads(run_.opts.grads_dump_dir, run_.model().full_layout(), g);
+  }
+  optimizer_.step(norm_, lr_, step_);
+}
+
+double TrainingStep::evaluate_after(int step) {
+  const TrainingConfig& t = run_.cfg.training;
+  // Validation every eval_interval steps, and after the last step (Megatron's end-of-training
+  // evaluation) when that is not one of them.
+  const int every = t.eval_interval;
+  if (!run_.valid || (step % every != 0 && step != t.train_iters)) return std::nan("");
+  const int64_t round = step % every == 0 ? step / every - 1 : step / every;
+  const double loss = evaluate(round);
+  if (!run_.opts.quiet)
+    spdlog::info("validation loss at step {} | loss {:.4f} | perplexity {:.3f} | {} batches", step,
+                 loss, std::exp(loss), t.eval_iters);
+  return loss;
+}
+
+// Validation: forward passes only, over eval_iters global batches of the validation data, the
+// pipeline's activations passed on as in training (buffer 0; no backward follows). Evaluation
+// `round` reads validation batches [round·eval_iters, (round+1)·eval_iters): like Megatron's
+// validation iterator, each evaluation moves on to new samples, and the round is a function of
+// the step, so a resumed run evaluates what the run that never stopped did.
+double TrainingStep::evaluate(int64_t round) {
+  const TrainingConfig& t = run_.cfg.training;
+  const int accum = t.gradient_accumulation_steps;
+  const std::vector<triad_pipe_instr_v1> stream =
+      forward_only_stream(run_.me.pp, run_.stages(), run_.chunks_per_stage, accum);
+  PipelineExecutor::Work sum;
+  for (int it = 0; it < t.eval_iters; ++it)
+    sum = executor_.run(stream, *run_.valid, round * t.eval_iters + it, nullptr, kEvalTags, sum);
+  executor_.drain_sends();
+  double loss = sum.loss / (double(t.eval_iters) * accum);
+  DistributedRun* dist = run_.dist.get();
+  if (run_.stages() > 1) loss = dist->sum(*dist->comms.pp, loss);
+  if (dist) loss = dist->sum(*dist->comms.dp, loss) / run_.dp();
+  return loss;
+}
+
+}  // namespace triad
