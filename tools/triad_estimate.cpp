@@ -11,6 +11,7 @@
 // memory cgroup's limit where lower) shared by the job's ranks.
 // Exit 0 fits, 1 does not fit, 2 bad input (one line on stderr).
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <iostream>
@@ -124,67 +125,58 @@ triad::Config load(const std::string& path, const std::vector<std::string>& sets
   }
 }
 
-int run(const std::string& path, int world, bool world_given, const std::vector<std::string>& sets,
-        const std::string& memory, bool json) {
-  const triad::Config cfg = load(path, sets, world, world_given);
+// What run() decided: this rank's need against the limit, and what to do about it.
+struct Verdict {
+  size_t need = 0, limit = 0;
+  std::string limit_text;
+  bool fits = false, with_host = false;
+  std::optional<triad::MemoryFix> fix;
+  std::vector<ByRecompute> recompute;
+};
+
+// Per ZeRO stage, per pipeline stage.
+using ZeroStages = std::array<std::vector<MemoryEstimate>, 4>;
+
+int print_json(const std::string& path, int world, const triad::Config& cfg, const ZeroStages& all,
+               const Verdict& v) {
   const auto& par = cfg.parallel;
   const int configured = cfg.zero_optimization.stage;
-  const auto all = triad::estimate_memory_zero_stages(cfg, world);
-  const std::vector<MemoryEstimate>& mine = all[size_t(std::clamp(configured, 0, 3))];
-  // A CPU run's offloaded optimizer state (host device) lives in the same memory.
-  const bool with_host = cfg.device == "cpu";
-  const size_t need = triad::peak_per_rank(mine, with_host);
-  size_t limit = 0;
-  std::string limit_text;
-  if (!memory.empty()) {
-    limit = parse_size(memory);
-    limit_text = "--memory-per-device " + memory;
-  } else {
-    std::string how;
-    const size_t host = triad::host_memory_available(&how);
-    if (host == 0)
-      throw triad::UserError(
-          "cannot tell how much memory this machine has available (no MemAvailable in "
-          "/proc/meminfo); give --memory-per-device");
-    limit = host / size_t(world);
-    limit_text = how + " " + triad::memory_text(double(host)) +
-                 (world > 1 ? " shared by the job's " + std::to_string(world) + " ranks" : "") +
-                 (cfg.device == "cuda" ? "; for GPU memory give --memory-per-device" : "");
+  const size_t need = v.need, limit = v.limit;
+  const bool fits = v.fits, with_host = v.with_host;
+  const std::vector<ByRecompute>& recompute = v.recompute;
+  const std::optional<triad::MemoryFix>& fix = v.fix;
+  nlohmann::json j{{"config", path},
+                   {"world", world},
+                   {"tensor_model_parallel_size", par.tensor_model_parallel_size},
+                   {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
+                   {"data_parallel_size", par.data_parallel_size},
+                   {"configured_stage", configured},
+                   {"peak_per_rank", need},
+                   {"limit_bytes", limit},
+                   {"fits", fits},
+                   {"fix", nullptr},
+                   {"recompute_granularity", cfg.training.recompute_granularity},
+                   {"by_recompute", nlohmann::json::object()},
+                   {"zero_stages", nlohmann::json::array()}};
+  for (const ByRecompute& r : recompute)
+    j["by_recompute"][r.granularity] = {{"activations", r.activations}, {"peak", r.peak}};
+  for (int s = 0; s < 4; ++s) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const MemoryEstimate& e : all[size_t(s)]) stages.push_back(to_json(e));
+    j["zero_stages"].push_back({{"stage", s},
+                                {"peak_per_rank", triad::peak_per_rank(all[size_t(s)], with_host)},
+                                {"pipeline_stages", stages}});
   }
-  const bool fits = need <= limit;
-  std::optional<triad::MemoryFix> fix;
-  if (!fits) fix = triad::cheapest_memory_fix(cfg, world, limit);
-  const std::vector<ByRecompute> recompute = by_recompute(cfg, world, with_host);
+  if (fix) j["fix"] = {{"text", fix->text}, {"sets", fix->sets}, {"bytes", fix->bytes}};
+  std::cout << j.dump(2) << std::endl;
+  return fits ? 0 : 1;
+}
 
-  if (json) {
-    nlohmann::json j{{"config", path},
-                     {"world", world},
-                     {"tensor_model_parallel_size", par.tensor_model_parallel_size},
-                     {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
-                     {"data_parallel_size", par.data_parallel_size},
-                     {"configured_stage", configured},
-                     {"peak_per_rank", need},
-                     {"limit_bytes", limit},
-                     {"fits", fits},
-                     {"fix", nullptr},
-                     {"recompute_granularity", cfg.training.recompute_granularity},
-                     {"by_recompute", nlohmann::json::object()},
-                     {"zero_stages", nlohmann::json::array()}};
-    for (const ByRecompute& r : recompute)
-      j["by_recompute"][r.granularity] = {{"activations", r.activations}, {"peak", r.peak}};
-    for (int s = 0; s < 4; ++s) {
-      nlohmann::json stages = nlohmann::json::array();
-      for (const MemoryEstimate& e : all[size_t(s)]) stages.push_back(to_json(e));
-      j["zero_stages"].push_back(
-          {{"stage", s},
-           {"peak_per_rank", triad::peak_per_rank(all[size_t(s)], with_host)},
-           {"pipeline_stages", stages}});
-    }
-    if (fix) j["fix"] = {{"text", fix->text}, {"sets", fix->sets}, {"bytes", fix->bytes}};
-    std::cout << j.dump(2) << std::endl;
-    return fits ? 0 : 1;
-  }
-
+// The table of every ZeRO stage for each pipeline stage.
+void print_table(const std::string& path, int world, const triad::Config& cfg,
+                 const ZeroStages& all) {
+  const auto& par = cfg.parallel;
+  const int configured = cfg.zero_optimization.stage;
   const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
   std::cout << "triad-estimate: " << path << " | world " << world << " = tp " << tp << " x pp "
             << pp << " x dp " << par.data_parallel_size
@@ -239,9 +231,19 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
                  "partitions them";
   if (marked_export) std::cout << "; e: the peak is output.export_hf gathering the model";
   std::cout << "\n";
+}
+
+// The recomputation line, the offload line and the verdict; the exit code.
+int print_verdict(const triad::Config& cfg, const std::vector<MemoryEstimate>& mine,
+                  const Verdict& v) {
+  const int configured = cfg.zero_optimization.stage;
+  const size_t need = v.need, limit = v.limit;
+  const bool with_host = v.with_host;
+  const std::optional<triad::MemoryFix>& fix = v.fix;
+  const std::string& limit_text = v.limit_text;
   std::cout << "training.recompute_granularity at ZeRO stage " << configured
             << " (activations / total per rank, MiB):";
-  for (const ByRecompute& r : recompute)
+  for (const ByRecompute& r : v.recompute)
     std::cout << (r.granularity == "none" ? " " : ", ") << r.granularity
               << (r.granularity == cfg.training.recompute_granularity ? "*" : "") << " "
               << mib(r.activations) << " / " << mib(r.peak);
@@ -257,7 +259,7 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
                             : ", not in the device totals")
               << "\n";
   }
-  if (fits) {
+  if (v.fits) {
     std::cout << "fits: " << triad::memory_text(double(need)) << " per rank at ZeRO stage "
               << configured << ", limit " << triad::memory_text(double(limit)) << " per rank ("
               << limit_text << ")" << std::endl;
@@ -277,6 +279,42 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
               << std::endl;
   }
   return 1;
+}
+
+int run(const std::string& path, int world, bool world_given, const std::vector<std::string>& sets,
+        const std::string& memory, bool json) {
+  const triad::Config cfg = load(path, sets, world, world_given);
+  const int configured = cfg.zero_optimization.stage;
+  const auto all = triad::estimate_memory_zero_stages(cfg, world);
+  const std::vector<MemoryEstimate>& mine = all[size_t(std::clamp(configured, 0, 3))];
+  // A CPU run's offloaded optimizer state (host device) lives in the same memory.
+  const bool with_host = cfg.device == "cpu";
+  Verdict v;
+  v.with_host = with_host;
+  v.need = triad::peak_per_rank(mine, with_host);
+  size_t& limit = v.limit;
+  std::string& limit_text = v.limit_text;
+  if (!memory.empty()) {
+    limit = parse_size(memory);
+    limit_text = "--memory-per-device " + memory;
+  } else {
+    std::string how;
+    const size_t host = triad::host_memory_available(&how);
+    if (host == 0)
+      throw triad::UserError(
+          "cannot tell how much memory this machine has available (no MemAvailable in "
+          "/proc/meminfo); give --memory-per-device");
+    limit = host / size_t(world);
+    limit_text = how + " " + triad::memory_text(double(host)) +
+                 (world > 1 ? " shared by the job's " + std::to_string(world) + " ranks" : "") +
+                 (cfg.device == "cuda" ? "; for GPU memory give --memory-per-device" : "");
+  }
+  v.fits = v.need <= limit;
+  if (!v.fits) v.fix = triad::cheapest_memory_fix(cfg, world, limit);
+  v.recompute = by_recompute(cfg, world, with_host);
+  if (json) return print_json(path, world, cfg, all, v);
+  print_table(path, world, cfg, all);
+  return print_verdict(cfg, mine, v);
 }
 
 }  // namespace

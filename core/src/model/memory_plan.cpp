@@ -377,69 +377,87 @@ std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
 
 // ---------------------------------------------------------------------------------------------
 // The estimate of one layout, with the plugins already loaded.
-std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero_stage,
-                                     const Plugins& plugins) {
+
+// One micro-batch's activation sizes under the layout (model.cpp GPT::setup), in bytes.
+struct ActShapes {
+  size_t a = 4, cb = 0;  // bytes of an activation element; of the compute copy per weight
+  bool full = false, selective = false, sp = false, gather_in = false, vocab_parallel_ce = false;
+  size_t T = 0, C = 0, BT = 0, BTs = 0;  // BT tokens of a micro-batch, BTs of token-split regions
+  size_t kept_per_block = 0;             // what a set keeps of each block beside its input
+  size_t recompute_work = 0;             // the recomputation's shared work set (per chunk)
+  size_t scratch = 0;                    // backward scratch (per chunk)
+  size_t exchange = 0;                   // the tensor-parallel exchange buffers (per chunk)
+  size_t workspace = 0;                  // the attention plugin's (per chunk)
+};
+
+ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& par = cfg.parallel;
-  const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
-  const int dp = std::max(1, par.data_parallel_size), v = par.virtual_pipeline_model_parallel_size;
-  const int micro = cfg.training.micro_batch_size, accum = cfg.training.gradient_accumulation_steps;
+  const int tp = par.tensor_model_parallel_size, micro = cfg.training.micro_batch_size;
   const Recompute recompute = recompute_of(cfg.training);
-  const bool full = recompute == Recompute::full, selective = recompute == Recompute::selective;
-  const bool distributed = world_size > 1;
-  const bool part_grads = distributed && zero_stage >= 2;
-  const bool part_params = distributed && zero_stage >= 3;
   const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
-  const size_t a = dtype_bytes(act), cb = act == DType::f32 ? 0 : a;  // compute copy per element
   const TensorPlan& plan = plugins.plan;
-  const bool sp = tp > 1 && par.sequence_parallel;
-  const bool gather_in =
+  ActShapes s;
+  s.full = recompute == Recompute::full;
+  s.selective = recompute == Recompute::selective;
+  s.a = dtype_bytes(act);
+  s.cb = act == DType::f32 ? 0 : s.a;
+  s.sp = tp > 1 && par.sequence_parallel;
+  s.gather_in =
       plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT].forward == TRIAD_TENSOR_ALL_GATHER;
-  const bool vocab_parallel_ce =
+  s.vocab_parallel_ce =
       plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS].forward != TRIAD_TENSOR_IDENTITY;
-
-  // Shapes (model.cpp GPT::setup): BT tokens of a micro-batch, BTs of the token-split regions.
-  const size_t T = size_t(m.seq_length), C = size_t(m.hidden_size);
-  const size_t BT = size_t(micro) * T, BTs = sp ? BT / size_t(tp) : BT;
+  const size_t a = s.a;
+  s.T = size_t(m.seq_length);
+  s.C = size_t(m.hidden_size);
+  s.BT = size_t(micro) * s.T;
+  s.BTs = s.sp ? s.BT / size_t(tp) : s.BT;
+  const size_t BT = s.BT, BTs = s.BTs, C = s.C;
   const size_t Cl = C / size_t(tp), Fl = 4 * C / size_t(tp);
   const size_t Hl = size_t(m.num_attention_heads / tp);
   // alloc_block_acts: one block's activations; core_acts the attention core's output and lse
   // among them (what selective recomputation keeps one of per model chunk, in work_).
   const size_t core_acts = BT * Cl * a /* atty */ + BT * Hl * 4 /* lse */;
   const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
-                            (gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
+                            (s.gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
                             core_acts + 2 * BT * Fl * a /* fch, fch_gelu */;
-  // What a set keeps of each block beside its input, and what the recomputation shares (per
-  // model chunk).
-  const size_t kept_per_block = full ? 0 : selective ? block_acts - core_acts : block_acts;
-  const size_t recompute_work = full ? block_acts + BTs * C * a : selective ? core_acts : 0;
+  s.kept_per_block = s.full ? 0 : s.selective ? block_acts - core_acts : block_acts;
+  s.recompute_work = s.full ? block_acts + BTs * C * a : s.selective ? core_acts : 0;
   // Backward scratch: dres, dln, dqkv, datty, dfch, dfch_gelu.
-  const size_t scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
-  const size_t exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
-  size_t ws = 0;
-  {
-    const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
-    const triad_attention_shape_v1 shape{
-        micro, int(Hl), m.seq_length, m.hidden_size / m.num_attention_heads, 1, dl_dtype(act), dev};
-    size_t f = 0, b = 0;
-    plugins.attention->workspace_size(shape, &f, &b);
-    ws = std::max(f, b);
-  }
-  const std::vector<PipeSchedule> streams = plugins.pipeline->schedules(pp, accum, v);
+  s.scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
+  s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
+  const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
+  const triad_attention_shape_v1 shape{
+      micro, int(Hl), m.seq_length, m.hidden_size / m.num_attention_heads, 1, dl_dtype(act), dev};
+  size_t f = 0, b = 0;
+  plugins.attention->workspace_size(shape, &f, &b);
+  s.workspace = std::max(f, b);
+  return s;
+}
+
+// A pipeline stage's tensors (tensor rank 0), its model chunks, and each chunk's forward and
+// backward FLOPs (for the send simulation).
+struct StagePlan {
+  ParamSpec spec;
+  std::vector<Chunk> chunks;
+  std::vector<double> cost, bwd_cost;
+};
+
+std::vector<StagePlan> stage_plans(const Config& cfg, const Plugins& plugins, const ActShapes& s) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& par = cfg.parallel;
+  const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
+  const int v = par.virtual_pipeline_model_parallel_size;
   const std::vector<int> layers = pipeline_partition(cfg);
   const int chunk_layers = m.num_layers / (pp * v);
-
-  // Each stage's chunks and its ParamSpec (tensor rank 0).
-  std::vector<ParamSpec> specs;
-  std::vector<std::vector<Chunk>> stage_chunks;
-  // Forward and backward FLOPs per chunk, for the send simulation.
-  std::vector<std::vector<double>> cost, bwd_cost;
+  const double BT = double(s.BT), T = double(s.T), C = double(s.C);
+  std::vector<StagePlan> out;
   int first = 0;
   for (int st = 0; st < pp; ++st) {
     Placement place;
     place.tp_size = tp;
     place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
-    place.split = plan.split;
+    place.split = plugins.plan.split;
     place.first_layer = first;
     place.num_layers = layers[size_t(st)];
     place.has_embedding = st == 0;
@@ -448,130 +466,170 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
       for (int c = 0; c < v; ++c)
         place.chunks.push_back({(c * pp + st) * chunk_layers, chunk_layers});
     first += layers[size_t(st)];
-    specs.push_back(build_param_spec(m, place));
-    std::vector<Chunk> chunks;
+    StagePlan plan;
+    plan.spec = build_param_spec(m, place);
     if (v > 1) {
       for (int c = 0; c < v; ++c)
-        chunks.push_back(
+        plan.chunks.push_back(
             {c * chunk_layers, chunk_layers, st == 0 && c == 0, st == pp - 1 && c == v - 1});
     } else {
-      chunks.push_back({0, int(specs.back().layers.size()), st == 0, st == pp - 1});
+      plan.chunks.push_back({0, int(plan.spec.layers.size()), st == 0, st == pp - 1});
     }
-    std::vector<double> c_cost, b_cost;
-    const double Vl = double(specs.back().padded_vocab_size / tp);
-    for (const Chunk& c : chunks) {
-      const double attention = double(BT) * c.blocks * 4.0 * T * C / tp;
-      c_cost.push_back(
-          double(BT) * (c.blocks * 24.0 * C * C / tp + (c.head ? 2.0 * C * Vl : 0.0) + double(C)) +
-          attention);
-      b_cost.push_back(2 * c_cost.back() + (full ? c_cost.back() : selective ? attention : 0.0));
+    const double Vl = double(plan.spec.padded_vocab_size / tp);
+    for (const Chunk& c : plan.chunks) {
+      const double attention = BT * c.blocks * 4.0 * T * C / tp;
+      plan.cost.push_back(BT * (c.blocks * 24.0 * C * C / tp + (c.head ? 2.0 * C * Vl : 0.0) + C) +
+                          attention);
+      plan.bwd_cost.push_back(2 * plan.cost.back() + (s.full        ? plan.cost.back()
+                                                      : s.selective ? attention
+                                                                    : 0.0));
     }
-    cost.push_back(c_cost);
-    bwd_cost.push_back(b_cost);
-    stage_chunks.push_back(chunks);
+    out.push_back(std::move(plan));
   }
-  const std::vector<int> copies =
-      pp > 1 ? simulate_send_copies(streams, cost, bwd_cost) : std::vector<int>(size_t(pp), 0);
+  return out;
+}
 
-  std::vector<MemoryEstimate> out;
-  for (int st = 0; st < pp; ++st) {
-    const ParamSpec& spec = specs[size_t(st)];
-    const std::vector<Chunk>& chunks = stage_chunks[size_t(st)];
-    const int sets = streams[size_t(st)].buffers;
-    MemoryEstimate e;
-    e.zero_stage = zero_stage;
-    const size_t psi = spec.total;
-    e.elements = psi;
-    // Activations per chunk (make_act_set x sets, recomputation's work set) and its scratch.
-    size_t acts = 0;
-    for (const Chunk& c : chunks) {
-      const size_t nl = size_t(c.blocks);
-      size_t set = nl * (BTs * C * a /* res_in */ + kept_per_block) + BTs * C * a /* res_out */ +
-                   (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
-      if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
-      if (c.head) {
-        const size_t Vl = size_t(spec.padded_vocab_size / tp);
-        set += BTs * C * a + (gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
-               2 * BT * 4 + (vocab_parallel_ce ? 3 * BT * 4 : 0);
-      }
-      acts += size_t(sets) * set + recompute_work + scratch;
-      e.workspace += ws;
-      e.tensor_exchange += exchange;
-    }
-    e.activations = acts;
-    const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
-    e.pipeline_sends = size_t(copies[size_t(st)]) * io;
-    // The collectives' scalars: one float, replaced at the first pipelined step's end by pp + 1
-    // (both alive for a moment).
-    e.scalars = distributed ? (pp > 1 ? size_t(pp + 2) * 4 : 4) : 0;
-    // Model states (ModelState, and the data plugin's ownership for rank 0).
-    size_t shard = 0;
-    {
-      std::vector<size_t> sizes;
-      if (spec.embedding.size()) sizes.push_back(spec.embedding.size());
-      for (const LayerRange& l : spec.layers) sizes.push_back(l.range.size());
-      if (spec.head.size()) sizes.push_back(spec.head.size());
-      for (size_t n : sizes) {
-        uint64_t off = 0, cnt = 0;
-        triad_transport_block(n, dp, 0, &off, &cnt);
-        shard += cnt;
-      }
-    }
-    uint64_t block_off = 0, block = psi;
-    if (distributed && zero_stage == 1) triad_transport_block(psi, dp, 0, &block_off, &block);
-    e.params = part_params ? (4 + cb) * shard : (4 + cb) * psi;
-    e.grads = part_grads ? 4 * shard : 4 * psi;
-    const size_t opt = part_grads ? shard : size_t(block);  // elements this rank steps
-    // ZeRO-Offload moves the moments to the host device, beside an fp32 master copy of the
-    // weights and the gradients it steps with (ModelState::offload_optimizer).
-    // (Stage 1 and above: stage 0 has no shard to offload and is refused with it.)
-    const bool offload = cfg.zero_optimization.offload_optimizer.device == "cpu" && zero_stage >= 1;
-    e.optimizer = offload ? 0 : 8 * opt;
-    e.host = offload ? 16 * opt : 0;
-    if (part_grads) {
-      const WindowPeak wp =
-          simulate_windows(spec, chunks, streams[size_t(st)], pp, part_params, a, 2);
-      e.grad_windows = wp.grads;
-      e.param_windows = wp.params;
-    }
-    // Before the step: ModelState's constructor holds the whole weights (and their compute
-    // copy; the gradient arena is deferred to shard_optimizer / partition, which allocate what
-    // the stage keeps) beside every GPT allocation; at stage 3 ModelState::partition briefly
-    // holds the whole weights, their shard copy and the gradient shard. (With offload the
-    // moments are allocated on the host device from the start.)
-    const size_t model_side = acts + e.workspace + e.tensor_exchange + (distributed ? 4 : 0);
-    e.setup = (4 + cb) * psi + model_side;
-    if (part_params) e.setup = std::max(e.setup, (4 + cb) * psi + 8 * shard + model_side);
-    if (!cfg.output.export_hf.empty()) {
-      // ModelState::whole_params, then whole_model's tensor-parallel and pipeline gathers.
-      const size_t F = gpt_layout(m).total;
-      const size_t end =
-          e.model_states() + acts + e.workspace + e.tensor_exchange + e.pipeline_sends + e.scalars;
-      e.export_hf =
-          end + 4 * psi + std::max(tp > 1 ? 4 * psi * size_t(tp) : 0, pp > 1 ? 4 * F : size_t(0));
-    }
-    // The ZeRO paper's model states (Rajbhandari et al. 2020, fp32 here), with N = dp.
-    const double P = double(psi), N = double(distributed ? dp : 1), c = double(cb);
-    switch (zero_stage) {
-      case 0:
-        e.paper_model_states = 16 * P + c * P;
-        e.paper_formula = cb ? "18Ψ" : "16Ψ";
-        break;
-      case 1:
-        e.paper_model_states = 8 * P + 8 * P / N + c * P;
-        e.paper_formula = cb ? "10Ψ+8Ψ/N" : "8Ψ+8Ψ/N";
-        break;
-      case 2:
-        e.paper_model_states = 4 * P + 12 * P / N + c * P;
-        e.paper_formula = cb ? "6Ψ+12Ψ/N" : "4Ψ+12Ψ/N";
-        break;
-      default:
-        e.paper_model_states = (16 + c) * P / N;
-        e.paper_formula = cb ? "18Ψ/N" : "16Ψ/N";
-        break;
-    }
-    out.push_back(e);
+// The ZeRO paper's model states (Rajbhandari et al. 2020, fp32 here) of P elements over N
+// data-parallel ranks, with cb bytes of compute copy per element.
+void set_paper_model_states(MemoryEstimate& e, int zero_stage, double P, double N, size_t cb) {
+  const double c = double(cb);
+  switch (zero_stage) {
+    case 0:
+      e.paper_model_states = 16 * P + c * P;
+      e.paper_formula = cb ? "18Ψ" : "16Ψ";
+      break;
+    case 1:
+      e.paper_model_states = 8 * P + 8 * P / N + c * P;
+      e.paper_formula = cb ? "10Ψ+8Ψ/N" : "8Ψ+8Ψ/N";
+      break;
+    case 2:
+      e.paper_model_states = 4 * P + 12 * P / N + c * P;
+      e.paper_formula = cb ? "6Ψ+12Ψ/N" : "4Ψ+12Ψ/N";
+      break;
+    default:
+      e.paper_model_states = (16 + c) * P / N;
+      e.paper_formula = cb ? "18Ψ/N" : "16Ψ/N";
+      break;
   }
+}
+
+// The model states of a rank of a stage (ModelState, and the data plugin's ownership for
+// rank 0): parameters, gradients, AdamW's moments or the offload host's copies.
+void set_model_states(MemoryEstimate& e, const Config& cfg, const ParamSpec& spec, int zero_stage,
+                      bool distributed, size_t cb, size_t* shard_out) {
+  const int dp = std::max(1, cfg.parallel.data_parallel_size);
+  const bool part_grads = distributed && zero_stage >= 2;
+  const bool part_params = distributed && zero_stage >= 3;
+  const size_t psi = spec.total;
+  size_t shard = 0;
+  std::vector<size_t> sizes;
+  if (spec.embedding.size()) sizes.push_back(spec.embedding.size());
+  for (const LayerRange& l : spec.layers) sizes.push_back(l.range.size());
+  if (spec.head.size()) sizes.push_back(spec.head.size());
+  for (size_t n : sizes) {
+    uint64_t off = 0, cnt = 0;
+    triad_transport_block(n, dp, 0, &off, &cnt);
+    shard += cnt;
+  }
+  uint64_t block_off = 0, block = psi;
+  if (distributed && zero_stage == 1) triad_transport_block(psi, dp, 0, &block_off, &block);
+  e.params = part_params ? (4 + cb) * shard : (4 + cb) * psi;
+  e.grads = part_grads ? 4 * shard : 4 * psi;
+  const size_t opt = part_grads ? shard : size_t(block);  // elements this rank steps
+  // ZeRO-Offload moves the moments to the host device, beside an fp32 master copy of the
+  // weights and the gradients it steps with (ModelState::offload_optimizer).
+  // (Stage 1 and above: stage 0 has no shard to offload and is refused with it.)
+  const bool offload = cfg.zero_optimization.offload_optimizer.device == "cpu" && zero_stage >= 1;
+  e.optimizer = offload ? 0 : 8 * opt;
+  e.host = offload ? 16 * opt : 0;
+  *shard_out = shard;
+}
+
+// A rank of one stage: its activations, workspaces, sends, model states, windows, the set-up's
+// and the export's peaks.
+MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage, const ActShapes& s,
+                              const StagePlan& plan, const PipeSchedule& stream, int send_copies) {
+  const int tp = cfg.parallel.tensor_model_parallel_size;
+  const int pp = cfg.parallel.pipeline_model_parallel_size;
+  const int dp = std::max(1, cfg.parallel.data_parallel_size);
+  const bool distributed = world_size > 1;
+  const bool part_params = distributed && zero_stage >= 3;
+  const ParamSpec& spec = plan.spec;
+  const size_t a = s.a, C = s.C, BT = s.BT, BTs = s.BTs;
+  MemoryEstimate e;
+  e.zero_stage = zero_stage;
+  const size_t psi = spec.total;
+  e.elements = psi;
+  // Activations per chunk (make_act_set x sets, recomputation's work set) and its scratch.
+  size_t acts = 0;
+  for (const Chunk& c : plan.chunks) {
+    const size_t nl = size_t(c.blocks);
+    size_t set = nl * (BTs * C * a /* res_in */ + s.kept_per_block) + BTs * C * a /* res_out */ +
+                 (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
+    if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
+    if (c.head) {
+      const size_t Vl = size_t(spec.padded_vocab_size / tp);
+      set += BTs * C * a + (s.gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
+             2 * BT * 4 + (s.vocab_parallel_ce ? 3 * BT * 4 : 0);
+    }
+    acts += size_t(stream.buffers) * set + s.recompute_work + s.scratch;
+    e.workspace += s.workspace;
+    e.tensor_exchange += s.exchange;
+  }
+  e.activations = acts;
+  const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
+  e.pipeline_sends = size_t(send_copies) * io;
+  // The collectives' scalars: one float, replaced at the first pipelined step's end by pp + 1
+  // (both alive for a moment).
+  e.scalars = distributed ? (pp > 1 ? size_t(pp + 2) * 4 : 4) : 0;
+  size_t shard = 0;
+  set_model_states(e, cfg, spec, zero_stage, distributed, s.cb, &shard);
+  if (distributed && zero_stage >= 2) {
+    const WindowPeak wp = simulate_windows(spec, plan.chunks, stream, pp, part_params, a, 2);
+    e.grad_windows = wp.grads;
+    e.param_windows = wp.params;
+  }
+  // Before the step: ModelState's constructor holds the whole weights (and their compute
+  // copy; the gradient arena is deferred to shard_optimizer / partition, which allocate what
+  // the stage keeps) beside every GPT allocation; at stage 3 ModelState::partition briefly
+  // holds the whole weights, their shard copy and the gradient shard. (With offload the
+  // moments are allocated on the host device from the start.)
+  const size_t model_side = acts + e.workspace + e.tensor_exchange + (distributed ? 4 : 0);
+  e.setup = (4 + s.cb) * psi + model_side;
+  if (part_params) e.setup = std::max(e.setup, (4 + s.cb) * psi + 8 * shard + model_side);
+  if (!cfg.output.export_hf.empty()) {
+    // ModelState::whole_params, then whole_model's tensor-parallel and pipeline gathers.
+    const size_t F = gpt_layout(cfg.model).total;
+    const size_t end =
+        e.model_states() + acts + e.workspace + e.tensor_exchange + e.pipeline_sends + e.scalars;
+    e.export_hf =
+        end + 4 * psi + std::max(tp > 1 ? 4 * psi * size_t(tp) : 0, pp > 1 ? 4 * F : size_t(0));
+  }
+  set_paper_model_states(e, zero_stage, double(psi), double(distributed ? dp : 1), s.cb);
+  return e;
+}
+
+std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero_stage,
+                                     const Plugins& plugins) {
+  const int pp = cfg.parallel.pipeline_model_parallel_size;
+  const ActShapes shapes = act_shapes(cfg, plugins);
+  const std::vector<PipeSchedule> streams =
+      plugins.pipeline->schedules(pp, cfg.training.gradient_accumulation_steps,
+                                  cfg.parallel.virtual_pipeline_model_parallel_size);
+  const std::vector<StagePlan> plans = stage_plans(cfg, plugins, shapes);
+  std::vector<int> copies(size_t(pp), 0);
+  if (pp > 1) {
+    std::vector<std::vector<double>> cost, bwd_cost;
+    for (const StagePlan& p : plans) {
+      cost.push_back(p.cost);
+      bwd_cost.push_back(p.bwd_cost);
+    }
+    copies = simulate_send_copies(streams, cost, bwd_cost);
+  }
+  std::vector<MemoryEstimate> out;
+  for (int st = 0; st < pp; ++st)
+    out.push_back(stage_estimate(cfg, world_size, zero_stage, shapes, plans[size_t(st)],
+                                 streams[size_t(st)], copies[size_t(st)]));
   return out;
 }
 
