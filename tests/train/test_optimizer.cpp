@@ -37,15 +37,6 @@ OptimizerConfig adamw(double clip) {
   return o;
 }
 
-GptLayout arena_of(const ParamSpec& spec) {
-  GptLayout l;
-  for (const TensorSpec& t : spec.tensors)
-    l.params.push_back(
-        {t.name, t.local_shape, t.offset, t.numel, t.weight_decay, t.is_matmul_weight});
-  l.total = spec.total;
-  return l;
-}
-
 // Deterministic values of both signs, different per element and per call.
 std::vector<float> pattern(size_t n, double scale, int salt) {
   std::vector<float> v(n);
@@ -68,7 +59,7 @@ struct HandAdam {
 struct Arena {
   std::unique_ptr<Device> dev = make_device("cpu");
   ParamSpec spec = build_param_spec(tiny_model(), Placement{});
-  GptLayout arena = arena_of(spec);
+  GptLayout arena = arena_layout(spec);
   ModelState state{spec, *dev, DType::f32, /*optimizer=*/false, /*gradients=*/false};
   // own_n 0: the whole arena; host: the optimizer offloaded to it.
   explicit Arena(size_t own_off = 0, size_t own_n = 0, Device* host = nullptr) {

@@ -5,13 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <boost/asio.hpp>
-#include <cstring>
-#include <list>
 #include <mutex>
-#include <random>
-#include <thread>
 
 #include "rendezvous_wire.hpp"
 

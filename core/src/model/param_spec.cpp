@@ -324,4 +324,13 @@ std::vector<ArenaRange> arena_units(const ParamSpec& spec) {
   return u;
 }
 
+GptLayout arena_layout(const ParamSpec& spec) {
+  GptLayout l;
+  for (const TensorSpec& t : spec.tensors)
+    l.params.push_back(
+        {t.name, t.local_shape, t.offset, t.numel, t.weight_decay, t.is_matmul_weight});
+  l.total = spec.total;
+  return l;
+}
+
 }  // namespace triad

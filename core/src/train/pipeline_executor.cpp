@@ -89,7 +89,14 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
   std::vector<size_t> last_backward(size_t(place_.chunks), 0);
   for (size_t i = 0; i < instrs.size(); ++i)
     if (instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward[size_t(instrs[i].chunk)] = i;
-  const bool pipelined = place_.stages > 1;
+  // A forward or backward's compute time; with pipeline stages its device work is complete
+  // before the stage sends its output on.
+  const auto compute_ms = [&](const auto& compute) {
+    const auto t0 = std::chrono::steady_clock::now();
+    compute();
+    if (place_.stages > 1) device_.synchronize();
+    return ms_since(t0);
+  };
   const int B = place_.micro_batch;
   const size_t io = chunks_[0]->stage_bytes(B) / dtype_bytes(act_);  // elements of a boundary
   const auto step_wide = [&](const triad_pipe_instr_v1& in) -> StepHooks& {
@@ -109,13 +116,11 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
       case TRIAD_PIPE_LOAD_MICRO_BATCH:
         data.micro_batch(batch, mb, inputs_[slot].data(), targets_[slot].data());
         break;
-      case TRIAD_PIPE_FORWARD: {
-        const auto b0 = std::chrono::steady_clock::now();
-        work.loss += chunk.forward(inputs_[slot].data(), targets_[slot].data(), B, buf);
-        if (pipelined) device_.synchronize();
-        work.busy_ms += ms_since(b0);
+      case TRIAD_PIPE_FORWARD:
+        work.busy_ms += compute_ms([&] {
+          work.loss += chunk.forward(inputs_[slot].data(), targets_[slot].data(), B, buf);
+        });
         break;
-      }
       case TRIAD_PIPE_SEND_ACTIVATION: {
         const auto [to, to_chunk] = next_stage(c);
         send(chunk.stage_io(buf).output, io, to, tag_base + tag_of(mb, to_chunk, 0));
@@ -137,10 +142,7 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
       case TRIAD_PIPE_BACKWARD: {
         const bool last = i == last_backward[size_t(c)];
         const GPT::GradsReady ready = step_wide(in).grads_ready(last);
-        const auto b0 = std::chrono::steady_clock::now();
-        chunk.backward(grad_scale_, ready, last, buf);
-        if (pipelined) device_.synchronize();
-        work.busy_ms += ms_since(b0);
+        work.busy_ms += compute_ms([&] { chunk.backward(grad_scale_, ready, last, buf); });
         break;
       }
       case TRIAD_PIPE_SEND_GRAD: {

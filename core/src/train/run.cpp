@@ -143,17 +143,6 @@ void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int t
   }
 }
 
-// The arena as a GptLayout (the data plugin's and the optimizer's view: tensors in arena order,
-// local shapes).
-GptLayout arena_layout(const ParamSpec& spec) {
-  GptLayout l;
-  for (const TensorSpec& t : spec.tensors)
-    l.params.push_back(
-        {t.name, t.local_shape, t.offset, t.numel, t.weight_decay, t.is_matmul_weight});
-  l.total = spec.total;
-  return l;
-}
-
 // The job's layout, refused when the job has another number of ranks.
 ProcessGroups checked_groups(const Config& cfg, const DistEnv& env) {
   const auto& par = cfg.parallel;

@@ -135,6 +135,10 @@ int64_t padded_vocab_size(int64_t vocab_size, int divisible_by, int tp_size);
 // out of range, make_vocab_size_divisible_by < 1, a split the GPT model cannot run.
 ParamSpec build_param_spec(const ModelConfig& m, const Placement& p);
 
+// The arena as a GptLayout: tensors in arena order with their local shapes (the data plugin's
+// and the optimizer's view).
+GptLayout arena_layout(const ParamSpec& spec);
+
 // Host copies between a full global tensor (global_numel floats, global_shape) and rank
 // tp_rank's local slice (numel floats, local_shape). place_in_global writes only the
 // slice's elements, so placing every rank's slice reassembles the global tensor.
