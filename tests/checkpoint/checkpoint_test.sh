@@ -103,12 +103,17 @@ section_resume() {
   [[ -n $at ]] && ((at >= 8)) || { cat kill.log; fail "no checkpoint of step 8 or later"; }
   at=$(sed -n 's/^iter_0*//p' run/ckpt/latest)
   ((at < 40)) || fail "the run finished before it was killed; nothing was resumed"
+  # What a pruning killed halfway leaves (a renamed folder, or an iter_ folder that lost its
+  # metadata.json first) goes at the next save.
+  mkdir -p run/ckpt/iter_0000001 run/ckpt/iter_0000002.pruned
+  touch run/ckpt/iter_0000001/rank_00000.bin run/ckpt/iter_0000002.pruned/metadata.json
   must_train dp2z1 resume.log "${args[@]}" --resume
   grep -q "done: $((40 - at)) steps" resume.log ||
     { cat resume.log; fail "the resumed run did not train from step $at to 40"; }
   same_losses ref/metrics.jsonl run/metrics.jsonl 1 40 0
   # keep_last 1: only the newest checkpoint is left (checked after the resumed run: the kill may
-  # land between a save's `latest` and its pruning of the one before, which the next save prunes).
+  # land between a save's `latest` and its pruning of the one before, which the next save
+  # prunes), and no debris.
   local left
   left=$(cd run/ckpt && echo iter_*)
   [[ $left == iter_0000040 ]] || fail "keep_last 1 left $left, not iter_0000040 alone"

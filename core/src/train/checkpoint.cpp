@@ -217,18 +217,32 @@ void publish(const Config& cfg, const fs::path& tmp, const fs::path& final,
   fsync_dir(root);
   write_file_atomic(root / "latest", final.filename().string() + "\n");
   if (cfg.checkpoint.keep_last <= 0) return;
-  // The newest keep_last complete checkpoints stay; `latest` is the newest.
+  // The newest keep_last complete checkpoints stay; `latest` is the newest. A checkpoint goes by
+  // a rename first (one step, so a kill never leaves a half-removed iter_ folder), then its files;
+  // what a killed pruning left (a .pruned folder, or an iter_ folder whose metadata.json is
+  // already gone) goes now.
+  const auto prune = [&](const fs::path& dir) {
+    const fs::path doomed = dir.string() + ".pruned";
+    fs::rename(dir, doomed);
+    fs::remove_all(doomed);
+  };
   std::vector<std::pair<int, fs::path>> done;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string n = e.path().filename().string();
     int s = 0;
-    if (n.size() == 12 && n.rfind("iter_", 0) == 0 && std::sscanf(n.c_str() + 5, "%d", &s) == 1 &&
-        fs::exists(e.path() / "metadata.json"))
-      done.emplace_back(s, e.path());
+    if (n.size() > 7 && n.compare(n.size() - 7, 7, ".pruned") == 0 && n.rfind("iter_", 0) == 0) {
+      fs::remove_all(e.path());
+    } else if (n.size() == 12 && n.rfind("iter_", 0) == 0 &&
+               std::sscanf(n.c_str() + 5, "%d", &s) == 1 && e.path() != final) {
+      if (fs::exists(e.path() / "metadata.json"))
+        done.emplace_back(s, e.path());
+      else
+        prune(e.path());
+    }
   }
   std::sort(done.begin(), done.end());
-  for (size_t i = 0; i + size_t(cfg.checkpoint.keep_last) < done.size(); ++i)
-    if (done[i].second != final) fs::remove_all(done[i].second);
+  const size_t others = size_t(cfg.checkpoint.keep_last) - 1;  // kept beside `final`
+  for (size_t i = 0; i + others < done.size(); ++i) prune(done[i].second);
 }
 
 }  // namespace
