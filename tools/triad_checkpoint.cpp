@@ -3,12 +3,13 @@
 //
 //   triad-checkpoint info DIR               step, layout, model, files (checksums verified)
 //   triad-checkpoint verify DIR             every file against its CRC-32; exit 2 if one differs
-//   triad-checkpoint convert DIR --to-hf OUT
+//   triad-checkpoint convert DIR --to-hf OUT [--overwrite]
 //
 // DIR is a checkpoint.save folder (its `latest` is followed) or one iter_* folder in it. Bad
-// input is one line on stderr and exit 2.
+// input is one line on stderr and exit 2. convert never replaces a model without --overwrite.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -16,6 +17,25 @@
 #include "triad/core/io/hf.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/train/checkpoint.hpp"
+
+namespace {
+
+// A --to-hf folder that already holds a model (or is not a folder) is refused before anything is
+// read or written, unless --overwrite says to replace it.
+void refuse_to_replace(const std::string& out, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw triad::UserError("convert --to-hf '" + out +
+                           "' exists and is not a folder; give a folder to write the model into");
+  if (overwrite) return;
+  for (const char* f : {"model.safetensors", "config.json"})
+    if (fs::exists(fs::path(out) / f, ec))
+      throw triad::UserError("convert --to-hf '" + out + "' already holds a model (" + f +
+                             "); add --overwrite to replace it, or choose another folder");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"triad-checkpoint: inspect, verify and convert Triad checkpoints"};
@@ -32,8 +52,11 @@ int main(int argc, char** argv) {
   convert->add_option("DIR", dir, "a checkpoint.save folder or one of its iter_* folders")
       ->required();
   convert->add_option("--to-hf", out, "the folder to write")->required();
+  bool overwrite = false;
+  convert->add_flag("--overwrite", overwrite, "replace the model a --to-hf folder already holds");
   try {
     app.parse(argc, argv);
+    if (*convert) refuse_to_replace(out, overwrite);
     const triad::Checkpoint ck(dir);
     if (*info) {
       std::cout << ck.describe();

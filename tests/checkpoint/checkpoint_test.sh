@@ -175,6 +175,24 @@ section_reshard() {
   "$CKPT" convert exp/ckpt --to-hf conv >convert.log 2>&1 || { cat convert.log; fail "convert"; }
   cmp exp/hf/model.safetensors conv/model.safetensors || fail "converted weights differ"
   cmp exp/hf/config.json conv/config.json || fail "converted config.json differs"
+  # A folder that holds a model is never replaced without --overwrite.
+  local before
+  before=$(stat -c %Y conv/model.safetensors)
+  rc=0
+  "$CKPT" convert exp/ckpt --to-hf conv >again.log 2>&1 || rc=$?
+  [[ $rc -eq 2 && $(wc -l <again.log) -eq 1 ]] &&
+    grep -q "^triad-checkpoint: convert --to-hf 'conv' already holds a model (.*); add --overwrite" \
+      again.log || { cat again.log; fail "convert into a model folder: exit $rc, not one refusal"; }
+  [[ $(stat -c %Y conv/model.safetensors) == "$before" ]] || fail "the refused convert wrote"
+  "$CKPT" convert exp/ckpt --to-hf conv --overwrite >again.log 2>&1 ||
+    { cat again.log; fail "convert --overwrite"; }
+  cmp exp/hf/model.safetensors conv/model.safetensors || fail "converted weights differ"
+  # A checkpoint whose `latest` is a FIFO is refused by name, never opened (a read would block).
+  mkdir -p fifo && mkfifo fifo/latest
+  rc=0
+  timeout 20 "$CKPT" info fifo >fifo.log 2>&1 || rc=$?
+  [[ $rc -eq 2 ]] && grep -q "is a FIFO (named pipe), not a regular file" fifo.log ||
+    { cat fifo.log; fail "a FIFO as latest: exit $rc"; }
   "$CKPT" info tp2pp2/ckpt >info.log 2>&1 || { cat info.log; fail "info"; }
   grep -q "^layout: tp 2 x pp 2 x dp 1 (world 4), ZeRO stage 0" info.log || { cat info.log; fail "info layout"; }
   grep -q "^checksums: all files intact" info.log || { cat info.log; fail "info checksums"; }

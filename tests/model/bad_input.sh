@@ -153,6 +153,10 @@ expect_error data_fifo "data.path '$WORK/data.fifo' (data.kind text) is a FIFO (
   "$BASE" --set data.path="$WORK/data.fifo"
 expect_error data_fifo_2_ranks "data.path '$WORK/data.fifo' (data.kind text) is a FIFO" \
   "$BASE" --nproc-per-node 2 --set data.path="$WORK/data.fifo"
+# A checkpoint whose `latest` is a FIFO: refused by name before any rank starts, never opened.
+mkdir -p "$WORK/fifo-ckpt" && mkfifo "$WORK/fifo-ckpt/latest"
+expect_error checkpoint_latest_fifo "checkpoint file '$WORK/fifo-ckpt/latest' is a FIFO (named pipe)" \
+  "$BASE" --set checkpoint.load="$WORK/fifo-ckpt"
 # Bad input that only the ranks find: one line for the job (the first failing rank's), not one
 # per rank and none of the launcher's own.
 expect_error truncated_tokens_2_ranks "triad-launch: error: tokens file '$WORK/odd.bin'" "$BASE" \

@@ -15,31 +15,11 @@
 #include "../data/blend.hpp"
 #include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 
 namespace triad {
 
 namespace config_detail {
-
-std::string file_type_name(unsigned mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG:
-      return "a regular file";
-    case S_IFDIR:
-      return "a directory";
-    case S_IFIFO:
-      return "a FIFO (named pipe)";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-      return "a character device";
-    case S_IFBLK:
-      return "a block device";
-    case S_IFLNK:
-      return "a symbolic link";
-    default:
-      return "of an unusual type";
-  }
-}
 
 std::string non_regular_file_type(const std::string& path) {
   struct stat st {};
@@ -52,7 +32,6 @@ std::string non_regular_file_type(const std::string& path) {
 namespace {
 
 namespace fs = std::filesystem;
-using config_detail::file_type_name;
 
 // A file the run reads: it exists, is a regular file and opens for reading (without blocking:
 // the type is checked first, and the open is non-blocking).

@@ -9,7 +9,5 @@ namespace triad::config_detail {
 // regular file is, for messages; "" for a regular file and for a path that cannot be looked at
 // (following symbolic links). Never opens the path, so a FIFO cannot block it.
 std::string non_regular_file_type(const std::string& path);
-// The same for a stat() st_mode.
-std::string file_type_name(unsigned mode);
 
 }  // namespace triad::config_detail

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 
 namespace triad::data {
 
@@ -22,31 +23,13 @@ struct Fd {
   }
 };
 
-// What a path that is not a regular file is, for the message.
-const char* type_name(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "of an unusual type";
-}
-
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
-  // Non-blocking: opening a FIFO for reading would otherwise wait for a writer forever (the
-  // type is refused just below; O_NONBLOCK does not affect a regular file's mapping).
-  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (f.fd < 0)
-    throw UserError(what + " '" + path + "' cannot be opened: " + std::strerror(errno) +
-                    "; check the path");
+  Fd f{open_regular_file(path, what, "point it at a data file")};
   struct stat st {};
   if (::fstat(f.fd, &st) != 0)
     throw UserError(what + " '" + path + "' cannot be read: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    throw UserError(what + " '" + path + "' is " + type_name(st.st_mode) +
-                    ", not a regular file; point it at a data file");
   size_ = static_cast<size_t>(st.st_size);
   if (size_ == 0) return;
   void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd, 0);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "triad/core/error.hpp"
@@ -27,6 +28,69 @@ std::string write_all(int fd, const char* p, size_t n) {
 }
 
 }  // namespace
+
+std::string file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO (named pipe)";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFLNK:
+      return "a symbolic link";
+    default:
+      return "of an unusual type";
+  }
+}
+
+int open_regular_file(const std::string& path, const std::string& what, const std::string& fix) {
+  // Non-blocking: opening a FIFO for reading would otherwise wait for a writer forever (the type
+  // is refused just below; O_NONBLOCK changes nothing for a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw UserError(what + " '" + path + "' cannot be opened: " + std::strerror(errno) +
+                    "; check the path");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw UserError(what + " '" + path + "' cannot be read: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw UserError(what + " '" + path + "' is " + file_type_name(st.st_mode) +
+                    ", not a regular file; " + fix);
+  }
+  return fd;
+}
+
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::string& fix) {
+  const int fd = open_regular_file(path, what, fix);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, size_t(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd);
+      throw UserError(what + " '" + path + "' cannot be read: " + std::strerror(err));
+    }
+  }
+  ::close(fd);
+  return out;
+}
 
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -41,13 +41,16 @@ json hf_config_json(const ModelConfig& m) {
 }
 
 json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in)
+  std::error_code ec;
+  if (!fs::exists(p, ec))
     throw UserError("init_from_hf: '" + p.string() +
                     "' not found; the folder needs config.json and model.safetensors (as written "
                     "by export_hf or save_pretrained)");
+  const std::string text =
+      read_regular_file(p.string(), "init_from_hf file",
+                        "point output.init_from_hf at a folder written by export_hf");
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw UserError("init_from_hf: '" + p.string() + "' is not valid JSON: " + e.what());
   }

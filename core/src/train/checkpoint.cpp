@@ -374,9 +374,10 @@ Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>
   const fs::path latest = fs::path(dir_in) / "latest";
   std::error_code ec;
   if (fs::exists(latest, ec)) {
-    std::ifstream in(latest);
-    std::string name;
-    std::getline(in, name);
+    // Read without ever blocking (a FIFO is refused by name), as every file a run reads.
+    const std::string text = read_regular_file(
+        latest.string(), "checkpoint file", "point checkpoint.load at one of its iter_* folders");
+    const std::string name = text.substr(0, text.find('\n'));
     if (name.empty() || name.find('/') != std::string::npos)
       c.fail("has a `latest` file that names no checkpoint ('" + name +
              "'); point checkpoint.load at one of its iter_* folders");
@@ -394,8 +395,8 @@ Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>
   }
   const fs::path meta_path = fs::path(c.dir) / "metadata.json";
   try {
-    std::ifstream in(meta_path);
-    c.meta = nlohmann::json::parse(in);
+    c.meta = nlohmann::json::parse(read_regular_file(
+        meta_path.string(), "checkpoint file", "point checkpoint.load at a checkpoint folder"));
     if (c.meta.value("format", "") != kFormat) c.fail("metadata.json is not a Triad checkpoint's");
     if (c.meta.at("version").get<int>() != kVersion)
       c.fail("has format version " + c.meta.at("version").dump() + "; this Triad reads version " +

@@ -1,5 +1,6 @@
-// Writes that either complete or leave the previous state: every error is a UserError naming
-// the file and the system's reason (a full disk included), never a silent truncation.
+// Reads that never block on what is not a file, and writes that either complete or leave the
+// previous state: every error is a UserError naming the file and the system's reason (a full
+// disk included), never a silent truncation.
 #pragma once
 
 #include <cstdio>
@@ -9,6 +10,18 @@
 #include <vector>
 
 namespace triad {
+
+// What a file of this st_mode is, for messages: "a directory", "a FIFO (named pipe)", ...
+std::string file_type_name(unsigned mode);
+
+// Opens `path` for reading without ever blocking on it: the open is non-blocking and anything
+// but a regular file (a FIFO, a socket, a device, a directory) is refused by name before a
+// read. Throws UserError "WHAT 'PATH' cannot be opened: REASON; check the path" or "WHAT 'PATH'
+// is a FIFO (named pipe), not a regular file; FIX". Returns the descriptor; the caller closes it.
+int open_regular_file(const std::string& path, const std::string& what, const std::string& fix);
+// The whole of a (small) regular file, opened by open_regular_file.
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::string& fix);
 
 // A folder's entries reach the disk (renames into it survive a crash).
 void fsync_dir(const std::filesystem::path& dir);
