@@ -29,6 +29,7 @@
 #include <sstream>
 #include <vector>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/dist/dist_env.hpp"
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/dist/transport.hpp"
@@ -310,7 +311,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "write the results as JSON here");
   app.add_option("--param", o.params, "transport parameter key=value (repeatable)");
   app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return triad::cli::parse_error("triad-bench-collectives", app, e);
+  }
 
   try {
     o.min_bytes = std::max<uint64_t>(1, parse_bytes(min_b));
@@ -336,8 +341,7 @@ int main(int argc, char** argv) {
     return run_rank(
         Job{env.rank, env.world_size, env.master_addr, uint16_t(env.master_port), env.token}, o);
   } catch (const triad::UserError& e) {
-    std::fprintf(stderr, "triad-bench-collectives: %s\n", e.what());
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-bench-collectives", e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "triad-bench-collectives: internal error: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <string>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/hf.hpp"
 #include "triad/core/model/gpt_layout.hpp"
@@ -74,14 +75,9 @@ int main(int argc, char** argv) {
                 << " parameters)\n";
     }
     return 0;
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "triad-checkpoint: " << e.what() << " (see --help)" << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::parse_error("triad-checkpoint", app, e);
   } catch (const triad::UserError& e) {
-    std::cerr << "triad-checkpoint: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-checkpoint", e.what());
   }
 }

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/model/memory_plan.hpp"
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
   app.add_option("config", config, "YAML config file")->required();
   CLI::Option* world_opt =
       app.add_option("--world", world, "the job's ranks (tp x pp x dp); default 1")
-          ->check(CLI::PositiveNumber);
+          ->check(triad::cli::at_least(1));
   app.add_option("--set", sets, "override a key: --set zero_optimization.stage=2 (repeatable)");
   app.add_option("--memory-per-device", memory,
                  "the limit per rank, e.g. 80GiB (default: this machine's available memory "
@@ -339,13 +340,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     return run(config, world, world_opt->count() > 0, sets, memory, json);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "triad-estimate: " << e.what() << " (see --help)" << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::parse_error("triad-estimate", app, e);
   } catch (const triad::UserError& e) {
-    std::cerr << "triad-estimate: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-estimate", e.what());
   }
 }

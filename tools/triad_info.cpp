@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/attention.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
@@ -92,13 +93,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::string msg = e.what();  // one line, without CLI11's "Run with --help" line
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    if (!msg.empty() && msg[0] != '-')
-      msg[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(msg[0])));
-    std::cerr << "triad-info: error: " << msg << "; see triad-info --help" << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::parse_error("triad-info", app, e);
   }
   // A kind that is no plugin kind would list nothing; name the kinds there are instead.
   if (!kind.empty() && triad::current_kind_abi(kind) == 0) {
@@ -135,7 +130,6 @@ int main(int argc, char** argv) {
     std::cout << std::flush;
     return 0;
   } catch (const triad::UserError& e) {
-    std::cerr << "triad-info: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-info", e.what());
   }
 }

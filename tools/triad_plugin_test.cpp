@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/conformance/conformance.hpp"
 #include "triad/core/conformance/transport_conformance.hpp"
 #include "triad/core/error.hpp"
@@ -165,20 +166,18 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");
   app.add_option("--param", params, "plugin parameter key=value (repeatable); default: defaults");
   app.add_option("--expect-pass", expect_pass, "fail unless exactly N cases pass")
-      ->check(CLI::NonNegativeNumber);
+      ->check(triad::cli::at_least(0));
   app.add_option("--expect-skip", expect_skip, "fail unless exactly N cases are skipped")
-      ->check(CLI::NonNegativeNumber);
+      ->check(triad::cli::at_least(0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : triad::kExitUserError;
+    return triad::cli::parse_error("triad-plugin-test", app, e);
   }
   try {
     return verdict(run(kind, path, quick, threads, params), expect_pass, expect_skip);
   } catch (const triad::UserError& e) {
-    std::cerr << "triad-plugin-test: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-plugin-test", e.what());
   } catch (const std::exception& e) {
     std::cerr << "triad-plugin-test: internal error: " << e.what() << std::endl;
     return 1;

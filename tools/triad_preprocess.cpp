@@ -41,6 +41,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/data/indexed_dataset.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/tokenizer/tokenizer.hpp"
@@ -447,18 +448,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-interval", o.log_interval,
                  "seconds between progress lines on stderr (0: after every batch)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(triad::cli::at_least_number(0))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
     o.vocab_given = app.count("--vocab-file") + app.count("--merge-file") > 0;
     return run(o);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "triad-preprocess: " << e.what() << "; see triad-preprocess --help" << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::parse_error("triad-preprocess", app, e);
   } catch (const UserError& e) {
-    std::cerr << "triad-preprocess: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-preprocess", e.what());
   }
 }

@@ -20,6 +20,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
@@ -123,22 +124,23 @@ int main(int argc, char** argv) {
   CLI::App app{"Prints (and draws) the timeline of one training step of a pipeline schedule."};
   int stages = 0, micro_batches = 0, virtual_stages = 1;
   std::string schedule, png;
-  app.add_option("--stages", stages, "pipeline stages p")->required()->check(CLI::PositiveNumber);
+  app.add_option("--stages", stages, "pipeline stages p")
+      ->required()
+      ->check(triad::cli::at_least(1));
   app.add_option("--micro-batches", micro_batches, "micro-batches per step m")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(triad::cli::at_least(1));
   app.add_option("--schedule", schedule, "pipeline plugin: gpipe, 1f1b, interleaved, ...")
       ->required();
   app.add_option("--virtual", virtual_stages, "model chunks per stage v (interleaved schedules)")
-      ->check(CLI::PositiveNumber);
+      ->check(triad::cli::at_least(1));
   app.add_option("--png", png, "also draw the timeline into this PNG (python3 + matplotlib)");
   try {
     app.parse(argc, argv);
     return run(schedule, stages, micro_batches, virtual_stages, png);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : triad::kExitUserError;
+    return triad::cli::parse_error("triad-schedule", app, e);
   } catch (const triad::UserError& e) {
-    std::cerr << "triad-schedule: " << e.what() << std::endl;
-    return triad::kExitUserError;
+    return triad::cli::fail("triad-schedule", e.what());
   }
 }

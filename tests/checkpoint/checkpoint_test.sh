@@ -181,7 +181,7 @@ section_reshard() {
   rc=0
   "$CKPT" convert exp/ckpt --to-hf conv >again.log 2>&1 || rc=$?
   [[ $rc -eq 2 && $(wc -l <again.log) -eq 1 ]] &&
-    grep -q "^triad-checkpoint: convert --to-hf 'conv' already holds a model (.*); add --overwrite" \
+    grep -q "^triad-checkpoint: error: convert --to-hf 'conv' already holds a model (.*); add --overwrite" \
       again.log || { cat again.log; fail "convert into a model folder: exit $rc, not one refusal"; }
   [[ $(stat -c %Y conv/model.safetensors) == "$before" ]] || fail "the refused convert wrote"
   "$CKPT" convert exp/ckpt --to-hf conv --overwrite >again.log 2>&1 ||

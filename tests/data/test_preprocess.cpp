@@ -109,7 +109,7 @@ class Preprocess : public ::testing::Test {
   // One line on stderr, naming the tool.
   static void expect_one_line(const Result& r, const std::string& what) {
     EXPECT_EQ(r.rc, 2) << r.err;
-    EXPECT_THAT(r.err, AllOf(StartsWith("triad-preprocess: "), HasSubstr(what)));
+    EXPECT_THAT(r.err, AllOf(StartsWith("triad-preprocess: error: "), HasSubstr(what)));
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 

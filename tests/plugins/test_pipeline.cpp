@@ -338,7 +338,7 @@ TEST(ScheduleTool, PrintsTheTimelineAndRefusesWithOneLine) {
                             " --stages 4 --micro-batches 6 --schedule interleaved --virtual 2",
                         &out),
             2);
-  EXPECT_THAT(out, AllOf(HasSubstr("triad-schedule: pipeline plugin 'interleaved' cannot "
+  EXPECT_THAT(out, AllOf(HasSubstr("triad-schedule: error: pipeline plugin 'interleaved' cannot "
                                    "schedule stage 0 of 4, 6 micro-batches, 2 virtual stages"),
                          HasSubstr("must be a multiple")));
   out.clear();
