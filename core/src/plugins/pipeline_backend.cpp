@@ -479,7 +479,11 @@ std::string PipelineBackend::refusal(const triad_pipe_layout_v1& l, PipeSchedule
   if (caps_.max_virtual_stages > 0 && l.virtual_stages > caps_.max_virtual_stages)
     return "it schedules up to " +
            plural(caps_.max_virtual_stages, "virtual stage", "virtual stages");
-  if (std::string why = try_schedule(l, out, nullptr); !why.empty()) return why;
+  int status = TRIAD_OK;
+  if (std::string why = try_schedule(l, out, &status); !why.empty())
+    // A case the plugin does not schedule: its own reason; any other failure is the plugin's
+    // fault, named with the call that failed.
+    return status == TRIAD_ERR_UNSUPPORTED ? last_error() : why;
   if (std::string broken = pipe_stream_error(l, *out); !broken.empty())
     return "its stream breaks a rule: " + broken + "; check it with triad-plugin-test pipeline " +
            path();
@@ -513,8 +517,10 @@ void PipelineBackend::refuse(const triad_pipe_layout_v1& l, int stage,
                  : plural(l.stages, "stage", "stages") + ", " +
                        plural(l.micro_batches, "micro-batch", "micro-batches") + ", " +
                        plural(l.virtual_stages, "virtual stage", "virtual stages");
-  // Name the installed pipeline plugins that schedule the whole pipeline (each with its defaults).
-  const std::string fix = other_plugins_fix(
+  // The nearest layout this plugin schedules, and the installed pipeline plugins that schedule
+  // this one (each with its defaults).
+  const std::string own = nearest_fix(l);
+  const std::string others = other_plugins_fix(
       "pipeline", name(),
       [&](std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params) {
         PipelineBackend be(std::move(plugin), params, services_);
@@ -522,8 +528,32 @@ void PipelineBackend::refuse(const triad_pipe_layout_v1& l, int stage,
         int failed = -1;
         return be.pipeline_refusal(l, &all, &failed).empty();
       },
-      "no installed pipeline plugin schedules it; change the micro-batches or virtual stages");
+      "");
+  std::string fix = own.empty() ? others : others.empty() ? own : own + "; or " + others;
+  if (fix.empty())
+    fix = "no installed pipeline plugin schedules it; change " + micro_batches_key_ + " or " +
+          virtual_stages_key_;
   throw UserError(instance_.who() + " cannot schedule " + what + ": " + why + "; " + fix);
+}
+
+// "set KEY to M" for the fewest micro-batches above the layout's that this plugin schedules with
+// every stage, "or KEY to 1" when one virtual stage would do; "" when neither is near.
+std::string PipelineBackend::nearest_fix(const triad_pipe_layout_v1& l) const {
+  const auto schedules_all = [&](int32_t m, int32_t v) {
+    std::vector<PipeSchedule> all;
+    int failed = -1;
+    return pipeline_refusal({0, l.stages, m, v}, &all, &failed).empty();
+  };
+  std::vector<std::string> ways;
+  for (int32_t m = l.micro_batches + 1; m <= l.micro_batches + 2 * l.stages; ++m)
+    if (schedules_all(m, l.virtual_stages)) {
+      ways.push_back(micro_batches_key_ + " to " + std::to_string(m));
+      break;
+    }
+  if (l.virtual_stages > 1 && schedules_all(l.micro_batches, 1))
+    ways.push_back(virtual_stages_key_ + " to 1");
+  if (ways.empty()) return "";
+  return "set " + ways[0] + (ways.size() > 1 ? " or " + ways[1] : "");
 }
 
 namespace {

@@ -23,16 +23,15 @@ class Interleaved final : public triad::sdk::PipelinePlugin {
 
   std::vector<triad_pipe_instr_v1> schedule(const triad_pipe_layout_v1& l) const override {
     const int32_t p = l.stages, v = l.virtual_stages, m = l.micro_batches;
+    // The reason only: the core names the layout and the keys to change.
     if (v > 1 && p < 2)
-      throw triad::sdk::unsupported(
-          "no schedule for " + triad::sdk::layout_text(l) +
-          ": interleaving needs at least 2 stages (Megatron's rule); use 1 virtual stage");
+      throw triad::sdk::unsupported("interleaving needs at least 2 stages (Megatron's rule), not " +
+                                    std::to_string(p));
     if (v > 1 && m % p != 0)
-      throw triad::sdk::unsupported(
-          "no schedule for " + triad::sdk::layout_text(l) + ": the number of micro-batches (" +
-          std::to_string(m) + ") must be a multiple of the number of stages (" + std::to_string(p) +
-          ") with virtual stages > 1 (Megatron's rule); use " +
-          std::to_string((m + p - 1) / p * p) + " micro-batches or 1 virtual stage");
+      throw triad::sdk::unsupported("the number of micro-batches (" + std::to_string(m) +
+                                    ") must be a multiple of the number of stages (" +
+                                    std::to_string(p) +
+                                    ") with virtual stages > 1 (Megatron's rule)");
     const int32_t total = m * v;
     int32_t warmup = p - l.stage - 1;  // v = 1: 1F1B
     if (v > 1) warmup = m == p ? total : 2 * (p - l.stage - 1) + (v - 1) * p;

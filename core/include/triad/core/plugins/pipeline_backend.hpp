@@ -46,11 +46,21 @@ class PipelineBackend {
 
   const std::string& name() const;
   const triad_pipe_caps_v1& capabilities() const;
+  // What a refusal's fix calls the micro-batches and the virtual stages: the config's keys by
+  // default (training.gradient_accumulation_steps, parallel.virtual_pipeline_model_parallel_size);
+  // a tool with flags of its own names those.
+  void name_layout_keys(std::string micro_batches, std::string virtual_stages) {
+    micro_batches_key_ = std::move(micro_batches);
+    virtual_stages_key_ = std::move(virtual_stages);
+  }
 
   // One stage's stream for one step, checked against the rules above. Throws UserError (one line
   // naming the plugin, the layout "stage s of p, m micro-batches, v virtual stages", what is wrong
   // and the fix: the other installed plugins that schedule the layout, "set pipeline: 1f1b") when
   // the layout is malformed, the capabilities or the plugin refuse it, or the stream breaks a rule.
+  // A layout the plugin does not schedule is refused with its own reason and the nearest layout
+  // it schedules, by key ("set training.gradient_accumulation_steps to 8 or
+  // parallel.virtual_pipeline_model_parallel_size to 1"), never an internal call's name.
   PipeSchedule schedule(int stage, int stages, int micro_batches, int virtual_stages = 1) const;
   // Every stage's stream, each checked as schedule() does and all of them run together with
   // simulate_pipeline(), so that a step cannot deadlock; throws UserError likewise.
@@ -75,8 +85,11 @@ class PipelineBackend {
                                int* stage) const;
   [[noreturn]] void refuse(const triad_pipe_layout_v1& layout, int stage,
                            const std::string& why) const;
+  std::string nearest_fix(const triad_pipe_layout_v1& layout) const;
   PluginInstance instance_;
   const triad_services_v1* services_;
+  std::string micro_batches_key_ = "training.gradient_accumulation_steps";
+  std::string virtual_stages_key_ = "parallel.virtual_pipeline_model_parallel_size";
   const triad_pipeline_ops_v1& ops_;
   triad_pipe_caps_v1 caps_{};
 };
