@@ -76,6 +76,7 @@ struct Options {
   std::string vocab_file, merge_file;
   bool split_paragraphs = false, append_eod = true;
   bool vocab_given = false;  // --vocab-file or --merge-file on the command line
+  bool overwrite = false;    // replace an existing PREFIX.bin / PREFIX.idx
   int workers = 1;
   double log_interval = 1.0;
 };
@@ -374,6 +375,13 @@ void read_inputs(const Options& o, Pipeline& p) {
 
 int run(const Options& o) {
   for (const std::string& path : o.inputs) open_input(path);  // every input before any work
+  // A dataset already there is replaced only when asked to.
+  if (!o.overwrite)
+    for (const char* ext : {".bin", ".idx"})
+      if (std::filesystem::exists(o.output_prefix + ext))
+        throw UserError("--output-prefix '" + o.output_prefix + "' already holds a dataset (" +
+                        o.output_prefix + ext +
+                        "); add --overwrite to replace it, or choose another prefix");
   const triad::Gpt2Tokenizer tok = [&] {
     try {
       return triad::Gpt2Tokenizer::load(o.vocab_file, o.merge_file);
@@ -430,6 +438,7 @@ int main(int argc, char** argv) {
   app.add_option("--output-prefix,-o", o.output_prefix,
                  "writes OUTPUT_PREFIX.bin and OUTPUT_PREFIX.idx")
       ->required();
+  app.add_flag("--overwrite", o.overwrite, "replace OUTPUT_PREFIX.bin/.idx if they exist");
   app.add_option("--input-format", o.input_format,
                  "auto (by extension: .jsonl/.json are JSON lines), jsonl or text")
       ->check(CLI::IsMember({"auto", "jsonl", "text"}))

@@ -288,6 +288,12 @@ section_output() {
   train single hf2.log --set training.train_iters=1 --set output.dir=o4 --set output.export_hf=hf \
     --set output.init_from_hf=hf
   one_line_error hf2.log "output.export_hf 'hf' is the folder the run starts from"
+  # An exported model is replaced only with --overwrite.
+  train single hf3.log --set training.train_iters=1 --set output.dir=o6 --set output.export_hf=hf
+  one_line_error hf3.log "output.export_hf 'hf' already holds a model \\(model.safetensors\\); pass --overwrite"
+  [[ ! -e o6 ]] || fail "the refused run created its output.dir"
+  must_train single hf4.log --set training.train_iters=1 --set output.dir=o6 --set output.export_hf=hf \
+    --overwrite
   pass "a run's folder, the config given, checkpoint.save and export_hf are checked before training"
 
   if ! unshare -rm true 2>/dev/null; then

@@ -160,6 +160,17 @@ TEST_F(Preprocess, ParagraphsWithoutEod) {
   EXPECT_EQ(documents(out("j")), expected({"x y", "z"}));
 }
 
+TEST_F(Preprocess, AnExistingDatasetIsReplacedOnlyWithOverwrite) {
+  const std::string input = in("a.txt", "first");
+  ASSERT_EQ(run("-i " + input + " -o " + quote(out())).rc, 0);
+  const Result again = run("-i " + in("b.txt", "second") + " -o " + quote(out()), "1000");
+  expect_one_line(again, "--output-prefix '" + out() + "' already holds a dataset (" + out() +
+                             ".bin); add --overwrite");
+  EXPECT_EQ(documents(out()), expected({"first"}));  // untouched
+  ASSERT_EQ(run("-i " + in("b.txt", "second") + " -o " + quote(out()) + " --overwrite").rc, 0);
+  EXPECT_EQ(documents(out()), expected({"second"}));
+}
+
 TEST_F(Preprocess, EmptyDocumentsAreSkippedAndCounted) {
   const Result r = run("-i " + in("e.txt", "") + " " + in("e.jsonl", "{\"text\": \"\"}\n") + " " +
                        in("f.txt", "x") + " -o " + quote(out()));

@@ -167,6 +167,14 @@ void check_run_paths(const Config& c, bool writes_output) {
     check_output_folder("output.export_hf", c.output.export_hf,
                         "choose a folder you can write, e.g. output.export_hf: runs/my-run/hf "
                         "(it is written at the end of training)");
+  // An exported model is replaced only when asked to (as a run in output.dir is).
+  if (!c.output.export_hf.empty() && !c.output.overwrite && !c.checkpoint.resume && load.empty())
+    for (const char* f : {"model.safetensors", "config.json"})
+      if (fs::exists(fs::path(c.output.export_hf) / f, ec))
+        throw UserError("output.export_hf '" + c.output.export_hf + "' already holds a model (" +
+                        f +
+                        "); pass --overwrite (output.overwrite: true) to replace it, or choose "
+                        "another output.export_hf");
 }
 
 }  // namespace triad
