@@ -49,8 +49,8 @@ std::string PluginInstance::failure(int status, const std::string& what) const {
   return what + " failed (" + status_name(status) + "): " + last_error();
 }
 
-std::string other_plugins_fix(const std::string& kind, const std::string& self,
-                              const PluginFits& fits, const std::string& none) {
+std::vector<std::string> other_plugins_that_fit(const std::string& kind, const std::string& self,
+                                                const PluginFits& fits) {
   std::vector<std::string> can;
   try {
     PluginLoader loader;
@@ -64,6 +64,12 @@ std::string other_plugins_fix(const std::string& kind, const std::string& self,
     }
   } catch (const std::exception&) {
   }
+  return can;
+}
+
+std::string other_plugins_fix(const std::string& kind, const std::string& self,
+                              const PluginFits& fits, const std::string& none) {
+  const std::vector<std::string> can = other_plugins_that_fit(kind, self, fits);
   std::string fix = none;
   for (size_t i = 0; i < can.size(); ++i)
     fix = i == 0 ? "set " + kind + ": " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];

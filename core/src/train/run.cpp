@@ -40,39 +40,18 @@ std::vector<float> DistributedRun::gather_tp(const float* src, size_t n) {
 
 namespace {
 
-// The installed plugins of `kind` other than `chosen` that `can` accepts, each created with its
-// default parameters; one that fails to load, to be created or the check counts as unable. The
-// errors that refuse a choice use it to name the alternatives.
-template <class Backend, class Can>
-std::vector<std::string> others_that_can(const PluginLoader& loader, const std::string& kind,
-                                         const std::string& chosen, const CoreServices& services,
-                                         Can can) {
-  std::vector<std::string> out;
-  for (const auto& name : loader.available(kind)) {
-    if (name == chosen) continue;
-    try {
-      auto p = loader.load(kind, name);
-      Backend other(p, resolve_params(p->descriptor(), {}, kind), services.c_services());
-      if (can(other)) out.push_back(name);
-    } catch (const std::exception&) {
-    }
-  }
-  return out;
-}
-
 // Refuses a transport that cannot touch the run's device memory, before anyone connects, and
 // names the installed transports that can.
 void check_transport_memory(const Transport& chosen, const std::string& device_name,
-                            uint32_t memory, const PluginLoader& loader,
-                            const CoreServices& services) {
+                            uint32_t memory, const CoreServices& services) {
   if (chosen.capabilities().memory & memory) return;
-  const std::vector<std::string> can = others_that_can<Transport>(
-      loader, "transport", chosen.name(), services,
-      [&](const Transport& t) { return (t.capabilities().memory & memory) != 0; });
-  std::string fix = "no installed transport can";
-  for (size_t i = 0; i < can.size(); ++i)
-    fix = i == 0 ? "set transport: " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
-  if (can.size() > 1) fix += ")";
+  const std::string fix = other_plugins_fix(
+      "transport", chosen.name(),
+      [&](std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params) {
+        const Transport other(std::move(plugin), params, services.c_services());
+        return (other.capabilities().memory & memory) != 0;
+      },
+      "no installed transport can");
   throw UserError("transport '" + chosen.name() + "' cannot touch " +
                   (memory == TRIAD_MEM_BIT_HOST ? "host" : "CUDA") +
                   " memory, which device: " + device_name + " needs; " + fix);
@@ -94,7 +73,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
   const uint32_t memory =
       device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
-  check_transport_memory(*run->transport, cfg.device, memory, loader, services);
+  check_transport_memory(*run->transport, cfg.device, memory, services);
   uint32_t ops = run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE |
                  TRIAD_TRANSPORT_OP_SPLIT;
   if (groups.tp_size() > 1)
@@ -118,8 +97,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
 // Refuses a shape the chosen attention backend cannot run before anything is allocated, and
 // names the installed backends that can.
 void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int tp, int micro_batch,
-                     DLDevice device, DType act, const PluginLoader& loader,
-                     const CoreServices& services) {
+                     DLDevice device, DType act, const CoreServices& services) {
   const triad_attention_shape_v1 shape{micro_batch,
                                        m.num_attention_heads / tp,
                                        m.seq_length,
@@ -131,8 +109,10 @@ void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int t
     chosen.check_supported(shape);
   } catch (const UserError& e) {
     std::string can;
-    for (const auto& name : others_that_can<AttentionBackend>(
-             loader, "attention", chosen.name(), services, [&](const AttentionBackend& other) {
+    for (const auto& name : other_plugins_that_fit(
+             "attention", chosen.name(),
+             [&](std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams&params) {
+               const AttentionBackend other(std::move(plugin), params, services.c_services());
                other.check_supported(shape);  // throws when it cannot
                return true;
              }))
@@ -230,7 +210,7 @@ void Run::load_plugins() {
   attention = std::make_unique<AttentionBackend>(attention_plugin, aparams, services->c_services());
   act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
   check_attention(*attention, m, tp(), cfg.training.micro_batch_size, device->dl_device(), act,
-                  loader, *services);
+                  *services);
   auto tplugin = loader.load("tensor", cfg.tensor.name);
   tensor = std::make_unique<TensorBackend>(
       tplugin, resolve_params(tplugin->descriptor(), cfg.tensor.params, cfg.tensor.yaml_path),

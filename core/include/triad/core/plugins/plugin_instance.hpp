@@ -62,11 +62,14 @@ class PluginInstance {
   void* handle_ = nullptr;
 };
 
-// How a refusal names the way out: "set <kind>: a", or "set <kind>: a (or b, c)", listing the
-// other installed plugins of `kind` (not `self`) that `fits`, each loaded with its default
-// parameters (one that fails to load, or throws, does not fit); `none` when no plugin fits.
+// The other installed plugins of `kind` (not `self`) that `fits`, each loaded with its default
+// parameters; one that fails to load, or throws, does not fit.
 using PluginFits =
     std::function<bool(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params)>;
+std::vector<std::string> other_plugins_that_fit(const std::string& kind, const std::string& self,
+                                                const PluginFits& fits);
+// How a refusal names the way out: "set <kind>: a", or "set <kind>: a (or b, c)", listing
+// other_plugins_that_fit; `none` when no plugin fits.
 std::string other_plugins_fix(const std::string& kind, const std::string& self,
                               const PluginFits& fits, const std::string& none);
 
