@@ -3,9 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "triad/core/error.hpp"
@@ -26,11 +24,7 @@ struct Fd {
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
-  Fd f{open_regular_file(path, what, "point it at a data file")};
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0)
-    throw UserError(what + " '" + path + "' cannot be read: " + std::strerror(errno));
-  size_ = static_cast<size_t>(st.st_size);
+  Fd f{open_regular_file(path, what, "point it at a data file", &size_)};
   if (size_ == 0) return;
   void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
   if (p == MAP_FAILED)

@@ -50,7 +50,8 @@ std::string file_type_name(unsigned mode) {
   }
 }
 
-int open_regular_file(const std::string& path, const std::string& what, const std::string& fix) {
+int open_regular_file(const std::string& path, const std::string& what, const std::string& fix,
+                      size_t* size) {
   // Non-blocking: opening a FIFO for reading would otherwise wait for a writer forever (the type
   // is refused just below; O_NONBLOCK changes nothing for a regular file).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -68,6 +69,7 @@ int open_regular_file(const std::string& path, const std::string& what, const st
     throw UserError(what + " '" + path + "' is " + file_type_name(st.st_mode) +
                     ", not a regular file; " + fix);
   }
+  if (size) *size = size_t(st.st_size);
   return fd;
 }
 

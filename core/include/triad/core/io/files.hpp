@@ -3,6 +3,7 @@
 // disk included), never a silent truncation.
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,7 +19,9 @@ std::string file_type_name(unsigned mode);
 // but a regular file (a FIFO, a socket, a device, a directory) is refused by name before a
 // read. Throws UserError "WHAT 'PATH' cannot be opened: REASON; check the path" or "WHAT 'PATH'
 // is a FIFO (named pipe), not a regular file; FIX". Returns the descriptor; the caller closes it.
-int open_regular_file(const std::string& path, const std::string& what, const std::string& fix);
+// size: the file's size in bytes, when wanted.
+int open_regular_file(const std::string& path, const std::string& what, const std::string& fix,
+                      size_t* size = nullptr);
 // The whole of a (small) regular file, opened by open_regular_file.
 std::string read_regular_file(const std::string& path, const std::string& what,
                               const std::string& fix);
