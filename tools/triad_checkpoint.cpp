@@ -30,10 +30,9 @@ void refuse_to_replace(const std::string& out, bool overwrite) {
     throw triad::UserError("convert --to-hf '" + out +
                            "' exists and is not a folder; give a folder to write the model into");
   if (overwrite) return;
-  for (const char* f : {"model.safetensors", "config.json"})
-    if (fs::exists(fs::path(out) / f, ec))
-      throw triad::UserError("convert --to-hf '" + out + "' already holds a model (" + f +
-                             "); add --overwrite to replace it, or choose another folder");
+  if (const std::string f = triad::hf_model_file_in(out); !f.empty())
+    throw triad::UserError("convert --to-hf '" + out + "' already holds a model (" + f +
+                           "); add --overwrite to replace it, or choose another folder");
 }
 
 }  // namespace

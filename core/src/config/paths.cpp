@@ -16,6 +16,7 @@
 #include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
+#include "triad/core/io/hf.hpp"
 
 namespace triad {
 
@@ -169,12 +170,10 @@ void check_run_paths(const Config& c, bool writes_output) {
                         "(it is written at the end of training)");
   // An exported model is replaced only when asked to (as a run in output.dir is).
   if (!c.output.export_hf.empty() && !c.output.overwrite && !c.checkpoint.resume && load.empty())
-    for (const char* f : {"model.safetensors", "config.json"})
-      if (fs::exists(fs::path(c.output.export_hf) / f, ec))
-        throw UserError("output.export_hf '" + c.output.export_hf + "' already holds a model (" +
-                        f +
-                        "); pass --overwrite (output.overwrite: true) to replace it, or choose "
-                        "another output.export_hf");
+    if (const std::string f = hf_model_file_in(c.output.export_hf); !f.empty())
+      throw UserError("output.export_hf '" + c.output.export_hf + "' already holds a model (" + f +
+                      "); pass --overwrite (output.overwrite: true) to replace it, or choose "
+                      "another output.export_hf");
 }
 
 }  // namespace triad

@@ -3,6 +3,7 @@
 // (in, out) — the transpose of Triad's (out, in)).
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "triad/core/config/config.hpp"
@@ -13,6 +14,16 @@ namespace triad {
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR). Needs learned positions.
 void export_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout,
                const float* params);
+
+// The file of a model that `dir` already holds (model.safetensors or config.json, which
+// export_hf would replace), or "" when it holds none. Inline: the config checks use it without
+// linking this module.
+inline std::string hf_model_file_in(const std::string& dir) {
+  std::error_code ec;
+  for (const char* f : {"model.safetensors", "config.json"})
+    if (std::filesystem::exists(std::filesystem::path(dir) / f, ec)) return f;
+  return "";
+}
 
 // Checks DIR's config.json against the model config and loads every tensor into params.
 // Throws UserError naming the folder, the tensor or key, and what does not match.
