@@ -8,47 +8,47 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <type_traits>
 
 #include "triad/core/error.hpp"
 
 namespace triad::cli {
 
-// A whole number of at least `min`: "must be a whole number of at least 1, not 0".
-inline CLI::Validator at_least(long long min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || v < min)
-          return "must be a whole number of at least " + std::to_string(min) + ", not '" + text +
-                 "'";
-        return "";
-      },
-      "INT >= " + std::to_string(min));
-}
+namespace detail {
 
-// A number of at least `min` (seconds, fractions): "must be a number of at least 0, not '-1'".
-inline CLI::Validator at_least_number(double min) {
+// A number of type T (whole or not) of at least `min`, said as "must be KIND of at least MIN, not
+// 'TEXT'".
+template <class T>
+CLI::Validator at_least(T min, const std::string& kind) {
+  const std::string min_text = CLI::detail::to_string(min);
   return CLI::Validator(
-      [min](std::string& text) -> std::string {
+      [min, kind, min_text](std::string& text) -> std::string {
         size_t used = 0;
-        double v = 0;
+        T v{};
         try {
-          v = std::stod(text, &used);
+          if constexpr (std::is_integral_v<T>)
+            v = std::stoll(text, &used);
+          else
+            v = std::stod(text, &used);
         } catch (const std::exception&) {
           used = 0;
         }
         if (used == 0 || used != text.size() || !(v >= min))
-          return "must be a number of at least " + CLI::detail::to_string(min) + ", not '" + text +
-                 "'";
+          return "must be " + kind + " of at least " + min_text + ", not '" + text + "'";
         return "";
       },
-      "NUMBER >= " + CLI::detail::to_string(min));
+      (std::is_integral_v<T> ? "INT >= " : "NUMBER >= ") + min_text);
+}
+
+}  // namespace detail
+
+// A whole number of at least `min`: "must be a whole number of at least 1, not '0'".
+inline CLI::Validator at_least(long long min) {
+  return detail::at_least(min, "a whole number");
+}
+// A number of at least `min` (seconds, fractions): "must be a number of at least 0, not '-1'".
+inline CLI::Validator at_least_number(double min) {
+  return detail::at_least(min, "a number");
 }
 
 // The one line of a failed entry point; returns its exit code (kExitUserError).
