@@ -7,6 +7,8 @@
 
 #include <exception>
 #include <iostream>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -16,39 +18,55 @@ namespace triad::cli {
 
 namespace detail {
 
-// A number of type T (whole or not) of at least `min`, said as "must be KIND of at least MIN, not
-// 'TEXT'".
+// A number of type T (whole or not) from `min` to `max`, said as "must be KIND of at least MIN, not
+// 'TEXT'" (or "from MIN to MAX" where the caller named a maximum).
 template <class T>
-CLI::Validator at_least(T min, const std::string& kind) {
+CLI::Validator bounded(T min, T max, bool max_named, const std::string& kind) {
   const std::string min_text = CLI::detail::to_string(min);
+  const std::string max_text = CLI::detail::to_string(max);
+  const std::string range =
+      max_named ? "from " + min_text + " to " + max_text : "of at least " + min_text;
   return CLI::Validator(
-      [min, kind, min_text](std::string& text) -> std::string {
+      [min, max, max_named, kind, range, max_text](std::string& text) -> std::string {
         size_t used = 0;
         T v{};
+        bool too_big = false;
         try {
           if constexpr (std::is_integral_v<T>)
             v = std::stoll(text, &used);
           else
             v = std::stod(text, &used);
+        } catch (const std::out_of_range&) {
+          too_big = std::is_integral_v<T> && text.find('-') == std::string::npos;
+          used = 0;
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != text.size() || !(v >= min))
-          return "must be " + kind + " of at least " + min_text + ", not '" + text + "'";
+        too_big = too_big || (used == text.size() && v > max);
+        if (too_big && !max_named)  // past what the option's type holds
+          return "must be " + kind + " of at most " + max_text + ", not '" + text + "'";
+        if (used == 0 || used != text.size() || !(v >= min) || too_big)
+          return "must be " + kind + " " + range + ", not '" + text + "'";
         return "";
       },
-      (std::is_integral_v<T> ? "INT >= " : "NUMBER >= ") + min_text);
+      (std::is_integral_v<T> ? "INT " : "NUMBER ") +
+          (max_named ? min_text + ".." + max_text : ">= " + min_text));
 }
 
 }  // namespace detail
 
-// A whole number of at least `min`: "must be a whole number of at least 1, not '0'".
+// A whole number of at least `min` that fits an int: "must be a whole number of at least 1, not
+// '0'" ("of at most 2147483647" past an int).
 inline CLI::Validator at_least(long long min) {
-  return detail::at_least(min, "a whole number");
+  return detail::bounded<long long>(min, std::numeric_limits<int>::max(), false, "a whole number");
+}
+// A whole number from `min` to `max`: "must be a whole number from 1 to 1024, not '0'".
+inline CLI::Validator in_range(long long min, long long max) {
+  return detail::bounded(min, max, true, "a whole number");
 }
 // A number of at least `min` (seconds, fractions): "must be a number of at least 0, not '-1'".
 inline CLI::Validator at_least_number(double min) {
-  return detail::at_least(min, "a number");
+  return detail::bounded(min, std::numeric_limits<double>::infinity(), false, "a number");
 }
 
 // The one line of a failed entry point; returns its exit code (kExitUserError).
@@ -65,7 +83,10 @@ inline int parse_error(const std::string& tool, const CLI::App& app, const CLI::
   for (char& c : what)
     if (c == '\n') c = ' ';
   while (!what.empty() && what.back() == ' ') what.pop_back();
-  if (!what.empty() && what[0] >= 'A' && what[0] <= 'Z') what[0] = char(what[0] - 'A' + 'a');
+  // "Value is required" -> "value is required", but "DIR is required" keeps its name.
+  const bool acronym = what.size() > 1 && what[1] >= 'A' && what[1] <= 'Z';
+  if (!what.empty() && what[0] >= 'A' && what[0] <= 'Z' && !acronym)
+    what[0] = char(what[0] - 'A' + 'a');
   return fail(tool, what + " (see " + tool + " --help)");
 }
 
