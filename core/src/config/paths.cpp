@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -50,42 +49,6 @@ void check_input_file(const std::string& key, const std::string& what, const std
     throw UserError(key + " '" + path + "' (" + what +
                     ") cannot be opened: " + std::strerror(errno) + "; check its permissions");
   ::close(fd);
-}
-
-// A folder the run creates (if missing) and writes into: the folder itself or, when it does
-// not exist yet, its nearest existing ancestor must be a directory in which a folder can be
-// created. The probe folder is removed at once, so nothing is left behind.
-void check_output_folder(const std::string& key, const std::string& dir, const std::string& fix) {
-  if (dir.empty()) throw UserError(key + " is empty; " + fix);
-  std::error_code ec;
-  fs::path at = fs::absolute(dir, ec);
-  if (ec) at = dir;
-  bool itself = true;  // `at` is the folder, not an ancestor
-  for (;;) {
-    const fs::file_status st = fs::status(at, ec);
-    if (fs::exists(st)) break;
-    if (fs::is_symlink(fs::symlink_status(at, ec)))
-      throw UserError(key + " '" + dir + "' cannot be created: '" + at.string() +
-                      "' is a symbolic link to nothing; remove the link or " + fix);
-    const fs::path up = at.parent_path();
-    if (up.empty() || up == at) break;
-    at = up;
-    itself = false;
-  }
-  struct stat st {};
-  if (::stat(at.c_str(), &st) != 0)
-    throw UserError(key + " '" + dir + "' cannot be created: " + std::strerror(errno) + "; " + fix);
-  if (!S_ISDIR(st.st_mode))
-    throw UserError(key + " '" + dir + "' " +
-                    (itself ? "is " : "cannot be created: '" + at.string() + "' is ") +
-                    file_type_name(st.st_mode) + ", not a folder; " + fix);
-  std::string probe = (at / ".triad-write-check-XXXXXX").string();
-  if (!::mkdtemp(probe.data()))
-    throw UserError(
-        key + " '" + dir + "' " +
-        (itself ? "is not writable" : "cannot be created: cannot write in '" + at.string() + "'") +
-        " (" + std::strerror(errno) + "); " + fix);
-  ::rmdir(probe.c_str());
 }
 
 }  // namespace

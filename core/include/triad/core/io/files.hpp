@@ -26,6 +26,13 @@ int open_regular_file(const std::string& path, const std::string& what, const st
 std::string read_regular_file(const std::string& path, const std::string& what,
                               const std::string& fix);
 
+// A folder a program creates (if missing) and writes into, checked before anything is written:
+// the folder itself or, when it does not exist yet, its nearest existing ancestor must be a
+// directory in which a folder can be created (probed with a folder removed at once). Throws
+// UserError "KEY 'DIR' cannot be created: ...; FIX" or "KEY 'DIR' is a regular file, not a
+// folder; FIX". key: the flag or config key that named it (output.dir, --to-hf).
+void check_output_folder(const std::string& key, const std::string& dir, const std::string& fix);
+
 // A folder's entries reach the disk (renames into it survive a crash).
 void fsync_dir(const std::filesystem::path& dir);
 
