@@ -25,7 +25,7 @@ def main(argv):
         from matplotlib.patches import Patch, Rectangle
     except ImportError:
         print(
-            "triad-schedule: --png needs matplotlib for python3, which is not installed "
+            "triad-schedule: error: --png needs matplotlib for python3, which is not installed "
             "(Debian: apt-get install python3-matplotlib; or python3 -m pip install matplotlib)",
             file=sys.stderr,
         )
@@ -61,7 +61,13 @@ def main(argv):
                        Patch(facecolor=shade("B", 0), label="backward")],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
-    fig.savefig(argv[2], dpi=120)
+    try:
+        fig.savefig(argv[2], dpi=120)
+    except (OSError, ValueError) as e:  # an unwritable path, a format matplotlib lacks
+        print("triad-schedule: error: --png '%s' cannot be written: %s; give a .png path in a "
+              "folder you can write" % (argv[2], str(e).splitlines()[0] if str(e) else e),
+              file=sys.stderr)
+        return 2
     return 0
 
 

@@ -22,6 +22,7 @@
 
 #include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
@@ -29,6 +30,33 @@
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr const char* kTool = "triad-schedule";
+// The most (stage, micro-batch, chunk) cells a timeline is computed for: 16 stages x 512
+// micro-batches x 8 chunks, a second or so; far past what a terminal or a picture shows.
+constexpr long long kMaxCells = 65536;
+
+// Refused before anything is computed or drawn: a timeline too large to compute in moments, and
+// a --png that cannot be written.
+void check_request(int p, int m, int v, const std::string& png) {
+  if (static_cast<long long>(p) * m * v > kMaxCells)
+    throw triad::UserError("--stages " + std::to_string(p) + " x --micro-batches " +
+                           std::to_string(m) + " x --virtual " + std::to_string(v) + " = " +
+                           std::to_string(static_cast<long long>(p) * m * v) +
+                           " cells, more than the " + std::to_string(kMaxCells) +
+                           " a timeline is drawn for; use fewer stages or micro-batches");
+  if (png.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(png, ec))
+    throw triad::UserError("--png '" + png + "' is a folder; give a file name, e.g. " +
+                           (fs::path(png) / "schedule.png").string());
+  const fs::path folder = fs::absolute(png, ec).parent_path();
+  if (!fs::exists(folder, ec))
+    throw triad::UserError("--png '" + png + "': the folder '" + folder.string() +
+                           "' does not exist; create it or give a path in a folder that exists");
+  triad::check_output_folder("--png '" + png + "': the folder", folder.string(),
+                             "give a --png path in a folder you can write");
+}
 
 // 'text' for a POSIX shell.
 std::string quoted(const std::string& text) {
@@ -51,12 +79,10 @@ std::string plot_script() {
 // Writes the timeline as JSON and has python3 draw it into `png`; returns the exit code.
 int draw(const std::string& png, const std::string& schedule, int p, int m, int v,
          const triad::PipeTimeline& t) {
-  if (std::system("command -v python3 > /dev/null 2>&1") != 0) {
-    std::cerr << "triad-schedule: --png needs python3 with matplotlib, and python3 was not found "
-                 "(Debian: apt-get install python3-matplotlib)"
-              << std::endl;
-    return triad::kExitUserError;
-  }
+  if (std::system("command -v python3 > /dev/null 2>&1") != 0)
+    return triad::cli::fail(kTool,
+                            "--png needs python3 with matplotlib, and python3 was not found "
+                            "(Debian: apt-get install python3-matplotlib)");
   nlohmann::json j = {{"schedule", schedule},
                       {"stages", p},
                       {"micro_batches", m},
@@ -85,11 +111,13 @@ int draw(const std::string& png, const std::string& schedule, int p, int m, int 
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   if (rc == 0) std::cout << "picture: " << png << std::endl;
   if (rc != 0 && rc != triad::kExitUserError)
-    std::cerr << "triad-schedule: plot_schedule.py failed (exit " << rc << ")" << std::endl;
+    return triad::cli::fail(kTool, "--png '" + png + "': plot_schedule.py failed (exit " +
+                                       std::to_string(rc) + "); nothing was drawn");
   return rc;
 }
 
 int run(const std::string& schedule, int p, int m, int v, const std::string& png) {
+  check_request(p, m, v, png);
   triad::PluginLoader loader;
   auto plugin = loader.load("pipeline", schedule);
   triad::CoreServices services;
@@ -140,8 +168,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     return run(schedule, stages, micro_batches, virtual_stages, png);
   } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-schedule", app, e);
+    return triad::cli::parse_error(kTool, app, e);
   } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-schedule", e.what());
+    return triad::cli::fail(kTool, e.what());
   }
 }
