@@ -50,12 +50,14 @@ size_t parse_size(const std::string& text) {
       {"", 1},       {"B", 1},        {"K", 0x1p10},   {"KIB", 0x1p10}, {"KB", 1e3},
       {"M", 0x1p20}, {"MIB", 0x1p20}, {"MB", 1e6},     {"G", 0x1p30},   {"GIB", 0x1p30},
       {"GB", 1e9},   {"T", 0x1p40},   {"TIB", 0x1p40}, {"TB", 1e12}};
+  // At least a byte, and below 2^63 bytes (8 EiB): what a size_t holds, with room.
   if (pos > 0 && value > 0)
     for (const auto& [name, scale] : units)
-      if (unit == name) return size_t(value * scale);
+      if (unit == name && value * scale >= 1 && value * scale < 0x1p63)
+        return size_t(value * scale);
   throw triad::UserError("--memory-per-device '" + text +
-                         "' is not a size; give a positive number with an optional unit, e.g. "
-                         "80GiB, 16G, 512MiB or 40GB");
+                         "' is not a size; give a positive number with an optional unit, from 1 "
+                         "byte to 8 EiB, e.g. 80GiB, 16G, 512MiB or 40GB");
 }
 
 std::string mib(size_t bytes) {

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -685,8 +686,16 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
   std::vector<Recompute> ckpts{c0};
   if (world_size > 1 && dp > 1)
     for (int s = s0 + 1; s <= 3; ++s) stages.push_back(s);
-  for (int b = b0 - 1; b >= 1; --b)
-    if (per_rank % b == 0) micros.push_back(b);
+  // The divisors of per_rank below b0 in O(sqrt(per_rank)) steps, not b0: a micro-batch of
+  // two billion is answered at once.
+  std::vector<int> divisors;
+  for (int d = 1; int64_t(d) * d <= per_rank; ++d)
+    if (per_rank % d == 0)
+      for (int q : {d, per_rank / d})
+        if (q < b0) divisors.push_back(q);
+  std::sort(divisors.begin(), divisors.end(), std::greater<>());
+  divisors.erase(std::unique(divisors.begin(), divisors.end()), divisors.end());
+  micros.insert(micros.end(), divisors.begin(), divisors.end());
   if (c0 == Recompute::none) ckpts.push_back(Recompute::selective);
   if (c0 != Recompute::full) ckpts.push_back(Recompute::full);
   // One knob changed, then two, then all three; among those, the knobs in that order (stage,
