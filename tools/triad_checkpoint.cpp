@@ -9,26 +9,23 @@
 // input is one line on stderr and exit 2. convert never replaces a model without --overwrite.
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
 #include <iostream>
 #include <string>
 
 #include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 #include "triad/core/io/hf.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/train/checkpoint.hpp"
 
 namespace {
 
-// A --to-hf folder that already holds a model (or is not a folder) is refused before anything is
-// read or written, unless --overwrite says to replace it.
+// A --to-hf folder that cannot be written, or that already holds a model, is refused before
+// anything is read or written, unless --overwrite says to replace it.
 void refuse_to_replace(const std::string& out, bool overwrite) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-    throw triad::UserError("convert --to-hf '" + out +
-                           "' exists and is not a folder; give a folder to write the model into");
+  triad::check_output_folder("convert --to-hf", out,
+                             "give a folder you can write to hold the model, e.g. runs/my-run/hf");
   if (overwrite) return;
   if (const std::string f = triad::hf_model_file_in(out); !f.empty())
     throw triad::UserError("convert --to-hf '" + out + "' already holds a model (" + f +
@@ -57,7 +54,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (*convert) refuse_to_replace(out, overwrite);
-    const triad::Checkpoint ck(dir);
+    const triad::Checkpoint ck(dir, "DIR");
     if (*info) {
       std::cout << ck.describe();
       ck.verify();

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <spdlog/spdlog.h>
@@ -368,35 +369,38 @@ struct Checkpoint::Impl {
   }
 };
 
-Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>()) {
+Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
+    : impl_(std::make_unique<Impl>()) {
   Impl& c = *impl_;
   c.dir = dir_in;
   const fs::path latest = fs::path(dir_in) / "latest";
+  const std::string to_iter = "point " + key + " at one of its iter_* folders";
   std::error_code ec;
   if (fs::exists(latest, ec)) {
     // Read without ever blocking (a FIFO is refused by name), as every file a run reads.
-    const std::string text = read_regular_file(
-        latest.string(), "checkpoint file", "point checkpoint.load at one of its iter_* folders");
+    const std::string text = read_regular_file(latest.string(), "checkpoint file", to_iter);
     const std::string name = text.substr(0, text.find('\n'));
     if (name.empty() || name.find('/') != std::string::npos)
-      c.fail("has a `latest` file that names no checkpoint ('" + name +
-             "'); point checkpoint.load at one of its iter_* folders");
+      c.fail("has a `latest` file that names no checkpoint ('" + name + "'); " + to_iter);
     c.dir = (fs::path(dir_in) / name).string();
     if (!fs::exists(fs::path(c.dir) / "metadata.json", ec))
       throw UserError("checkpoint '" + dir_in + "': `latest` names '" + name +
-                      "', which has no metadata.json; point checkpoint.load at one of its "
-                      "complete iter_* folders");
+                      "', which has no metadata.json; point " + key +
+                      " at one of its complete iter_* folders");
   } else if (!fs::exists(fs::path(dir_in) / "metadata.json", ec)) {
-    c.fail(fs::is_directory(dir_in, ec)
-               ? std::string("is not a checkpoint (no `latest`, no metadata.json); point "
-                             "checkpoint.load at a checkpoint.save folder or one of its iter_* "
-                             "folders")
-               : std::string("does not exist; check checkpoint.load"));
+    const std::string point =
+        "point " + key + " at a checkpoint.save folder or one of its iter_* folders";
+    struct stat st {};
+    if (::stat(dir_in.c_str(), &st) != 0) c.fail("does not exist; check " + key);
+    if (S_ISDIR(st.st_mode))
+      c.fail("is not a checkpoint (no `latest`, no metadata.json); " + point);
+    // A file, a FIFO: said by its kind, never opened.
+    c.fail("is " + file_type_name(st.st_mode) + ", not a folder; " + point);
   }
   const fs::path meta_path = fs::path(c.dir) / "metadata.json";
   try {
-    c.meta = nlohmann::json::parse(read_regular_file(
-        meta_path.string(), "checkpoint file", "point checkpoint.load at a checkpoint folder"));
+    c.meta = nlohmann::json::parse(read_regular_file(meta_path.string(), "checkpoint file",
+                                                     "point " + key + " at a checkpoint folder"));
     if (c.meta.value("format", "") != kFormat) c.fail("metadata.json is not a Triad checkpoint's");
     if (c.meta.at("version").get<int>() != kVersion)
       c.fail("has format version " + c.meta.at("version").dump() + "; this Triad reads version " +
@@ -435,6 +439,11 @@ Checkpoint::Checkpoint(const std::string& dir_in) : impl_(std::make_unique<Impl>
   for (Impl::File& f : c.files) {
     const fs::path p = fs::path(c.dir) / f.name;
     const auto size = fs::file_size(p, ec);
+    struct stat st {};
+    if (ec && ::stat(p.c_str(), &st) == 0)  // there, but a FIFO or a folder: never opened
+      throw UserError("checkpoint file '" + p.string() + "' (rank " + std::to_string(f.rank) +
+                      "'s state) is " + file_type_name(st.st_mode) +
+                      ", not a regular file; the checkpoint is damaged, load an earlier one");
     if (ec)
       throw UserError("checkpoint file '" + p.string() + "' (rank " + std::to_string(f.rank) +
                       "'s state) is missing: " + ec.message() +

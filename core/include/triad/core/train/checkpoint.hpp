@@ -60,8 +60,9 @@ class Checkpoint {
  public:
   // `dir`: a save folder (its `latest` is followed) or one iteration's folder. Reads
   // metadata.json and maps every rank file, checking each is present with the size it was
-  // saved with; throws UserError naming the file and the fix.
-  explicit Checkpoint(const std::string& dir);
+  // saved with; throws UserError naming the file and the fix. `key`: what named `dir`, for the
+  // fix ("point checkpoint.load at ...", "point DIR at ..." for triad-checkpoint).
+  explicit Checkpoint(const std::string& dir, const std::string& key = "checkpoint.load");
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
