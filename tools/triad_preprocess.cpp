@@ -44,6 +44,7 @@
 #include "triad/core/cli.hpp"
 #include "triad/core/data/indexed_dataset.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 #include "triad/core/tokenizer/tokenizer.hpp"
 
 namespace {
@@ -315,6 +316,9 @@ std::ifstream open_input(const std::string& path) {
   if (std::filesystem::is_directory(path, ec))
     throw UserError("input '" + path + "' is a folder; give the files in it (e.g. " + path +
                     "/*.txt)");
+  // A FIFO, a socket or a device is refused by name before the stream opens it (a FIFO's open
+  // would wait for a writer forever).
+  ::close(triad::open_regular_file(path, "input", "give text or JSON-lines files"));
   std::ifstream f(path, std::ios::binary);
   if (!f)
     throw UserError("input '" + path + "' cannot be opened: " + std::strerror(errno) +
@@ -392,7 +396,8 @@ int run(const Options& o) {
                       "vocab.bpe)");
     }
   }();
-  triad::IndexedDatasetWriter out(o.output_prefix, triad::optimal_dtype(tok.vocab_size()));
+  triad::IndexedDatasetWriter out(o.output_prefix, triad::optimal_dtype(tok.vocab_size()),
+                                  "--output-prefix");
   Progress progress(o.log_interval);
   {
     Pipeline p(o, tok, out, progress);
@@ -450,7 +455,7 @@ int main(int argc, char** argv) {
   app.add_flag("--append-eod,!--no-append-eod", o.append_eod,
                "append <|endoftext|> after each document (default on)");
   app.add_option("--workers", o.workers, "threads that tokenize")
-      ->check(CLI::Range(1, 1024))
+      ->check(triad::cli::in_range(1, 1024))
       ->capture_default_str();
   app.add_option("--vocab-file", o.vocab_file, "GPT-2 encoder.json")->capture_default_str();
   app.add_option("--merge-file", o.merge_file, "GPT-2 vocab.bpe (the merges)")

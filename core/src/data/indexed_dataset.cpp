@@ -445,29 +445,30 @@ void sync_close(int& fd, const std::string& path) {
 
 }  // namespace
 
-IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexedDType dtype)
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexedDType dtype,
+                                           const std::string& key)
     : prefix_(prefix), dtype_(dtype), item_(dtype_size(static_cast<uint8_t>(dtype))) {
   const auto code = static_cast<uint8_t>(dtype);
   if (item_ == 0 || code == 6 || code == 7)
     throw UserError("indexed dataset writer: dtype " + dtype_name(code) +
                     " cannot hold token ids; use uint16 or int32");
   if (prefix.empty() || prefix.back() == '/')
-    throw UserError("output prefix '" + prefix +
+    throw UserError(key + " '" + prefix +
                     "' names a folder; give a prefix such as data/corpus (for data/corpus.bin "
                     "and data/corpus.idx)");
   const std::string dir = folder_of(prefix);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
-    throw UserError("output prefix '" + prefix + "': the folder '" + dir +
+    throw UserError(key + " '" + prefix + "': the folder '" + dir +
                     (std::filesystem::exists(dir, ec) ? "' is not a folder" : "' does not exist") +
                     "; create it first or choose another prefix");
   for (const char* ext : {".bin", ".idx"})
     if (std::filesystem::is_directory(prefix + ext, ec))
-      throw UserError("output prefix '" + prefix + "': '" + prefix + ext +
+      throw UserError(key + " '" + prefix + "': '" + prefix + ext +
                       "' is a folder; choose another prefix");
   bin_fd_ = create_temp(prefix + ".bin", bin_tmp_);
   if (bin_fd_ < 0)
-    throw UserError("output prefix '" + prefix + "': cannot create a file in '" + dir +
+    throw UserError(key + " '" + prefix + "': cannot create a file in '" + dir +
                     "': " + std::strerror(errno) + "; choose a folder you can write");
   // The index's temporary name is taken now, so that a folder that fills up or turns read-only
   // is seen before any work, and both names are known for the cleanup.
@@ -475,7 +476,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexedDTy
   if (idx_fd < 0) {
     const int err = errno;
     discard();
-    throw UserError("output prefix '" + prefix + "': cannot create a file in '" + dir +
+    throw UserError(key + " '" + prefix + "': cannot create a file in '" + dir +
                     "': " + std::strerror(err) + "; choose a folder you can write");
   }
   ::close(idx_fd);

@@ -90,8 +90,9 @@ class IndexedDataset {
 class IndexedDatasetWriter {
  public:
   // Throws UserError (naming the path and the fix) when the folder does not exist or cannot be
-  // written.
-  IndexedDatasetWriter(const std::string& prefix, IndexedDType dtype);
+  // written. key: what named the prefix, for messages (triad-preprocess: "--output-prefix").
+  IndexedDatasetWriter(const std::string& prefix, IndexedDType dtype,
+                       const std::string& key = "output prefix");
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
