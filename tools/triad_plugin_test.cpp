@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("plugin", path, "the plugin file, libtriad-<kind>-<name>.so")->required();
   app.add_flag("--quick", quick, "a smaller sweep of shapes (same checks)");
-  app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)");
+  app.add_option("--threads", threads, "CPU threads the plugin may use (0: its own choice)")
+      ->check(triad::cli::in_range(0, 1024));
   app.add_option("--param", params, "plugin parameter key=value (repeatable); default: defaults");
   app.add_option("--expect-pass", expect_pass, "fail unless exactly N cases pass")
       ->check(triad::cli::at_least(0));

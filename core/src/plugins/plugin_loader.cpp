@@ -1,6 +1,7 @@
 #include "triad/core/plugins/plugin_loader.hpp"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +16,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v1.h"
@@ -467,9 +469,14 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load_file(
     const std::string& path_in, const std::string& expected_kind) const {
   std::error_code fec;
   fs::path path = fs::absolute(path_in, fec);
-  if (fec || !fs::exists(path, fec)) throw UserError("plugin file " + path_in + " does not exist");
-  if (!fs::is_regular_file(path, fec))
-    throw UserError("plugin file " + path_in + " is not a regular file");
+  const std::string give = "give the path of a plugin's .so file, e.g. libtriad-attention-naive.so";
+  if (fec || !fs::exists(path, fec))
+    throw UserError("plugin file " + path_in + " does not exist; " + give);
+  // A FIFO or a folder is said by its kind and never opened.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw UserError("plugin file " + path_in + " is " + file_type_name(st.st_mode) +
+                    ", not a regular file; " + give);
   const std::string p = path.string();
 
   auto lib = std::make_shared<boost::dll::shared_library>();
@@ -478,7 +485,8 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load_file(
   lib->load(p, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   if (ec || !lib->is_loaded()) {
     const char* why = dlerror();
-    throw UserError("cannot load plugin " + p + ": " + (why ? why : ec.message()));
+    throw UserError("cannot load plugin " + p + ": " + (why ? why : ec.message()) +
+                    "; is it a shared library built for this machine?");
   }
   if (!lib->has(TRIAD_PLUGIN_SYMBOL_V1))
     throw UserError(p + " does not export " TRIAD_PLUGIN_SYMBOL_V1
