@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
   convert->add_option("--to-hf", out, "the folder to write")->required();
   bool overwrite = false;
   convert->add_flag("--overwrite", overwrite, "replace the model a --to-hf folder already holds");
+  // A misspelt subcommand is named (CLI11 would only say that one is required).
+  const auto named = [&](const CLI::App* sub) { return sub->get_name() == argv[1]; };
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommands(named).empty())
+    return triad::cli::fail("triad-checkpoint", "'" + std::string(argv[1]) +
+                                                    "' is not a subcommand; use info, verify or "
+                                                    "convert (see triad-checkpoint --help)");
   try {
     app.parse(argc, argv);
     if (*convert) refuse_to_replace(out, overwrite);
