@@ -7,6 +7,7 @@ Its folder holds the run's own output (config.yaml, metrics.jsonl), the launcher
 (run.log) and result.json, written last: a folder with result.json is finished, which is what
 makes both tools resumable.
 """
+import argparse
 import datetime
 import json
 import math
@@ -15,6 +16,7 @@ import platform
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -35,8 +37,163 @@ LABELS = {key: label for key, label, _ in METRICS}
 LAUNCHER_MODES = ("local", "slurm", "mpi")
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
+
+# The record each tool leaves in its output folder: which tool and which study or search wrote
+# it, so that a rerun resumes its own work and never mixes in another's.
+OUTPUT_RECORD = "triad-output.json"
+
+
 class BadInput(Exception):
     """Input the user must fix: printed as one line, exit 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, failing the tools' way: one line 'TOOL: error: ...' and exit 2 (argparse's own
+    prints the usage first)."""
+
+    def error(self, message):
+        fail(self.prog, f"{message} (see {self.prog} --help)")
+
+
+def run_main(tool, main):
+    """Runs a tool's main(): bad input is one line and exit 2; Ctrl-C one line and exit 130; a
+    file the system refuses to read or write one line naming it and exit 2. Never a traceback
+    for any of those."""
+    try:
+        return main()
+    except BadInput as e:
+        fail(tool, str(e))
+    except KeyboardInterrupt:
+        print(f"{tool}: error: interrupted (Ctrl-C); finished experiments are kept: rerun the "
+              f"same command to resume", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as e:
+        where = f" '{e.filename}'" if e.filename else ""
+        fail(tool, f"cannot read or write{where}: {e.strerror or e}; check the path, its "
+                   f"permissions and the free space")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files read and folders written
+
+def file_kind(mode):
+    """What a path of this st_mode is, for messages."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_input_file(path, what, fix):
+    """`path` exists and is a regular file (looked at, never opened: a FIFO cannot block)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise BadInput(f"{what} '{path}' cannot be opened: {e.strerror}; {fix}")
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{what} '{path}' is {file_kind(st.st_mode)}, not a regular file; {fix}")
+
+
+def read_text(path, what, fix):
+    """The whole of a small UTF-8 file, opened without blocking; anything but a regular file is
+    refused by name before a read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise BadInput(f"{what} '{path}' cannot be opened: {e.strerror}; {fix}")
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"{what} '{path}' is {file_kind(mode)}, not a regular file; {fix}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as e:
+        raise BadInput(f"{what} '{path}' cannot be read: {e.strerror}; {fix}")
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{what} '{path}' is not UTF-8 text (byte {e.start}); {fix}")
+
+
+def load_yaml(path, what, fix):
+    """A YAML file's contents; a syntax error is one line naming the file, line and column."""
+    import yaml
+    text = read_text(path, what, fix)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(f"{path}{where}: not valid YAML ({problem}); fix the syntax")
+
+
+def check_output_folder(flag, folder):
+    """A folder the tool creates (if missing) and writes into: it, or its nearest existing
+    ancestor, is a directory in which a folder can be made (probed, and removed at once)."""
+    import tempfile
+    want = os.path.abspath(folder)
+    at = want
+    while not os.path.lexists(at) and os.path.dirname(at) != at:
+        at = os.path.dirname(at)
+    fix = f"give {flag} a folder you can write"
+    said = f"{flag} '{folder}' is" if at == want else \
+        f"{flag} '{folder}' cannot be created: '{at}' is"
+    if not os.path.isdir(at):
+        try:
+            kind = "a regular file" if os.path.isfile(at) else file_kind(os.stat(at).st_mode)
+        except OSError:
+            kind = "a symbolic link to nothing"
+        raise BadInput(f"{said} {kind}, not a folder; {fix}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".triad-write-check-", dir=at))
+    except OSError as e:
+        raise BadInput(f"{flag} '{folder}' cannot be created: cannot write in '{at}' "
+                       f"({e.strerror}); {fix}")
+
+
+def claim_output(tool, flag, folder, identity, overwrite, products):
+    """Makes `folder` this tool's output for `identity` (what was asked: config, grid, ...)
+    before anything else is written there. The same identity resumes (finished experiments are
+    kept); another tool's or another study's output is refused unless --overwrite, which removes
+    the earlier `products` (the names this tool writes) first; a folder holding anything else
+    is never touched. Call after every other check: a refusal writes nothing."""
+    check_output_folder(flag, folder)
+    record_path = os.path.join(folder, OUTPUT_RECORD)
+    record = {"tool": tool, "identity": identity}
+    entries = os.listdir(folder) if os.path.isdir(folder) else []
+    if entries:
+        try:
+            held = json.loads(read_text(record_path, "output record", "remove it"))
+        except (BadInput, ValueError):
+            held = None
+        if not isinstance(held, dict):
+            raise BadInput(f"{flag} '{folder}' holds files that are not a {tool} output (no "
+                           f"{OUTPUT_RECORD}); choose another {flag} (or empty that folder)")
+        if json.loads(json.dumps(record, default=str)) != held:
+            if held.get("tool") != tool:
+                what = f"the output of {held.get('tool') or 'another tool'}"
+            else:
+                what = "the output of another " + ("study" if tool == "triad-study"
+                                                    else "search")
+            if not overwrite:
+                raise BadInput(f"{flag} '{folder}' holds {what} (a different config, grid or "
+                               f"settings); add --overwrite to replace it, or choose another "
+                               f"{flag}")
+            strays = [e for e in entries if e not in products and e != OUTPUT_RECORD]
+            if strays:
+                raise BadInput(f"{flag} '{folder}' holds {what} and other files ('{strays[0]}'); "
+                               f"--overwrite replaces only {tool} output: choose another {flag}")
+            for e in entries:
+                p = os.path.join(folder, e)
+                shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)
+    os.makedirs(folder, exist_ok=True)
+    write_json(record_path, record)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,6 +443,15 @@ def run_experiment(launch, folder, config, sets, world, warmup, steps, mode="loc
                                 start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
+        except KeyboardInterrupt:
+            # The ranks are in a session of their own, out of the terminal's reach: stop them.
+            # No result.json: the next run replaces this unfinished folder.
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGTERM)
