@@ -4,7 +4,9 @@
 # with "TOOL: error:" and names the flag, key or path, and must leave the scratch folder exactly
 # as it was (no file created, changed or removed; a refused --to-hf or -o keeps what it holds).
 # Usage: bad_input_tools.sh SECTION BIN_DIR SOURCE_DIR WORK_DIR
-#   SECTION: schedule | estimate | checkpoint | preprocess | info | plugin_test
+#   SECTION: schedule | estimate | checkpoint | preprocess | info | plugin_test | study | autotune
+# The Python tools' cases all fail before any run is launched; Ctrl-C is checked against a
+# stand-in triad-launch that only waits.
 set -u
 SECTION=$1 BIN=$(cd "$2" && pwd) SRC=$(cd "$3" && pwd) WORK=$4/$1
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -63,6 +65,34 @@ holds_all() {  # TEXT WANT: TEXT holds every ' :: '-separated part of WANT
     [[ "$text" == *"$part"* ]] || return 1
     [[ "$rest" == *" :: "* ]] && rest=${rest#* :: } || rest=""
   done
+}
+
+# interrupted TOOL ARGS...: Ctrl-C while the tool waits for triad-launch (a stand-in that only
+# waits) is one line 'TOOL: error: interrupted ...' and exit 130, no traceback, nothing written.
+interrupted() {
+  local tool=$1
+  shift
+  local fake=$WORK-fake-bin
+  rm -rf "$fake" && mkdir -p "$fake"
+  printf '#!/bin/sh\ntouch "%s/started"\nexec sleep 30\n' "$fake" >"$fake/triad-launch"
+  cp "$BIN/triad-estimate" "$fake/" && chmod +x "$fake/triad-launch"
+  local before rc lines err i
+  before=$(snapshot)
+  TRIAD_BIN_DIR=$fake timeout 20 "$BIN/$tool" "$@" >/dev/null 2>"$ERR" &
+  local pid=$!
+  for ((i = 0; i < 200; i++)); do [[ -e "$fake/started" ]] && break; sleep 0.05; done
+  # timeout's child is the tool: SIGINT to it alone, by its process id.
+  kill -INT "$(pgrep -P "$pid")"
+  wait "$pid"
+  rc=$?
+  err=$(cat "$ERR")
+  lines=$(printf '%s\n' "$err" | grep -c .)
+  if [[ $rc -eq 130 && $lines -eq 1 && "$err" == "$tool: error: interrupted"* &&
+        "$before" == "$(snapshot)" ]]; then
+    echo "PASS [Ctrl-C]: $err"; passes=$((passes + 1))
+  else
+    echo "FAIL [Ctrl-C]: exit $rc, $lines lines: $err"; fails=$((fails + 1))
+  fi
 }
 
 # A whole-number flag given a word, a negative and a huge number; and an unknown flag.
@@ -236,6 +266,97 @@ plugin_test)
   expect $T "attention.bogus: unknown parameter" "$BIN/$T" attention "$A" --param bogus=1
   expect $T "data.bogus: unknown parameter" "$BIN/$T" data "$L/libtriad-data-zero.so" \
     --param bogus=1
+  ;;
+study)
+  T=triad-study
+  cat >"$W/tiny.yaml" <<'YAML'
+model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 32, vocab_size: 256}
+data: {kind: synthetic}
+training: {train_iters: 5, micro_batch_size: 4}
+YAML
+  study() {  # NAME TEXT: a study file NAME.yaml holding TEXT
+    printf '%b' "$2" >"$W/$1.yaml"
+  }
+  study ok 'config: tiny.yaml\ngrid: {zero_optimization.stage: [0, 1]}\nrepeats: 1\nsteps: 1\n'
+  study syntax 'config: tiny.yaml\ngrid: {world: [1, 2\n'
+  study a_list '- config\n- grid\n'
+  study unknown 'config: tiny.yaml\nrepeat: 2\n'
+  study repeats_word 'config: tiny.yaml\nrepeats: two\n'
+  study repeats_zero 'config: tiny.yaml\nrepeats: 0\n'
+  study metric_list 'config: tiny.yaml\nmetric: [samples_per_s]\n'
+  study env_list 'config: tiny.yaml\nenv: [OMP_NUM_THREADS]\n'
+  study config_list 'config: [tiny.yaml]\n'
+  study config_missing 'config: nope.yaml\n'
+  study config_fifo 'config: fifo\n'
+  study world_zero 'config: tiny.yaml\ngrid: {world: [0, 1]}\n'
+  study launcher 'config: tiny.yaml\nlauncher: ssh\n'
+  study timeout 'config: tiny.yaml\ntimeout: -1\n'
+  study iters 'config: tiny.yaml\nset: {training.train_iters: 9}\n'
+  study bad_value 'config: tiny.yaml\ngrid: {zero_optimization.stage: [0, 7]}\n'
+  printf '\xff\xfe\x00' >"$W/binary.yaml"
+  # Output folders: another study's, another tool's, and someone's own files.
+  mkdir -p "$W/other-study/experiments" "$W/tune-out" "$W/mine"
+  printf '{"tool": "triad-study", "identity": {"grid": {}}}' >"$W/other-study/triad-output.json"
+  printf '{"tool": "triad-autotune", "identity": {}}' >"$W/tune-out/triad-output.json"
+  printf 'notes\n' >"$W/mine/notes.txt"
+  expect $T "the following arguments are required: study" "$BIN/$T"
+  expect $T "unrecognized arguments: --no-such-flag" "$BIN/$T" "$W/ok.yaml" --no-such-flag
+  expect $T "study file '$W/nope.yaml' cannot be opened" "$BIN/$T" "$W/nope.yaml"
+  expect $T "study file '$W/adir' is a directory" "$BIN/$T" "$W/adir"
+  expect $T "study file '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "$W/fifo"
+  expect $T "study file '$W/binary.yaml' is not UTF-8 text" "$BIN/$T" "$W/binary.yaml"
+  expect $T "syntax.yaml:3:1: not valid YAML" "$BIN/$T" "$W/syntax.yaml"
+  expect $T "a study is a mapping" "$BIN/$T" "$W/a_list.yaml"
+  expect $T "unknown study key 'repeat'" "$BIN/$T" "$W/unknown.yaml"
+  expect $T "repeats 'two' is not a whole number" "$BIN/$T" "$W/repeats_word.yaml"
+  expect $T "repeats 0 is not a whole number of at least 1" "$BIN/$T" "$W/repeats_zero.yaml"
+  expect $T "metric ['samples_per_s'] is not a string" "$BIN/$T" "$W/metric_list.yaml"
+  expect $T "env ['OMP_NUM_THREADS'] is not a mapping" "$BIN/$T" "$W/env_list.yaml"
+  expect $T "config ['tiny.yaml'] is not a file name" "$BIN/$T" "$W/config_list.yaml"
+  expect $T "config '$W/nope.yaml' cannot be opened" "$BIN/$T" "$W/config_missing.yaml"
+  expect $T "config '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "$W/config_fifo.yaml"
+  expect $T "grid 'world' value 0" "$BIN/$T" "$W/world_zero.yaml"
+  expect $T "launcher 'ssh' is not one of local, slurm, mpi" "$BIN/$T" "$W/launcher.yaml"
+  expect $T "timeout -1 is not a number of seconds" "$BIN/$T" "$W/timeout.yaml"
+  expect $T "'training.train_iters' is the study's to set" "$BIN/$T" "$W/iters.yaml"
+  expect $T "grid 'zero_optimization.stage' value '7' is refused" "$BIN/$T" "$W/bad_value.yaml"
+  expect $T "--output '/sys/triad-study' cannot be created: cannot write in '/sys'" "$BIN/$T" \
+    "$W/ok.yaml" --output /sys/triad-study
+  expect $T "--output '$W/file.txt' is a regular file, not a folder" "$BIN/$T" "$W/ok.yaml" \
+    --output "$W/file.txt"
+  expect $T "--output '$W/other-study' holds the output of another study :: --overwrite" \
+    "$BIN/$T" "$W/ok.yaml" --output "$W/other-study"
+  expect $T "--output '$W/tune-out' holds the output of triad-autotune" "$BIN/$T" "$W/ok.yaml" \
+    --output "$W/tune-out"
+  expect $T "--output '$W/mine' holds files that are not a triad-study output" "$BIN/$T" \
+    "$W/ok.yaml" --output "$W/mine" --overwrite
+  interrupted $T "$W/ok.yaml" --list
+  ;;
+autotune)
+  T=triad-autotune C=$SRC/configs/gpt-tiny.yaml
+  mkdir -p "$W/other-search/experiments"
+  printf '{"tool": "triad-autotune", "identity": {"world": 8}}' >"$W/other-search/triad-output.json"
+  expect $T "the following arguments are required: config" "$BIN/$T"
+  expect $T "unrecognized arguments: --no-such-flag" "$BIN/$T" "$C" --no-such-flag
+  expect $T "argument --world: invalid int value: 'four'" "$BIN/$T" "$C" --world four
+  expect $T "--world 0 must be at least 1" "$BIN/$T" "$C" --world 0
+  expect $T "--steps -2 must be at least 1" "$BIN/$T" "$C" --steps -2
+  expect $T "--zero-stages '0,5' must list whole numbers 0..3" "$BIN/$T" "$C" --zero-stages 0,5
+  expect $T "--tp 'two' is not a comma-separated list" "$BIN/$T" "$C" --tp two
+  expect $T "argument --metric: invalid choice: 'speed'" "$BIN/$T" "$C" --metric speed
+  expect $T "--timeout -1 must be a number of seconds above 0" "$BIN/$T" "$C" --timeout -1
+  expect $T "--set 'model.num_layers' is not KEY=VALUE" "$BIN/$T" "$C" --set model.num_layers
+  expect $T "num_layerz" "$BIN/$T" "$C" --set model.num_layerz=2
+  expect $T "config '$W/nope.yaml' cannot be opened" "$BIN/$T" "$W/nope.yaml"
+  expect $T "config '$W/adir' is a directory" "$BIN/$T" "$W/adir"
+  expect $T "config '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "$W/fifo"
+  expect $T "syntax.yaml:3:1: YAML syntax error" "$BIN/$T" "$W/syntax.yaml"
+  expect $T "--memory-per-device 'lots' is not a size" "$BIN/$T" "$C" --memory-per-device lots
+  expect $T "--output '/sys/triad-tune' cannot be created: cannot write in '/sys'" "$BIN/$T" \
+    "$C" --output /sys/triad-tune
+  expect $T "--output '$W/other-search' holds the output of another search :: --overwrite" \
+    "$BIN/$T" "$C" --output "$W/other-search"
+  interrupted $T "$C"
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2

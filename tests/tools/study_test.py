@@ -2,7 +2,8 @@
 2 measured steps. Checks that the CSV, JSON and PNG are written and that every mean and σ of the
 mean equals what this test computes itself from the runs' metrics.jsonl; that a rerun skips
 finished runs and reruns only a missing one; that a refused combination and a run refused for
-memory are recorded and not fatal; and that bad input is one line and exit 2.
+memory are recorded and not fatal; that a different study is not written over the folder
+without --overwrite; and that bad input is one line and exit 2.
     study_test.py BIN_DIR
 """
 import csv
@@ -114,11 +115,21 @@ check(rc == 0 and len(progress) == 1 and "world=1,zero_optimization.stage=0 repe
       progress[0], f"after one result is removed only that run reruns ({progress})")
 
 # A combination the launcher refuses (tp 2 on 1 rank) is recorded; the rest runs. (A value
-# refused in every combination is bad input instead: below.)
+# refused in every combination is bad input instead: below.) Its output goes where the grid
+# study's is: refused without --overwrite (nothing touched), replacing it with.
 with open(os.path.join(d, "refused.yaml"), "w") as f:
     f.write("config: tiny.yaml\ngrid: {world: [1, 2], parallel.tensor_model_parallel_size: [1, 2]}\n"
             "repeats: 1\nsteps: 1\noutput: out-refused\n")
-rc, out, err = run([STUDY, "refused.yaml"], d)
+rc, out, err = run([STUDY, "refused.yaml", "--output", "out"], d)
+check_bad_input("triad-study", rc, err, ["'out' holds the output of another study",
+                                         "--overwrite"], "another study into a study's folder")
+check(os.path.exists(os.path.join(res, "experiments", "world-1__zero_optimization.stage-0")),
+      "the refused study left the earlier one alone")
+rc, out, err = run([STUDY, "refused.yaml", "--output", "out", "--overwrite"], d)
+check(rc == 0 and not os.path.exists(os.path.join(res, "experiments",
+                                                  "world-1__zero_optimization.stage-0")),
+      f"--overwrite replaces the earlier study (exit {rc}: {err.strip()[-200:]})")
+os.rename(res, os.path.join(d, "out-refused"))
 check(rc == 0, f"a study with a refused combination exits 0 (got {rc}: {err.strip()[-200:]})")
 rows = {r["name"]: r for r in csv.DictReader(open(os.path.join(d, "out-refused", "results.csv")))}
 bad = rows.get("world=1,parallel.tensor_model_parallel_size=2", {})
