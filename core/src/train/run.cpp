@@ -176,6 +176,7 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       groups(checked_groups(cfg_in, opts_in.dist)),
       me(groups.coords(opts_in.dist.rank)) {
   // Everything that can fail on bad input happens before the output folder is touched.
+  check_runnable(cfg);
   device = make_device(cfg.device, opts.dist.local_rank, cfg.allow_tf32, cfg.device_gemm);
   // A GPU's memory is known only here (the launcher checked the host's for a CPU run): the
   // estimate against what the device has free, refused before anything is allocated.
@@ -265,6 +266,7 @@ void Run::open_checkpoint() {
                     ": nothing is left to train; raise train_iters to continue");
   ckpt->verify();
   start_step = ckpt->step();
+  progress = ckpt->progress();
 }
 
 // The transport before the model: one that cannot touch this device's memory stops the run
