@@ -161,6 +161,12 @@ expect_error data_fifo "data.path '$WORK/data.fifo' (data.kind text) is a FIFO (
   "$BASE" --set data.path="$WORK/data.fifo"
 expect_error data_fifo_2_ranks "data.path '$WORK/data.fifo' (data.kind text) is a FIFO" \
   "$BASE" --nproc-per-node 2 --set data.path="$WORK/data.fifo"
+# Nor the GPT-2 tokenizer's files (the launcher would wait before any rank starts).
+expect_error vocab_file_fifo "data.vocab_file '$WORK/data.fifo' (the GPT-2 vocabulary) is a FIFO" \
+  "$BASE" --set data.tokenizer=gpt2 --set model.vocab_size=50257 --set data.vocab_file="$WORK/data.fifo"
+expect_error merge_file_fifo_2_ranks "data.merge_file '$WORK/data.fifo' (the GPT-2 merges) is a FIFO" \
+  "$BASE" --nproc-per-node 2 --set data.tokenizer=gpt2 --set model.vocab_size=50257 \
+  --set data.merge_file="$WORK/data.fifo"
 # A checkpoint whose `latest` is a FIFO: refused by name before any rank starts, never opened.
 mkdir -p "$WORK/fifo-ckpt" && mkfifo "$WORK/fifo-ckpt/latest"
 expect_error checkpoint_latest_fifo "checkpoint file '$WORK/fifo-ckpt/latest' is a FIFO (named pipe)" \

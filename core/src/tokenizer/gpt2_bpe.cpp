@@ -7,6 +7,7 @@
 #include <unicode/uchar.h>
 
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 
 namespace triad {
 namespace {
@@ -223,15 +225,13 @@ void Gpt2Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t
 
 namespace {
 
+// Never blocks on what is not a regular file (a FIFO as the vocabulary is refused by name).
 std::string read_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))  // the package not installed, most likely
     throw UserError("GPT-2 " + std::string(what) + " '" + path + "' cannot be opened (missing?); " +
                     kFix);
-  }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_regular_file(path, "GPT-2 " + std::string(what), kFix);
 }
 
 // A vocabulary string (GPT-2's unicode stand-ins for bytes) -> the raw bytes, or false.
