@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/hf.hpp"
@@ -40,6 +42,11 @@ std::vector<float> DistributedRun::gather_tp(const float* src, size_t n) {
 
 namespace {
 
+bool stage_transport_forced() {
+  const char* v = std::getenv("TRIAD_STAGE_TRANSPORT");
+  return v && std::string(v) == "1";
+}
+
 // Refuses a transport that cannot touch the run's device memory, before anyone connects, and
 // names the installed transports that can.
 void check_transport_memory(const Transport& chosen, const std::string& device_name,
@@ -73,6 +80,16 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
   const uint32_t memory =
       device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
+  // A transport that reaches host memory only carries device memory through host buffers
+  // (several ranks can then share one GPU); TRIAD_STAGE_TRANSPORT=1 stages host memory too, so
+  // that the CPU device runs that path (a test double).
+  const uint32_t reach = run->transport->capabilities().memory;
+  const bool force = stage_transport_forced();
+  if (force || (!(reach & memory) && (reach & TRIAD_MEM_BIT_HOST)))
+    run->transport->stage_through_host(
+        [&device](void* host, const void* src, size_t n) { device.to_host(host, src, n); },
+        [&device](void* dst, const void* host, size_t n) { device.to_device(dst, host, n); },
+        force);
   check_transport_memory(*run->transport, cfg.device, memory, services);
   uint32_t ops = run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE |
                  TRIAD_TRANSPORT_OP_SPLIT;
@@ -424,6 +441,12 @@ void Run::describe() const {
   spdlog::info("attention: {} ({}); data: {}; threads: {}{}", attention->name(),
                attention_plugin->path(), data->describe(), omp_get_max_threads(),
                gemms.empty() ? std::string() : "; GEMMs: " + gemms);
+  if (dist)
+    spdlog::info("transport: {}{}", dist->transport->name(),
+                 dist->transport->staged()
+                     ? " through host buffers (each operation on device memory runs on a host "
+                       "copy: copied down, its result up)"
+                     : "");
 }
 
 std::vector<float> Run::whole_model(const float* arena) const {
