@@ -33,16 +33,13 @@ std::string runnable_refusal(const Config& c) {
            "precision: bf16 (no loss scaling needed), or fp32 (fp16.enabled: true then runs the "
            "loss scaler over fp32 math)";
   const ParallelConfig& p = c.parallel;
-  if (p.tensor_model_parallel_size > 1)
-    return "parallel.tensor_model_parallel_size " + std::to_string(p.tensor_model_parallel_size) +
-           in +
-           " is not built for device: cuda yet (the vocabulary-parallel embedding and "
-           "cross-entropy have no CUDA kernels); use tensor_model_parallel_size: 1 there, or "
-           "device: cpu";
   if (unverified_gpu_layouts_allowed()) return "";
   const std::string unverified =
       " is built for device: cuda but not yet verified on a GPU (tools/gpu-check has not passed "
       "it); set TRIAD_UNVERIFIED_GPU_LAYOUTS=1 to try it anyway, or ";
+  if (p.tensor_model_parallel_size > 1)
+    return "parallel.tensor_model_parallel_size " + std::to_string(p.tensor_model_parallel_size) +
+           in + unverified + "use tensor_model_parallel_size: 1 there, or device: cpu";
   if (p.pipeline_model_parallel_size > 1)
     return "parallel.pipeline_model_parallel_size " +
            std::to_string(p.pipeline_model_parallel_size) + in + unverified +
