@@ -124,6 +124,8 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
         "replicated grads %.0f; Megatron's formula, ring accounting)\n",
         t.total(), t.activations, t.logits, t.replicated_grads);
   }
+  const std::string refusal = runnable_refusal(cfg);
+  if (!refusal.empty()) std::cout << "runs here:           no: " << refusal << "\n";
   return 0;
 }
 
@@ -138,6 +140,7 @@ void check_memory(const Config& cfg, int world_size, int local_ranks) {
 int train_in_process(const LaunchArgs& a) {
   // What the run would otherwise meet only after building the model: refused here, exit 2.
   const Config cfg = load_config(a.config_path, a.sets, 1);
+  check_runnable(cfg);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);
   check_checkpoint_to_load(cfg);

@@ -131,17 +131,6 @@ void seed_bias(T* c, const T* bias, int m, int n, int64_t ldc, cudaStream_t stre
   detail::check_launch(name);
 }
 
-// dbias (OC) += sum_n dout (N,OC).
-template <class T>
-struct BiasGradTerm {
-  static constexpr int kSums = 1;
-  const T* dout;
-  int OC;
-  __device__ void add(int n, int o, double* acc) const {
-    acc[0] += detail::to_float(dout[size_t(n) * OC + o]);
-  }
-};
-
 }  // namespace
 
 Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
@@ -269,11 +258,7 @@ void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, 
     g.c_type = CUDA_R_32F;
     detail::gemm(blas, g, "matmul_backward dweight");
   }
-  if (dbias) {
-    detail::ColumnDst<1> dst{{dbias}};
-    detail::add_column_sums(dst, BiasGradTerm<T>{dout, OC}, N, OC, blas.stream(),
-                            "matmul_backward dbias");
-  }
+  if (dbias) detail::add_bias_grad(dbias, dout, N, OC, blas.stream(), "matmul_backward dbias");
 }
 
 }  // namespace

@@ -77,4 +77,21 @@ void add_column_sums(ColumnDst<Term::kSums> dst, const Term& term, int N, int C,
   check_launch(name);
 }
 
+// dbias (C) += sum_n dout (N,C): matmul_backward's dbias and bias_backward.
+template <class T>
+struct BiasGradTerm {
+  static constexpr int kSums = 1;
+  const T* dout;
+  int C;
+  __device__ void add(int n, int c, double* acc) const {
+    acc[0] += to_float(dout[size_t(n) * C + c]);
+  }
+};
+
+template <class T>
+void add_bias_grad(float* dbias, const T* dout, int N, int C, cudaStream_t stream,
+                   const char* name) {
+  add_column_sums(ColumnDst<1>{{dbias}}, BiasGradTerm<T>{dout, C}, N, C, stream, name);
+}
+
 }  // namespace triad::kernels::cuda::detail

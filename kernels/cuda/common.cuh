@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -60,18 +61,28 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// Sum over the block, in a fixed order (so deterministic); every thread gets the result.
-// `shared` holds at least 32 values; blockDim.x is a multiple of 32. Ends with a barrier-free
-// read of shared, so a second call needs a __syncthreads() before it.
-template <class T>
-__device__ inline T block_sum(T v, T* shared) {
+// Reduces v over the block with warp_reduce (warp_sum, warp_max), in a fixed order (so
+// deterministic); every thread gets the result. `none` is the reduction's identity. `shared`
+// holds at least 32 values; blockDim.x is a multiple of 32. Ends with a barrier-free read of
+// shared, so a second call needs a __syncthreads() before it.
+template <class T, class WarpReduce>
+__device__ inline T block_reduce(T v, T* shared, T none, WarpReduce warp_reduce) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
-  v = warp_sum(v);
+  v = warp_reduce(v);
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < warps ? shared[lane] : T(0);
-  return warp_sum(v);
+  v = lane < warps ? shared[lane] : none;
+  return warp_reduce(v);
+}
+
+template <class T>
+__device__ inline T block_sum(T v, T* shared) {
+  return block_reduce(v, shared, T(0), [](T x) { return warp_sum(x); });
+}
+
+__device__ inline float block_max(float v, float* shared) {
+  return block_reduce(v, shared, -INFINITY, [](float x) { return warp_max(x); });
 }
 
 // --- element types ------------------------------------------------------------------------

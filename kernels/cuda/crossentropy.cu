@@ -1,6 +1,9 @@
 // Softmax + cross-entropy fused over the vocabulary, one block per row. Forward reads each
 // logit once, keeping a running (max, sum of exp) per thread, and writes only the loss and
 // the log-sum-exp; backward recomputes the probabilities from the lse (no (N,V) softmax).
+// Vocab-parallel (tensor parallelism) splits the forward around the group's reductions:
+// row_max, (all-reduce max), row_sums, (all-reduce sum), finish; each rank's logits are its
+// columns [vocab_start, vocab_start + V), and the backward takes the whole row's lse.
 // Templated on the storage type T of the logits and their gradient (float or bf16); losses,
 // lse, dloss and the arithmetic are fp32 either way.
 #include <cmath>
@@ -44,28 +47,44 @@ __device__ inline MaxSum warp_max_sum(MaxSum v) {
   return v;
 }
 
+// Calls f(x) for each of this thread's logits among the first `valid` of row z, in a fixed
+// order: with s.vec the scalar head and tail elements, then 16-byte vectors; else a stride.
+template <class T, class F>
+__device__ inline void for_each_logit(const T* z, int valid, const detail::VecSplit& s, F&& f) {
+  constexpr int W = detail::kVecOf<T>;
+  const int tid = threadIdx.x;
+  if (s.vec) {
+    const size_t tail0 = s.head + W * s.nvec;
+    if (size_t(tid) < s.head) f(detail::to_float(z[tid]));
+    if (size_t(tid) < valid - tail0) f(detail::to_float(z[tail0 + tid]));
+    for (size_t j = tid; j < s.nvec; j += blockDim.x) {
+      float x[W];
+      detail::load_vec(z + s.head + W * j, x);
+      for (int k = 0; k < W; ++k) f(x[k]);
+    }
+  } else {
+    for (int v = tid; v < valid; v += blockDim.x) f(detail::to_float(z[v]));
+  }
+}
+
+// The column of row's target among this rank's `valid` columns, or -1 when another rank (or
+// the padding) holds it.
+__device__ inline int64_t target_column(const int32_t* targets, int row, int64_t vocab_start,
+                                        int valid) {
+  const int64_t t = int64_t(targets[row]) - vocab_start;
+  return t >= 0 && t < valid ? t : -1;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kCeThreads)
     crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
                                 int V, int valid, detail::VecSplit s) {
-  constexpr int W = detail::kVecOf<T>;
   __shared__ float shared_m[32], shared_s[32];
   const int row = blockIdx.x;
   const T* z = logits + size_t(row) * V;
   const int tid = threadIdx.x;
   MaxSum acc;
-  if (s.vec) {
-    const size_t tail0 = s.head + W * s.nvec;
-    if (size_t(tid) < s.head) acc.add(detail::to_float(z[tid]));
-    if (size_t(tid) < valid - tail0) acc.add(detail::to_float(z[tail0 + tid]));
-    for (size_t j = tid; j < s.nvec; j += blockDim.x) {
-      float x[W];
-      detail::load_vec(z + s.head + W * j, x);
-      for (int k = 0; k < W; ++k) acc.add(x[k]);
-    }
-  } else {
-    for (int v = tid; v < valid; v += blockDim.x) acc.add(detail::to_float(z[v]));
-  }
+  for_each_logit(z, valid, s, [&](float x) { acc.add(x); });
   acc = warp_max_sum(acc);
   const int lane = tid & 31, warp = tid >> 5;
   if (lane == 0) {
@@ -86,17 +105,61 @@ __global__ void __launch_bounds__(kCeThreads)
   }
 }
 
+// rowmax[row] = max of the row's valid logits (-inf when there are none).
+template <class T>
+__global__ void __launch_bounds__(kCeThreads)
+    crossentropy_row_max_kernel(float* rowmax, const T* logits, int V, int valid,
+                                detail::VecSplit s) {
+  __shared__ float shared[32];
+  const T* z = logits + size_t(blockIdx.x) * V;
+  float m = -INFINITY;
+  for_each_logit(z, valid, s, [&](float x) { m = fmaxf(m, x); });
+  m = detail::block_max(m, shared);
+  if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+// sumexp[row] = sum exp(z - rowmax[row]) over the valid logits; target_logit[row] = the
+// target's logit when this rank holds it, else 0 (the group's sum then has it exactly once).
+template <class T>
+__global__ void __launch_bounds__(kCeThreads)
+    crossentropy_row_sums_kernel(float* sumexp, float* target_logit, const T* logits,
+                                 const float* rowmax, const int32_t* targets, int V, int valid,
+                                 int64_t vocab_start, detail::VecSplit s) {
+  __shared__ float shared[32];
+  const int row = blockIdx.x;
+  const T* z = logits + size_t(row) * V;
+  const float m = rowmax[row];
+  float sum = 0.0f;
+  for_each_logit(z, valid, s, [&](float x) { sum += expf(x - m); });
+  sum = detail::block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    const int64_t t = target_column(targets, row, vocab_start, valid);
+    sumexp[row] = sum;
+    target_logit[row] = t >= 0 ? detail::to_float(z[t]) : 0.0f;
+  }
+}
+
+// The forward's last step, on the group's reductions: lse = rowmax + log(sumexp).
+__global__ void crossentropy_finish_kernel(float* losses, float* lse, const float* rowmax,
+                                           const float* sumexp, const float* target_logit, int N) {
+  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+    const float l = rowmax[n] + logf(sumexp[n]);
+    lse[n] = l;
+    losses[n] = l - target_logit[n];
+  }
+}
+
 // No __restrict__: dlogits may alias logits. Every element is read, then written, by one thread.
 template <class T>
 __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
                                              const int32_t* targets, float dloss, int V, int valid,
-                                             detail::VecSplit s) {
+                                             int64_t vocab_start, detail::VecSplit s) {
   constexpr int W = detail::kVecOf<T>;
   const int row = blockIdx.x;
   const T* z = logits + size_t(row) * V;
   T* dz = dlogits + size_t(row) * V;
   const float l = lse[row];
-  const int t = targets[row];
+  const int64_t t = target_column(targets, row, vocab_start, valid);
   const int tid = threadIdx.x;
   auto grad = [&](float x, int v) {
     const float g = dloss * expf(x - l);
@@ -121,30 +184,61 @@ __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const 
   for (int v = valid + tid; v < V; v += blockDim.x) dz[v] = detail::from_float<T>(0.0f);
 }
 
+// valid < 0 or past the row: every column is vocabulary.
+inline int valid_columns(int V, int valid) {
+  return valid < 0 || valid > V ? V : valid;
+}
+
+// How for_each_logit walks the rows of (N,V) logits. Rows start 16-byte apart when V is a
+// multiple of the vector width, so the split of row 0 holds for every row.
+template <class T>
+detail::VecSplit row_split(const T* logits, int V, int valid) {
+  return V % detail::kVecOf<T> == 0 ? detail::vec_split(size_t(valid), logits) : detail::VecSplit{};
+}
+
 template <class T>
 void forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N, int V,
              int valid, cudaStream_t stream) {
-  if (valid < 0 || valid > V) valid = V;
+  valid = valid_columns(V, valid);
   if (N <= 0 || valid <= 0) return;
-  // Rows start 16-byte apart when V is a multiple of the vector width, so the split of row 0
-  // holds for every row.
-  const detail::VecSplit s =
-      V % detail::kVecOf<T> == 0 ? detail::vec_split(size_t(valid), logits) : detail::VecSplit{};
-  crossentropy_forward_kernel<T>
-      <<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V, valid, s);
+  crossentropy_forward_kernel<T><<<N, kCeThreads, 0, stream>>>(losses, lse, logits, targets, V,
+                                                               valid, row_split(logits, V, valid));
   detail::check_launch("crossentropy_forward");
+}
+
+// Unlike the forward, a shard with no valid columns still writes its rows (-inf, 0, 0): the
+// group's reductions read them.
+template <class T>
+void row_max(float* rowmax, const T* logits, int N, int V, int valid, cudaStream_t stream) {
+  valid = valid_columns(V, valid);
+  if (N <= 0) return;
+  crossentropy_row_max_kernel<T>
+      <<<N, kCeThreads, 0, stream>>>(rowmax, logits, V, valid, row_split(logits, V, valid));
+  detail::check_launch("crossentropy_row_max");
+}
+
+template <class T>
+void row_sums(float* sumexp, float* target_logit, const T* logits, const float* rowmax,
+              const int32_t* targets, int N, int V, int valid, int64_t vocab_start,
+              cudaStream_t stream) {
+  valid = valid_columns(V, valid);
+  if (N <= 0) return;
+  crossentropy_row_sums_kernel<T>
+      <<<N, kCeThreads, 0, stream>>>(sumexp, target_logit, logits, rowmax, targets, V, valid,
+                                     vocab_start, row_split(logits, V, valid));
+  detail::check_launch("crossentropy_row_sums");
 }
 
 template <class T>
 void backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
-              int N, int V, int valid, cudaStream_t stream) {
-  if (valid < 0 || valid > V) valid = V;
+              int N, int V, int valid, int64_t vocab_start, cudaStream_t stream) {
+  valid = valid_columns(V, valid);
   if (N <= 0 || V <= 0) return;
   const detail::VecSplit s = V % detail::kVecOf<T> == 0
                                  ? detail::vec_split(size_t(valid), dlogits, logits)
                                  : detail::VecSplit{};
-  crossentropy_backward_kernel<T>
-      <<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, V, valid, s);
+  crossentropy_backward_kernel<T><<<N, kCeThreads, 0, stream>>>(dlogits, logits, lse, targets,
+                                                                dloss, V, valid, vocab_start, s);
   detail::check_launch("crossentropy_backward");
 }
 
@@ -161,13 +255,41 @@ void crossentropy_forward(float* losses, float* lse, const bf16* logits, const i
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid) {
-  backward(dlogits, logits, lse, targets, dloss, N, V, valid, stream);
+                           int valid, int64_t vocab_start) {
+  backward(dlogits, logits, lse, targets, dloss, N, V, valid, vocab_start, stream);
 }
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid) {
-  backward(dlogits, logits, lse, targets, dloss, N, V, valid, stream);
+                           int valid, int64_t vocab_start) {
+  backward(dlogits, logits, lse, targets, dloss, N, V, valid, vocab_start, stream);
+}
+
+void crossentropy_row_max(float* rowmax, const float* logits, int N, int V, int valid,
+                          cudaStream_t stream) {
+  row_max(rowmax, logits, N, V, valid, stream);
+}
+void crossentropy_row_max(float* rowmax, const bf16* logits, int N, int V, int valid,
+                          cudaStream_t stream) {
+  row_max(rowmax, logits, N, V, valid, stream);
+}
+
+void crossentropy_row_sums(float* sumexp, float* target_logit, const float* logits,
+                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
+                           int64_t vocab_start, cudaStream_t stream) {
+  row_sums(sumexp, target_logit, logits, rowmax, targets, N, V, valid, vocab_start, stream);
+}
+void crossentropy_row_sums(float* sumexp, float* target_logit, const bf16* logits,
+                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
+                           int64_t vocab_start, cudaStream_t stream) {
+  row_sums(sumexp, target_logit, logits, rowmax, targets, N, V, valid, vocab_start, stream);
+}
+
+void crossentropy_finish(float* losses, float* lse, const float* rowmax, const float* sumexp,
+                         const float* target_logit, int N, cudaStream_t stream) {
+  if (N <= 0) return;
+  crossentropy_finish_kernel<<<detail::grid_for(size_t(N)), detail::kThreads, 0, stream>>>(
+      losses, lse, rowmax, sumexp, target_logit, N);
+  detail::check_launch("crossentropy_finish");
 }
 
 }  // namespace triad::kernels::cuda

@@ -5,6 +5,8 @@
 // kernels::cpu on every run. Templated on the storage type E of out/wte/wpe/dout (float, or
 // bf16 with the compute copy of the weights); the sums and dwte/dwpe are fp32 either way, so
 // with bf16 dout the gradients equal the CPU's float result on the same (bf16) values.
+// Vocab-parallel (tensor parallelism): wte and dwte hold the rows [vocab_start, vocab_start +
+// rows); other tokens look up zeros and add nothing, as in kernels::cpu.
 #include <cstddef>
 #include <cstdint>
 
@@ -15,17 +17,30 @@ namespace triad::kernels::cuda {
 namespace {
 
 // out[i] for i in [kW j, kW j + kW): one element (kW = 1) or one 16-byte vector (kW =
-// kVecOf<E>, C % kW == 0 and every pointer 16-byte aligned) per step.
+// kVecOf<E>, C % kW == 0 and every pointer 16-byte aligned) per step. vocab_rows < 0: wte holds
+// every token's row.
 template <class E, int kW>
 __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E* wte, const E* wpe,
-                                         int T, int C, size_t groups) {
+                                         int T, int C, size_t groups, int64_t vocab_start,
+                                         int vocab_rows) {
   for (size_t g = size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += size_t(gridDim.x) * blockDim.x) {
     const size_t i = g * kW;
     const size_t bt = i / C;
     const int c = static_cast<int>(i % C);
-    const E* w = wte + size_t(tokens[bt]) * C + c;
+    const int64_t row = int64_t(tokens[bt]) - vocab_start;
     const E* p = wpe ? wpe + (bt % T) * C + c : nullptr;
+    if (vocab_rows >= 0 && (row < 0 || row >= vocab_rows)) {  // another rank's row: zero
+      if constexpr (kW > 1) {
+        float v[kW] = {};
+        if (p) detail::load_vec(p, v);
+        detail::store_vec(out + i, v);
+      } else {
+        out[i] = p ? *p : detail::from_float<E>(0.0f);
+      }
+      continue;
+    }
+    const E* w = wte + size_t(row) * C + c;
     if constexpr (kW > 1) {
       float v[kW];
       detail::load_vec(w, v);
@@ -103,7 +118,7 @@ __device__ void flush_segment(EmbeddingShared& sh, int len, float* dwte, const E
 template <class E>
 __global__ void __launch_bounds__(kBwdThreads)
     embedding_backward_wte_kernel(float* dwte, const E* dout, const int32_t* tokens, int BT, int C,
-                                  int V) {
+                                  int V, int64_t vocab_start) {
   __shared__ EmbeddingShared sh;
   const int v0 = blockIdx.x * kChunkRows;
   const int rows = min(kChunkRows, V - v0);
@@ -111,8 +126,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   int len = 0;  // the same in every thread
   for (int base = 0; base < BT; base += blockDim.x) {
     const int bt = base + threadIdx.x;
-    const int tok = bt < BT ? tokens[bt] : -1;
-    const bool hit = tok >= v0 && tok < v0 + rows;  // tokens outside [0, V) belong to no block
+    const int64_t tok = bt < BT ? int64_t(tokens[bt]) - vocab_start : -1;  // row in the shard
+    const bool hit = tok >= v0 && tok < v0 + rows;  // rows outside [0, V) belong to no block
     // Order-preserving compaction: hits in earlier warps, then earlier lanes, come first.
     const unsigned ballot = __ballot_sync(0xffffffffu, hit);
     if (lane == 0) sh.warp_hits[warp] = __popc(ballot);
@@ -128,7 +143,7 @@ __global__ void __launch_bounds__(kBwdThreads)
     }
     if (hit) {
       sh.bt[len + before] = bt;
-      sh.row[len + before] = tok - v0;
+      sh.row[len + before] = static_cast<int>(tok - v0);
     }
     len += total;
     __syncthreads();  // warp_hits is rewritten by the next tile
@@ -150,7 +165,7 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const E* dout, int B,
 
 template <class E>
 void forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T, int C,
-             cudaStream_t stream) {
+             int64_t vocab_start, int vocab_rows, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   constexpr int W = detail::kVecOf<E>;
   const size_t n = size_t(B) * T * C;
@@ -158,21 +173,21 @@ void forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, i
                    (!wpe || detail::misalign(wpe) == 0);
   if (vec)
     embedding_forward_kernel<E, W><<<detail::grid_for(n / W), detail::kThreads, 0, stream>>>(
-        out, tokens, wte, wpe, T, C, n / W);
+        out, tokens, wte, wpe, T, C, n / W, vocab_start, vocab_rows);
   else
-    embedding_forward_kernel<E, 1>
-        <<<detail::grid_for(n), detail::kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
+    embedding_forward_kernel<E, 1><<<detail::grid_for(n), detail::kThreads, 0, stream>>>(
+        out, tokens, wte, wpe, T, C, n, vocab_start, vocab_rows);
   detail::check_launch("embedding_forward");
 }
 
 template <class E>
 void backward(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C,
-              int V, cudaStream_t stream) {
+              int V, int64_t vocab_start, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   if (V > 0) {
     embedding_backward_wte_kernel<E>
         <<<static_cast<unsigned>(detail::ceil_div(V, kChunkRows)), kBwdThreads, 0, stream>>>(
-            dwte, dout, tokens, B * T, C, V);
+            dwte, dout, tokens, B * T, C, V, vocab_start);
     detail::check_launch("embedding_backward dwte");
   }
   if (dwpe) {
@@ -185,21 +200,21 @@ void backward(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, in
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, cudaStream_t stream) {
-  forward(out, tokens, wte, wpe, B, T, C, stream);
+                       int T, int C, cudaStream_t stream, int64_t vocab_start, int vocab_rows) {
+  forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream);
 }
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                       int T, int C, cudaStream_t stream) {
-  forward(out, tokens, wte, wpe, B, T, C, stream);
+                       int T, int C, cudaStream_t stream, int64_t vocab_start, int vocab_rows) {
+  forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int V, cudaStream_t stream) {
-  backward(dwte, dwpe, dout, tokens, B, T, C, V, stream);
+                        int T, int C, int V, cudaStream_t stream, int64_t vocab_start) {
+  backward(dwte, dwpe, dout, tokens, B, T, C, V, vocab_start, stream);
 }
 void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
-                        int T, int C, int V, cudaStream_t stream) {
-  backward(dwte, dwpe, dout, tokens, B, T, C, V, stream);
+                        int T, int C, int V, cudaStream_t stream, int64_t vocab_start) {
+  backward(dwte, dwpe, dout, tokens, B, T, C, V, vocab_start, stream);
 }
 
 }  // namespace triad::kernels::cuda

@@ -1,8 +1,10 @@
 // Residual connection: out = a + b (out may alias a or b: every element is read and written by
 // the same thread, in that order); da += dout, db += dout. The forward also takes bf16 storage
-// (common.cuh): the sum is float, rounded once.
+// (common.cuh): the sum is float, rounded once. And a bias broadcast over rows (added after the
+// tensor-parallel reduction of a row-parallel matmul), with matmul_backward's dbias sums.
 #include <cstddef>
 
+#include "column_sums.cuh"
 #include "common.cuh"
 #include "triad/kernels/cuda.hpp"
 
@@ -47,10 +49,40 @@ struct ResidualBackward {
   }
 };
 
+// out (N,C) += bias (C). Vectors only when C is a multiple of the width and out and bias are
+// 16-byte aligned: a vector of out is then kVec columns of one row, an aligned vector of bias.
+template <class T>
+struct BiasForward {
+  static constexpr int kVec = detail::kVecOf<T>;
+  T* out;
+  const T* bias;
+  int C;
+  __device__ void scalar(size_t i) const {
+    out[i] = detail::from_float<T>(detail::to_float(out[i]) + detail::to_float(bias[i % C]));
+  }
+  __device__ void vec(size_t i) const {
+    float x[kVec], y[kVec];
+    detail::load_vec(out + i, x);
+    detail::load_vec(bias + i % C, y);
+    for (int k = 0; k < kVec; ++k) x[k] += y[k];
+    detail::store_vec(out + i, x);
+  }
+};
+
 template <class T>
 void forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
   detail::launch_elementwise("residual_forward", ResidualForward<T>{out, a, b}, n,
                              detail::vec_split(n, out, a, b), stream);
+}
+
+template <class T>
+void bias_add(T* out, const T* bias, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const size_t n = size_t(N) * C;
+  const bool vec =
+      C % detail::kVecOf<T> == 0 && detail::misalign(out) == 0 && detail::misalign(bias) == 0;
+  detail::launch_elementwise("bias_forward", BiasForward<T>{out, bias, C}, n,
+                             vec ? detail::vec_split(n, out) : detail::VecSplit{}, stream);
 }
 
 }  // namespace
@@ -60,6 +92,20 @@ void residual_forward(float* out, const float* a, const float* b, size_t n, cuda
 }
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
   forward(out, a, b, n, stream);
+}
+
+void bias_forward(float* out, const float* bias, int N, int C, cudaStream_t stream) {
+  bias_add(out, bias, N, C, stream);
+}
+void bias_forward(bf16* out, const bf16* bias, int N, int C, cudaStream_t stream) {
+  bias_add(out, bias, N, C, stream);
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int C, cudaStream_t stream) {
+  detail::add_bias_grad(dbias, dout, N, C, stream, "bias_backward");
+}
+void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream) {
+  detail::add_bias_grad(dbias, dout, N, C, stream, "bias_backward");
 }
 
 void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream) {

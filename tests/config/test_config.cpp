@@ -240,7 +240,24 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
       {"data:\n  kind: tokens\n", {"data.path is required for data.kind 'tokens'"}},
       {"device: tpu\n", {"device 'tpu' is unknown ($F:8:9); use cpu or cuda"}},
       {"precision: bf16\n", {"precision 'bf16' ($F:8:12) needs device: cuda"}},
-      {"precision: fp16\n", {"precision 'fp16' is not supported ($F:8:12)", "loss scaling"}},
+      {"precision: fp16\n",
+       {"precision 'fp16' ($F:8:12) needs device: cuda",
+        "with fp16.enabled: true the loss scaler runs over fp32 math"}},
+      {"precision: fp8\n", {"precision 'fp8' is not one of fp32, bf16, fp16 ($F:8:12)"}},
+      {"fp16:\n  enabled: true\n", {"precision 'fp16' (fp16.enabled, $F:9:12) needs device: cuda"}},
+      {"fp16:\n  enabled: true\nbf16:\n  enabled: true\n",
+       {"fp16.enabled ($F:9:12) and bf16.enabled ($F:11:12) are both true", "keep one"}},
+      {"precision: bf16\nfp16:\n  enabled: true\n",
+       {"precision bf16 ($F:8:12) contradicts fp16.enabled true ($F:10:12)"}},
+      {"precision: fp16\nfp16:\n  enabled: false\n",
+       {"precision fp16 ($F:8:12) contradicts fp16.enabled false ($F:10:12)"}},
+      {"fp16:\n  loss_scale_window: 0\n", {"fp16.loss_scale_window: 0 is out of range ($F:9:"}},
+      {"fp16:\n  hysteresis: 0\n", {"fp16.hysteresis: 0 is out of range"}},
+      {"fp16:\n  min_loss_scale: 0\n", {"fp16.min_loss_scale: 0 is out of range"}},
+      {"fp16:\n  loss_scale: -1\n", {"fp16.loss_scale: -1 is out of range"}},
+      {"fp16:\n  initial_scale_power: 2000\n", {"fp16.initial_scale_power: 2000 is out of range"}},
+      {"precision: fp32\nfp16:\n  enabled: true\n  initial_scale_power: 4\n  min_loss_scale: 32\n",
+       {"fp16.min_loss_scale 32 ($F:12:", "above the initial scale 2^4"}},
       {"parallel:\n  tensor_model_parallel_size: 2\n",
        {"world size 1 is not divisible by tensor_model_parallel_size 2 × "
         "pipeline_model_parallel_size 1 ($F:9:",
@@ -496,14 +513,78 @@ TEST_F(ConfigTest, BadOverrides) {
   EXPECT_EQ(load_config(write("model:\n"), {"attention.block_q=3"}).attention.name, "naive");
   expect_error(kBase, {"device 'gpu' is unknown (--set 'device=gpu'); use cpu or cuda"},
                {"device=gpu"});
+  // Any build plans a cuda run; check_runnable refuses it where CUDA was not built.
+  EXPECT_EQ(load_config(write("model:\n"), {"device=cuda"}).device, "cuda");
+}
+
+// DeepSpeed's fp16 / bf16 sections and precision, resolved to one precision (config.hpp).
+TEST_F(ConfigTest, PrecisionSections) {
+  const Config plain = load_config(write("model:\n"), {});
+  EXPECT_EQ(plain.precision, "fp32");
+  EXPECT_FALSE(plain.fp16.enabled);
+  EXPECT_FALSE(plain.bf16_enabled);
+  // The loss scaler over fp32 math, with DeepSpeed's defaults unless given.
+  const Config scaled =
+      load_config(write("precision: fp32\nfp16:\n  enabled: true\n  hysteresis: 3\n"), {});
+  EXPECT_EQ(scaled.precision, "fp32");
+  EXPECT_TRUE(scaled.fp16.enabled);
+  EXPECT_EQ(scaled.fp16.hysteresis, 3);
+  EXPECT_EQ(scaled.fp16.initial_scale_power, 16);
+  EXPECT_EQ(scaled.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(scaled.fp16.loss_scale, 0);
+  EXPECT_EQ(scaled.fp16.min_loss_scale, 1);
+  // The resolved config reads back the same (config.yaml of a run).
+  const Config again = load_config(write(to_yaml(scaled)), {});
+  EXPECT_EQ(again.precision, "fp32");
+  EXPECT_TRUE(again.fp16.enabled);
+  EXPECT_EQ(again.fp16.hysteresis, 3);
   if (cuda_device_built()) {
-    EXPECT_EQ(load_config(write("model:\n"), {"device=cuda"}).device, "cuda");
-  } else {
-    expect_error(kBase,
-                 {"device 'cuda' is not available in this build (--set 'device=cuda')",
-                  "rebuild where nvcc is on PATH, or use cpu"},
-                 {"device=cuda"});
+    // fp16.enabled alone means precision fp16, bf16.enabled alone bf16; both plan on cuda.
+    EXPECT_EQ(load_config(write("device: cuda\nfp16:\n  enabled: true\n"), {}).precision, "fp16");
+    const Config b = load_config(write("device: cuda\nbf16:\n  enabled: true\n"), {});
+    EXPECT_EQ(b.precision, "bf16");
+    EXPECT_TRUE(load_config(write(to_yaml(b)), {}).bf16_enabled);
+    EXPECT_TRUE(load_config(write("device: cuda\nprecision: fp16\n"), {}).fp16.enabled);
   }
+}
+
+// load_config plans any layout on any device; check_runnable refuses what cannot run there yet.
+TEST_F(ConfigTest, RunnableOnItsDevice) {
+  EXPECT_EQ(runnable_refusal(load_config(write("model:\n"), {})), "");
+  // The refusal of the config in file `f` (written from `yaml`) holds `piece` after "KEY (f)".
+  auto refusal = [&](const std::string& yaml, int world) {
+    const std::string f = write(yaml);
+    return std::make_pair(runnable_refusal(load_config(f, {}, world)), f);
+  };
+  auto expect_refused = [&](const std::string& yaml, int world, const std::string& key,
+                            const std::string& piece) {
+    const auto [why, f] = refusal(yaml, world);
+    EXPECT_NE(why.find(key + " (" + f + ")" + piece), std::string::npos) << why;
+  };
+  if (!cuda_device_built()) {
+    expect_refused("device: cuda\n", 1, "device 'cuda'", " is not available in this build");
+    EXPECT_THROW(check_runnable(load_config(write("device: cuda\n"), {})), UserError);
+    return;
+  }
+  expect_refused("device: cuda\nprecision: fp16\n", 1, "precision 'fp16'",
+                 " is not built for device: cuda yet");
+  const std::string tp = "device: cuda\nparallel:\n  tensor_model_parallel_size: 2\n";
+  const std::string pp = "device: cuda\nparallel:\n  pipeline_model_parallel_size: 2\n";
+  const std::string z3 = "device: cuda\nzero_optimization:\n  stage: 3\n";
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
+  expect_refused(tp, 2, "parallel.tensor_model_parallel_size 2",
+                 " is built for device: cuda but not yet verified on a GPU");
+  expect_refused(pp, 2, "parallel.pipeline_model_parallel_size 2",
+                 " is built for device: cuda but not yet verified on a GPU");
+  expect_refused(z3, 2, "zero_optimization.stage 3", " is built for device: cuda but not yet");
+  EXPECT_NE(refusal(z3, 2).first.find("TRIAD_UNVERIFIED_GPU_LAYOUTS=1"), std::string::npos);
+  setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1);
+  EXPECT_EQ(refusal(pp, 2).first, "");
+  EXPECT_EQ(refusal(z3, 2).first, "");
+  EXPECT_EQ(refusal(tp, 2).first, "");
+  // Not built: the variable does not lift it.
+  EXPECT_NE(refusal("device: cuda\nprecision: fp16\n", 1).first, "");
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
 }
 
 TEST_F(ConfigTest, AttentionSection) {

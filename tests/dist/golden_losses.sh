@@ -23,39 +23,26 @@ set -euo pipefail
 LAUNCH=$1 SRC=$2 WORK=$3 PY=$4
 shift 4
 rm -rf "$WORK" && mkdir -p "$WORK"
-CFG="$SRC/configs/gpt-tiny.yaml"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-common=(--quiet --set model.num_layers=4 --set training.global_batch_size=8
-        --set training.micro_batch_size=2 --set training.gradient_accumulation_steps=0
-        --set lr_schedule.lr_warmup_iters=2 --set training.train_iters=10
-        --set optimizer.lr=1e-3 --set optimizer.min_lr=1e-4 --set transport.tls=sm,self)
+# shellcheck source=layout_runs.sh
+source "$SRC/tests/dist/layout_runs.sh"
 # shellcheck disable=SC2206
 extra=(${TRIAD_GOLDEN_EXTRA:-})
-# run NAME RANKS [--set ...]: one job, its metrics in $WORK/NAME/metrics.jsonl.
-run() {
-  local name=$1 n=$2
-  shift 2
-  timeout 300 "$LAUNCH" --nproc-per-node "$n" "$CFG" "${common[@]}" \
-    --set "output.dir=$WORK/$name" "$@" "${extra[@]}" > "$WORK/$name.log" 2>&1 ||
-    { echo "FAIL: run $name exited $?:"; cat "$WORK/$name.log"; exit 1; }
-}
-tp() { echo "--set parallel.tensor_model_parallel_size=$1"; }
-pp() { echo "--set parallel.pipeline_model_parallel_size=$1"; }
-zero() { echo "--set zero_optimization.stage=$1"; }
+# The golden runs add TRIAD_GOLDEN_EXTRA's overrides to every run.
+golden_run() { local name=$1 n=$2; shift 2; run "$name" "$n" "$@" "${extra[@]}"; }
 # shellcheck disable=SC2046
 {
-  run single 1 --set "output.export_hf=$WORK/single/hf"
-  run dp2_zero1 2 $(zero 1)
-  run tp2_sp 2 $(tp 2) --set parallel.sequence_parallel=true
-  run pp2_1f1b 2 $(pp 2)
-  run pp2_interleaved2 2 $(pp 2) --set parallel.virtual_pipeline_model_parallel_size=2
-  run dp2_zero3_offload 2 $(zero 3) --set zero_optimization.offload_optimizer.device=cpu
-  run tp2_pp2_dp2 8 $(tp 2) $(pp 2) --set parallel.sequence_parallel=true
-  run recompute_full 1 --set training.checkpoint_activations=true
-  run dp2_zero2_resumed 2 $(zero 2) --set "checkpoint.save=$WORK/dp2_zero2_resumed/ckpt" \
+  golden_run single 1 --set "output.export_hf=$WORK/single/hf"
+  golden_run dp2_zero1 2 $(zero 1)
+  golden_run tp2_sp 2 $(tp 2) --set parallel.sequence_parallel=true
+  golden_run pp2_1f1b 2 $(pp 2)
+  golden_run pp2_interleaved2 2 $(pp 2) --set parallel.virtual_pipeline_model_parallel_size=2
+  golden_run dp2_zero3_offload 2 $(zero 3) --set zero_optimization.offload_optimizer.device=cpu
+  golden_run tp2_pp2_dp2 8 $(tp 2) $(pp 2) --set parallel.sequence_parallel=true
+  golden_run recompute_full 1 --set training.checkpoint_activations=true
+  golden_run dp2_zero2_resumed 2 $(zero 2) --set "checkpoint.save=$WORK/dp2_zero2_resumed/ckpt" \
     --set training.exit_interval=5
-  run dp2_zero2_resumed 2 $(zero 2) --set "checkpoint.load=$WORK/dp2_zero2_resumed/ckpt"
-  run evaluation 1 --set training.eval_interval=5 --set training.eval_iters=2 \
+  golden_run dp2_zero2_resumed 2 $(zero 2) --set "checkpoint.load=$WORK/dp2_zero2_resumed/ckpt"
+  golden_run evaluation 1 --set training.eval_interval=5 --set training.eval_iters=2 \
     --set data.split=90,10,0
 }
 exec "$PY" "$SRC/tests/dist/golden_losses.py" "$WORK" "$SRC/tests/dist/golden_losses.json" "$@"

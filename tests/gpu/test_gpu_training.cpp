@@ -3,6 +3,8 @@
 // Every test skips where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <unistd.h>
 #include <cmath>
 
@@ -36,7 +38,10 @@ Config config(std::vector<std::string> sets) {
   std::vector<std::string> all = {"training.train_iters=20", "model.num_layers=2",
                                   "data.kind=synthetic"};
   all.insert(all.end(), sets.begin(), sets.end());
-  return load_config(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml", all, 1);
+  // The source tree: TRIAD_SOURCE_DIR in the environment when the test runs from a build carried
+  // to another machine (tools/gpu-check sets it), else where it was built.
+  const char* src = std::getenv("TRIAD_SOURCE_DIR");
+  return load_config(std::string(src ? src : TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml", all, 1);
 }
 
 RunResult run(std::vector<std::string> sets) {

@@ -1,6 +1,7 @@
 // Helpers for the CUDA kernel tests: a fixture that skips without a GPU, device arrays at
-// arbitrary element offsets with guard regions, seeded random data, norm-wise comparison, and
-// bf16 on the host (bit patterns, rounded to nearest even as the device's __float2bfloat16_rn).
+// arbitrary element offsets with guard regions, seeded random data, norm-wise comparison,
+// bf16 on the host (bit patterns, rounded to nearest even as the device's __float2bfloat16_rn)
+// and the two storage types for typed tests.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +15,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace triad::kernels::cuda::test {
@@ -231,5 +233,34 @@ constexpr double kTolBf16 = 1e-2;
 // fp32 outputs that accumulate in fp32 over exactly representable terms (bf16 x bf16 products
 // are exact in fp32): only the fp32 accumulation rounds, ~1e-6 relative; 1e-3 is far above it.
 constexpr double kTolBf16Acc = 1e-3;
+
+// --- tests over both storage types --------------------------------------------------------
+//
+// One storage type of the activations, for TYPED_TEST_SUITE(Suite, Storages, StorageName): its
+// device array, what uploading does to values, and the tolerances of its outputs (kOut: stored
+// in this type; kAcc: fp32 results computed from values of this type).
+struct Fp32 {
+  using Array = DFloat;
+  static FVec round(const FVec& v) { return v; }
+  static float* ptr(const DFloat& a) { return a.get(); }
+  static FVec values(const DFloat& a) { return a.download(); }
+  static constexpr double kOut = kTol;
+  static constexpr double kAcc = kTol;
+};
+struct Bf16 {
+  using Array = DBf16;
+  static FVec round(const FVec& v) { return round_bf16(v); }
+  static bf16* ptr(const DBf16& a) { return a.ptr(); }
+  static FVec values(const DBf16& a) { return a.values(); }
+  static constexpr double kOut = kTolBf16;
+  static constexpr double kAcc = kTolBf16Acc;
+};
+using Storages = ::testing::Types<Fp32, Bf16>;
+struct StorageName {
+  template <class S>
+  static std::string GetName(int) {
+    return std::is_same_v<S, Fp32> ? "fp32" : "bf16";
+  }
+};
 
 }  // namespace triad::kernels::cuda::test

@@ -1,8 +1,8 @@
-// Mixed precision (bf16) overloads of layernorm, matmul, cross-entropy, embedding, rope and
-// naive attention, against kernels::cpu (double, or float where the result must be bit-exact)
-// on the bf16-rounded inputs: bf16 outputs within kTolBf16, fp32 accumulations within
-// kTolBf16Acc (see cuda_test_util.hpp), pre-filled gradients accumulate, poisoned outputs are
-// fully written, in-place cross-entropy, unaligned operands.
+// Mixed precision (bf16) overloads of layernorm, matmul, cross-entropy, rope and naive
+// attention (the embedding's: test_embedding.cpp), against kernels::cpu (double, or float where
+// the result must be bit-exact) on the bf16-rounded inputs: bf16 outputs within kTolBf16, fp32
+// accumulations within kTolBf16Acc (see cuda_test_util.hpp), pre-filled gradients accumulate,
+// poisoned outputs are fully written, in-place cross-entropy, unaligned operands.
 #include <cmath>
 #include <stdexcept>
 #include <tuple>
@@ -277,98 +277,6 @@ TEST_F(Bf16CrossEntropy, BackwardMatchesCpuSeparateAndInPlace) {
       EXPECT_TRUE(dgrad.guards_intact());
     }
   }
-}
-
-// --- embedding ----------------------------------------------------------------------------
-
-struct EmbShape {
-  int B, T, C, V;
-  int tok_lo, tok_hi;  // tokens drawn from [tok_lo, tok_hi)
-  size_t off;
-};
-const std::vector<EmbShape> kEmbShapes = {
-    {3, 37, 99, 1003, 0, 1003, 1},   // awkward sizes, unaligned
-    {2, 16, 64, 1003, 0, 1003, 0},   // aligned: the 8-wide path
-    {2, 16, 12, 1003, 0, 1003, 0},   // C % 8 != 0: scalar
-    {3, 37, 99, 50, 0, 50, 3},       // every token repeats
-    {4, 1000, 16, 300, 64, 128, 0},  // 4000 hits on one 64-row chunk: several segments
-    {2, 5, 8, 70000, 65000, 70000, 2}};
-
-std::string name(const EmbShape& s) {
-  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
-         " V=" + std::to_string(s.V);
-}
-
-class Bf16Embedding : public CudaTest {};
-
-TEST_F(Bf16Embedding, ForwardIsTheRoundedFloatSum) {
-  for (const EmbShape& s : kEmbShapes)
-    for (bool with_wpe : {true, false}) {
-      SCOPED_TRACE(name(s) + (with_wpe ? " wpe" : " no wpe"));
-      const size_t BT = size_t(s.B) * s.T;
-      const auto tokens = rand_tokens(BT, s.tok_lo, s.tok_hi, 1);
-      const FVec wte = round_bf16(randn(size_t(s.V) * s.C, 2)),
-                 wpe = round_bf16(randn(size_t(s.T) * s.C, 3));
-      DeviceArray<int32_t> dtok(tokens, 0);
-      DBf16 dwte(wte, s.off), dwpe(wpe, s.off), dout(BT * s.C, s.off);
-      dout.poison();
-      embedding_forward(dout.ptr(), dtok.get(), dwte.ptr(), with_wpe ? dwpe.ptr() : nullptr, s.B,
-                        s.T, s.C, stream);
-      sync();
-      FVec want(BT * s.C);
-      cpu::embedding_forward(want.data(), tokens.data(), wte.data(),
-                             with_wpe ? wpe.data() : nullptr, s.B, s.T, s.C);
-      EXPECT_TRUE(bit_equal(dout.download(), to_bf16(want)));  // one float addition, one rounding
-      EXPECT_TRUE(dout.guards_intact());
-    }
-}
-
-TEST_F(Bf16Embedding, BackwardIsBitIdenticalToCpuFloatAndDeterministic) {
-  for (const EmbShape& s : kEmbShapes) {
-    SCOPED_TRACE(name(s));
-    const size_t BT = size_t(s.B) * s.T;
-    const auto tokens = rand_tokens(BT, s.tok_lo, s.tok_hi, 4);
-    const FVec dout = round_bf16(randn(BT * s.C, 5));
-    const FVec dwte0 = randn(size_t(s.V) * s.C, 6), dwpe0 = randn(size_t(s.T) * s.C, 7);
-    DeviceArray<int32_t> dtok(tokens, 0);
-    DBf16 ddout(dout, s.off);
-    FVec got[2][2];
-    for (auto& g : got) {
-      DFloat ddwte(dwte0, s.off), ddwpe(dwpe0, s.off + 1);
-      embedding_backward(ddwte.get(), ddwpe.get(), ddout.ptr(), dtok.get(), s.B, s.T, s.C, s.V,
-                         stream);
-      sync();
-      g[0] = ddwte.download();
-      g[1] = ddwpe.download();
-      EXPECT_TRUE(ddwte.guards_intact());
-      EXPECT_TRUE(ddwpe.guards_intact());
-    }
-    // fp32 sums of the bf16 values in the CPU's order: the CPU's float result exactly.
-    FVec want_wte = dwte0, want_wpe = dwpe0;
-    cpu::embedding_backward(want_wte.data(), want_wpe.data(), dout.data(), tokens.data(), s.B, s.T,
-                            s.C);
-    EXPECT_TRUE(bit_equal(got[0][0], want_wte));
-    EXPECT_TRUE(bit_equal(got[0][1], want_wpe));
-    EXPECT_TRUE(bit_equal(got[0][0], got[1][0]));
-    EXPECT_TRUE(bit_equal(got[0][1], got[1][1]));
-  }
-}
-
-TEST_F(Bf16Embedding, BackwardWithoutWpe) {
-  const EmbShape s = kEmbShapes[0];
-  const size_t BT = size_t(s.B) * s.T;
-  const auto tokens = rand_tokens(BT, 0, s.V, 8);
-  const FVec dout = round_bf16(randn(BT * s.C, 9)), dwte0 = randn(size_t(s.V) * s.C, 10);
-  DeviceArray<int32_t> dtok(tokens, 0);
-  DBf16 ddout(dout, 0);
-  DFloat ddwte(dwte0, 2);
-  embedding_backward(ddwte.get(), nullptr, ddout.ptr(), dtok.get(), s.B, s.T, s.C, s.V, stream);
-  sync();
-  FVec want = dwte0, wpe_scratch(size_t(s.T) * s.C, 0.f);
-  cpu::embedding_backward(want.data(), wpe_scratch.data(), dout.data(), tokens.data(), s.B, s.T,
-                          s.C);
-  EXPECT_TRUE(bit_equal(ddwte.download(), want));
-  EXPECT_TRUE(ddwte.guards_intact());
 }
 
 // --- rope ---------------------------------------------------------------------------------

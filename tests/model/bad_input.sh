@@ -58,6 +58,14 @@ expect_error recompute_conflict "training.checkpoint_activations true means 'ful
 expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
   --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
+# fp16 (DeepSpeed's section): the bad inputs of issue-level rules, each before anything is written.
+expect_error fp16_on_cpu "precision 'fp16' (" "$BASE" --set fp16.enabled=true
+expect_error fp16_and_bf16 "fp16.enabled (--set 'fp16.enabled=true') and bf16.enabled" "$BASE" \
+  --set fp16.enabled=true --set bf16.enabled=true
+expect_error loss_scale_window "fp16.loss_scale_window: 0 is out of range" "$BASE" \
+  --set fp16.loss_scale_window=0
+expect_error fp16_on_cpu_2_ranks "needs device: cuda" "$BASE" --nproc-per-node 2 \
+  --set precision=fp16
 printf 'abc' > "$WORK/odd.bin"
 expect_error truncated_tokens "odd.bin" "$BASE" --set data.kind=tokens --set data.path="$WORK/odd.bin"
 mkdir -p "$WORK/hf"
@@ -153,6 +161,12 @@ expect_error data_fifo "data.path '$WORK/data.fifo' (data.kind text) is a FIFO (
   "$BASE" --set data.path="$WORK/data.fifo"
 expect_error data_fifo_2_ranks "data.path '$WORK/data.fifo' (data.kind text) is a FIFO" \
   "$BASE" --nproc-per-node 2 --set data.path="$WORK/data.fifo"
+# Nor the GPT-2 tokenizer's files (the launcher would wait before any rank starts).
+expect_error vocab_file_fifo "data.vocab_file '$WORK/data.fifo' (the GPT-2 vocabulary) is a FIFO" \
+  "$BASE" --set data.tokenizer=gpt2 --set model.vocab_size=50257 --set data.vocab_file="$WORK/data.fifo"
+expect_error merge_file_fifo_2_ranks "data.merge_file '$WORK/data.fifo' (the GPT-2 merges) is a FIFO" \
+  "$BASE" --nproc-per-node 2 --set data.tokenizer=gpt2 --set model.vocab_size=50257 \
+  --set data.merge_file="$WORK/data.fifo"
 # A checkpoint whose `latest` is a FIFO: refused by name before any rank starts, never opened.
 mkdir -p "$WORK/fifo-ckpt" && mkfifo "$WORK/fifo-ckpt/latest"
 expect_error checkpoint_latest_fifo "checkpoint file '$WORK/fifo-ckpt/latest' is a FIFO (named pipe)" \

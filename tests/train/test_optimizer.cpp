@@ -169,3 +169,30 @@ TEST(Optimizer, OffloadedStepEqualsTheDeviceStep) {
   EXPECT_EQ(dev_side.params(), offloaded.params());
   EXPECT_EQ(b.offloaded_bytes(), 3 * offloaded.spec.total * sizeof(float));
 }
+
+// Gradients that hold 2^k times the true ones (fp16's loss scale), with their true norm: the same
+// step, bit for bit, as the unscaled gradients (a power of two scales exactly), with clipping.
+TEST(Optimizer, ScaledGradientsStepAsTheUnscaled) {
+  Arena a, b;
+  a.set_grads(5);
+  b.set_grads(5);
+  const double scale = 65536;
+  b.dev->scale_inplace(b.state.grads(), b.spec.total, float(scale));
+  Optimizer plain(a.state, a.spec, a.arena, adamw(1.0), {}, nullptr);
+  Optimizer scaled(b.state, b.spec, b.arena, adamw(1.0), {}, nullptr);
+  const double norm = plain.grad_norm();
+  EXPECT_EQ(scaled.grad_norm() / scale, norm);
+  plain.step(norm, 1e-3, 1);
+  scaled.step(scaled.grad_norm() / scale, 1e-3, 1, scale);
+  EXPECT_EQ(a.params(), b.params());
+}
+
+// A skipped step leaves the weights as they were.
+TEST(Optimizer, ASkippedStepChangesNothing) {
+  Arena a;
+  a.set_grads(2);
+  const std::vector<float> p0 = a.params();
+  Optimizer opt(a.state, a.spec, a.arena, adamw(1.0), {}, nullptr);
+  opt.skip();
+  EXPECT_EQ(a.params(), p0);
+}

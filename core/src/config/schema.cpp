@@ -155,6 +155,18 @@ std::vector<Section> build_schema() {
                .one_of({"none", "cpu"}),
            F("pin_memory", TRIAD_SLOT(zero_optimization.offload_optimizer.pin_memory)),
        }},
+      // DeepSpeed's mixed-precision sections (config.hpp, Fp16Config).
+      {"fp16",
+       {
+           F("enabled", TRIAD_SLOT(fp16.enabled)),
+           F("loss_scale", TRIAD_SLOT(fp16.loss_scale)).min(0),
+           F("initial_scale_power", TRIAD_SLOT(fp16.initial_scale_power)).min(0).lt(1024),
+           F("loss_scale_window", TRIAD_SLOT(fp16.loss_scale_window)).min(1),
+           F("hysteresis", TRIAD_SLOT(fp16.hysteresis)).min(1),
+           F("consecutive_hysteresis", TRIAD_SLOT(fp16.consecutive_hysteresis)),
+           F("min_loss_scale", TRIAD_SLOT(fp16.min_loss_scale)).gt(0),
+       }},
+      {"bf16", {F("enabled", TRIAD_SLOT(bf16_enabled))}},
       {"checkpoint",
        {
            F("save", TRIAD_SLOT(checkpoint.save)),

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "transport_staging.hpp"
 #include "transport_watch.hpp"
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/dist/rendezvous.hpp"
@@ -23,14 +24,30 @@ struct TransportInstance {
         handle(instance.handle()),
         name(instance.name()),
         caps(instance.capabilities(ops->capabilities)) {
-    if (rank_status_watched()) {
-      watched = std::make_unique<WatchedTransport>(ops, handle);
-      ops = &WatchedTransport::kOps;
-      handle = watched.get();
-    }
+    watch();
+  }
+
+  // The tables in front of the plugin's: staging (when asked for), then the watch (when a
+  // launcher watches this rank).
+  void watch() {
+    if (!rank_status_watched()) return;
+    watched = std::make_unique<WatchedTransport>(ops, handle);
+    ops = &WatchedTransport::kOps;
+    handle = watched.get();
+  }
+  void stage(HostStaging how) {
+    if (staged) return;
+    staged = std::make_unique<StagedTransport>(&instance.ops<triad_transport_ops_v1>(),
+                                               instance.handle(), std::move(how));
+    ops = &StagedTransport::kOps;
+    handle = staged.get();
+    watched.reset();
+    watch();
+    if (caps.memory & TRIAD_MEM_BIT_HOST) caps.memory |= TRIAD_MEM_BIT_CUDA;
   }
 
   PluginInstance instance;
+  std::unique_ptr<StagedTransport> staged;    // device memory through host buffers, when asked
   std::unique_ptr<WatchedTransport> watched;  // in front of the plugin when a launcher watches
   const triad_transport_ops_v1* ops;
   void* handle;
@@ -295,6 +312,16 @@ const std::string& Transport::name() const {
 }
 const triad_transport_caps_v1& Transport::capabilities() const {
   return inst_->caps;
+}
+
+void Transport::stage_through_host(HostCopy to_host, HostCopy to_device, bool stage_host) {
+  inst_->stage({std::move(to_host), std::move(to_device), stage_host});
+}
+bool Transport::staged() const {
+  return inst_->staged != nullptr;
+}
+uint64_t Transport::staged_ops() const {
+  return inst_->staged ? inst_->staged->staged_ops : 0;
 }
 
 void Transport::check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const {

@@ -225,12 +225,12 @@ void Gpt2Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t
 
 namespace {
 
+// Never blocks on what is not a regular file (a FIFO as the vocabulary is refused by name).
 std::string read_file(const std::string& path, const char* what) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
+  if (!std::filesystem::exists(path, ec))  // the package not installed, most likely
     throw UserError("GPT-2 " + std::string(what) + " '" + path + "' cannot be opened (missing?); " +
                     kFix);
-  // A folder or a FIFO is refused by name (a FIFO would block the read).
   return read_regular_file(path, "GPT-2 " + std::string(what), kFix);
 }
 

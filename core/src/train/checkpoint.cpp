@@ -136,7 +136,8 @@ void write_rank_file(const fs::path& path, const ParamSpec& spec, const ModelSta
 }
 
 nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const CheckpointRank& me,
-                        int step, const std::vector<FileReport>& reports) {
+                        int step, const TrainingProgress& progress,
+                        const std::vector<FileReport>& reports) {
   const auto& par = cfg.parallel;
   const int tp = par.tensor_model_parallel_size;
   nlohmann::json tensors = nlohmann::json::array();
@@ -191,6 +192,10 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
             {"path", cfg.data.path},
             {"consumed_samples", consumed},
             {"next_step", step + 1}}},
+          {"optimizer",
+           {{"steps", progress.optimizer_steps},
+            {"loss_scaler",
+             progress.scaler ? LossScaler::to_json(*progress.scaler) : nlohmann::json()}}},
           {"tensors", tensors},
           {"files", files},
           {"config", to_yaml(cfg)}};
@@ -249,7 +254,7 @@ void publish(const Config& cfg, const fs::path& tmp, const fs::path& final,
 }  // namespace
 
 std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const ModelState& state,
-                            const CheckpointRank& me, int step) {
+                            const CheckpointRank& me, int step, const TrainingProgress& progress) {
   const fs::path root = cfg.checkpoint.save;
   const fs::path final = root / iter_name(step), tmp = root / (iter_name(step) + ".tmp");
   // ZeRO 1-3 partition the optimizer over the data-parallel group: each rank saves its part.
@@ -292,7 +297,7 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
   uint32_t ok = 1;
   if (me.rank == 0) {
     try {
-      publish(cfg, tmp, final, metadata(cfg, spec, me, step, reports));
+      publish(cfg, tmp, final, metadata(cfg, spec, me, step, progress, reports));
     } catch (const std::exception& e) {
       error = e.what();
       ok = 0;
@@ -313,6 +318,21 @@ void check_checkpoint_to_load(const Config& cfg) {
 
 // --- loading ----------------------------------------------------------------------------------
 
+namespace {
+
+// metadata.json's "optimizer" (absent before fp16: one optimizer step per step, no scaler).
+TrainingProgress progress_of(const nlohmann::json& meta) {
+  TrainingProgress p;
+  p.optimizer_steps = meta.at("step").get<int>();
+  if (!meta.contains("optimizer")) return p;
+  const nlohmann::json& o = meta.at("optimizer");
+  p.optimizer_steps = o.at("steps").get<int64_t>();
+  if (!o.at("loss_scaler").is_null()) p.scaler = LossScaler::from_json(o.at("loss_scaler"));
+  return p;
+}
+
+}  // namespace
+
 struct Checkpoint::Impl {
   std::string dir;
   nlohmann::json meta;
@@ -327,6 +347,7 @@ struct Checkpoint::Impl {
     std::unique_ptr<safetensors::Mapped> map;
   };
   std::vector<File> files;
+  TrainingProgress progress;
   struct Part {
     size_t lo = 0, n = 0;
     const float* data = nullptr;
@@ -420,6 +441,7 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     c.meta.at("consumed_samples").get<int64_t>();
     c.meta.at("train_iters").get<int>();
     c.meta.at("tensors").size();
+    c.progress = progress_of(c.meta);
     c.meta.at("rng").at("training_seed").get<uint64_t>();
     c.meta.at("rng").at("data_seed").get<uint64_t>();
     for (const char* k :
@@ -485,6 +507,9 @@ int Checkpoint::step() const {
 int Checkpoint::global_batch_size() const {
   return impl_->meta.at("global_batch_size").get<int>();
 }
+TrainingProgress Checkpoint::progress() const {
+  return impl_->progress;
+}
 ModelConfig Checkpoint::model() const {
   return impl_->model;
 }
@@ -513,6 +538,12 @@ std::string Checkpoint::describe() const {
     << "files: " << impl_->files.size() << " rank files, " << bytes << " bytes, CRC-32 each\n"
     << "seeds: training " << m.at("rng").at("training_seed") << ", data "
     << m.at("rng").at("data_seed") << "\n";
+  const TrainingProgress& p = impl_->progress;
+  s << "optimizer steps: " << p.optimizer_steps;
+  if (p.scaler)
+    s << " (fp16: loss scale " << p.scaler->scale << ", " << p.scaler->skipped
+      << " steps skipped on overflow)";
+  s << "\n";
   return s.str();
 }
 

@@ -32,14 +32,23 @@ double Optimizer::grad_norm() {
   return std::sqrt(sq);
 }
 
-void Optimizer::step(double norm, double lr, int t) {
-  if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
-    state_.device().scale_inplace(state_.grads(), state_.grads_size(),
-                                  float(cfg_.clip_grad / (norm + 1e-6)));
+void Optimizer::step(double norm, double lr, int t, double grad_scale) {
+  double factor = 1 / grad_scale;
+  if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad) factor *= cfg_.clip_grad / (norm + 1e-6);
+  if (factor != 1)
+    state_.device().scale_inplace(state_.grads(), state_.grads_size(), float(factor));
   if (state_.host())
     offloaded_adamw(lr, t);
   else
     adamw(lr, t);
+  after_step();
+}
+
+void Optimizer::skip() {
+  after_step();
+}
+
+void Optimizer::after_step() {
   if (dist_) {
     dist_->data->after_step(state_.params());
     // Parameters other ranks stepped arrived in fp32: refresh their compute copy.

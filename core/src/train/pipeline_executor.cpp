@@ -21,6 +21,7 @@ PipelineExecutor::PipelineExecutor(std::vector<GPT*> chunks, const Place& place,
       act_(act),
       pipe_(pipe),
       timeout_(timeout),
+      base_grad_scale_(grad_scale),
       grad_scale_(grad_scale),
       schedule_name_(std::move(schedule_name)) {
   const size_t slots = size_t(place.chunks) * size_t(place.buffers);

@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/hf.hpp"
@@ -40,6 +42,11 @@ std::vector<float> DistributedRun::gather_tp(const float* src, size_t n) {
 
 namespace {
 
+bool stage_transport_forced() {
+  const char* v = std::getenv("TRIAD_STAGE_TRANSPORT");
+  return v && std::string(v) == "1";
+}
+
 // Refuses a transport that cannot touch the run's device memory, before anyone connects, and
 // names the installed transports that can.
 void check_transport_memory(const Transport& chosen, const std::string& device_name,
@@ -73,6 +80,16 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   run->transport = std::make_unique<Transport>(tplugin, tparams, services.c_services());
   const uint32_t memory =
       device.dl_device().device_type == kDLCPU ? TRIAD_MEM_BIT_HOST : TRIAD_MEM_BIT_CUDA;
+  // A transport that reaches host memory only carries device memory through host buffers
+  // (several ranks can then share one GPU); TRIAD_STAGE_TRANSPORT=1 stages host memory too, so
+  // that the CPU device runs that path (a test double).
+  const uint32_t reach = run->transport->capabilities().memory;
+  const bool force = stage_transport_forced();
+  if (force || (!(reach & memory) && (reach & TRIAD_MEM_BIT_HOST)))
+    run->transport->stage_through_host(
+        [&device](void* host, const void* src, size_t n) { device.to_host(host, src, n); },
+        [&device](void* dst, const void* host, size_t n) { device.to_device(dst, host, n); },
+        force);
   check_transport_memory(*run->transport, cfg.device, memory, services);
   uint32_t ops = run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE |
                  TRIAD_TRANSPORT_OP_SPLIT;
@@ -176,6 +193,7 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       groups(checked_groups(cfg_in, opts_in.dist)),
       me(groups.coords(opts_in.dist.rank)) {
   // Everything that can fail on bad input happens before the output folder is touched.
+  check_runnable(cfg);
   device = make_device(cfg.device, opts.dist.local_rank, cfg.allow_tf32, cfg.device_gemm);
   // A GPU's memory is known only here (the launcher checked the host's for a CPU run): the
   // estimate against what the device has free, refused before anything is allocated.
@@ -265,6 +283,7 @@ void Run::open_checkpoint() {
                     ": nothing is left to train; raise train_iters to continue");
   ckpt->verify();
   start_step = ckpt->step();
+  progress = ckpt->progress();
 }
 
 // The transport before the model: one that cannot touch this device's memory stops the run
@@ -422,6 +441,12 @@ void Run::describe() const {
   spdlog::info("attention: {} ({}); data: {}; threads: {}{}", attention->name(),
                attention_plugin->path(), data->describe(), omp_get_max_threads(),
                gemms.empty() ? std::string() : "; GEMMs: " + gemms);
+  if (dist)
+    spdlog::info("transport: {}{}", dist->transport->name(),
+                 dist->transport->staged()
+                     ? " through host buffers (each operation on device memory runs on a host "
+                       "copy: copied down, its result up)"
+                     : "");
 }
 
 std::vector<float> Run::whole_model(const float* arena) const {

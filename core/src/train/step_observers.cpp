@@ -74,6 +74,8 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
   r.loss = s.loss;
   r.lr = s.lr;
   r.grad_norm = s.grad_norm;
+  r.skipped = s.skipped;
+  r.loss_scale = s.loss_scale;
   r.ms = s.ms;
   r.samples_per_s = t.global_batch_size / (s.ms / 1e3);
   r.tokens_per_s = r.samples_per_s * cfg.model.seq_length;
@@ -97,6 +99,11 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
         {"pipeline_efficiency", pp > 1 ? nlohmann::json(s.efficiency) : nlohmann::json()},
         {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(s.stage_peak) : nlohmann::json()},
         {"peak_memory_bytes", r.peak_bytes}};
+    if (s.scaled) {
+      j["loss_scale"] = s.loss_scale;
+      j["skipped"] = s.skipped;
+      j["skipped_total"] = s.skipped_total;
+    }
     if (std::isfinite(s.valid_loss)) {
       j["valid_loss"] = s.valid_loss;
       j["valid_ppl"] = std::exp(s.valid_loss);
@@ -110,7 +117,10 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
         s.step, t.train_iters, s.loss, s.lr, s.grad_norm, s.ms, r.samples_per_s, r.tokens_per_s,
         r.tflops,
         (peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string()) +
-            (pp > 1 ? fmt::format(" | pipeline {:.0f}%", 100 * s.efficiency) : std::string()),
+            (pp > 1 ? fmt::format(" | pipeline {:.0f}%", 100 * s.efficiency) : std::string()) +
+            (s.scaled
+                 ? fmt::format(" | loss scale {:.6g} | skipped {}", s.loss_scale, s.skipped_total)
+                 : std::string()),
         mib(r.peak_bytes));
   return r;
 }
@@ -153,7 +163,7 @@ void CheckpointSaver::after_step(int step, bool stopping) {
       !(step == cfg.training.train_iters || stopping || (every > 0 && step % every == 0)))
     return;
   const auto s0 = std::chrono::steady_clock::now();
-  last_ = save_checkpoint(cfg, run_.spec, *run_.state, rank_, step);
+  last_ = save_checkpoint(cfg, run_.spec, *run_.state, rank_, step, run_.progress);
   if (!run_.opts.quiet)
     spdlog::info(
         "saved checkpoint {} in {:.0f} ms", last_,

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/io/safetensors.hpp"
@@ -42,6 +45,29 @@ void write_grads(const std::string& dir, const GptLayout& layout, const std::vec
   safetensors::write_f32((std::filesystem::path(dir) / "grads.safetensors").string(), ts);
 }
 
+// TRIAD_INJECT_OVERFLOW="STEP[,STEP...]@RANK": the steps at which `rank` puts an inf into its
+// gradients before the overflow check (how the tests overflow fp16's loss scaling on one rank
+// of a job at chosen steps). Empty when unset or naming another rank.
+std::vector<int> overflow_steps_of(int rank) {
+  const char* v = std::getenv("TRIAD_INJECT_OVERFLOW");
+  if (!v) return {};
+  const std::string text = v;
+  const size_t at = text.find('@');
+  std::vector<int> steps;
+  try {
+    if (at == std::string::npos || std::stoi(text.substr(at + 1)) != rank) return {};
+    for (size_t i = 0; i < at;) {
+      size_t used = 0;
+      steps.push_back(std::stoi(text.substr(i, at - i), &used));
+      i += used + 1;
+    }
+  } catch (const std::exception&) {
+    throw UserError("TRIAD_INJECT_OVERFLOW '" + text +
+                    "' is not STEP[,STEP...]@RANK (e.g. 2,5@0); unset it to train normally");
+  }
+  return steps;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -66,7 +92,11 @@ TrainingStep::TrainingStep(Run& run, Optimizer& optimizer)
       // last stage before the data plugin may reduce it: the range holding it waits for
       // REDUCE_TIED_GRADS.
       tied_split_(run.stages() > 1),
-      tied_range_(run.me.pp == 0 ? run.spec.embedding : run.spec.head) {
+      tied_range_(run.me.pp == 0 ? run.spec.embedding : run.spec.head),
+      scaler_(run.cfg.fp16) {
+  // A resumed run goes on with the scale it had (a checkpoint without fp16 starts it afresh).
+  if (scaler_.enabled() && run.progress.scaler) scaler_.restore(*run.progress.scaler);
+  inject_overflow_ = overflow_steps_of(run.opts.dist.rank);
   // ZeRO-2/3 reduce every micro-batch's gradients unit by unit, but the tied embedding's only
   // once, after REDUCE_TIED_GRADS summed it over the stages.
   if (partitioned_ && tied_split_ && tied_range_.size()) run.state->defer_unit(tied_range_);
@@ -80,8 +110,14 @@ StepOutcome TrainingStep::run(int step) {
   const Config& cfg = run_.cfg;
   const auto t0 = std::chrono::steady_clock::now();
   step_ = step;
-  lr_ = learning_rate(cfg.optimizer, cfg.lr_schedule, cfg.training.train_iters, step);
+  // The schedule follows the optimizer steps taken: a step skipped on overflow leaves it where
+  // it was (DeepSpeed and Megatron do not advance the scheduler on a skipped step).
+  lr_ = learning_rate(cfg.optimizer, cfg.lr_schedule, cfg.training.train_iters,
+                      int(run_.progress.optimizer_steps) + 1);
   norm_ = 0;
+  step_scale_ = scaler_.scale();
+  skipped_ = false;
+  executor_.set_loss_scale(step_scale_);
   run_.model().zero_grad();
   const PipelineExecutor::Work work =
       executor_.run(run_.schedule.instrs, *run_.data, step - 1, this);
@@ -89,6 +125,10 @@ StepOutcome TrainingStep::run(int step) {
   out.step = step;
   out.lr = lr_;
   out.grad_norm = norm_;
+  out.scaled = scaler_.enabled();
+  out.skipped = skipped_;
+  out.loss_scale = step_scale_;
+  out.skipped_total = scaler_.state().skipped;
   // The last stage computed the loss; every rank reports the data-parallel mean. A stop
   // signal any rank received rides along, so that every rank stops after the same step.
   DistributedRun* dist = run_.dist.get();
@@ -156,14 +196,45 @@ void TrainingStep::reduce_grads() {
 }
 
 void TrainingStep::optimizer_step() {
-  norm_ = optimizer_.grad_norm();
+  if (scaler_.enabled()) {
+    skipped_ = scaler_.update(grads_overflowed(), step_);
+    run_.progress.scaler = scaler_.state();
+    if (skipped_) {
+      norm_ = std::nan("");
+      optimizer_.skip();
+      if (!run_.opts.quiet)
+        spdlog::info(
+            "step {}: gradients overflowed at loss scale {:.6g}: step skipped{}", step_,
+            step_scale_,
+            scaler_.dynamic() ? fmt::format(", loss scale now {:.6g}", scaler_.scale()) : "");
+      return;
+    }
+  }
+  norm_ = optimizer_.grad_norm() / step_scale_;
   if (step_ == 1 && !run_.opts.grads_dump_dir.empty()) {
     const Buffer<float> whole = run_.state->whole_grads();
-    const std::vector<float> g = run_.whole_model(whole.data());
+    std::vector<float> g = run_.whole_model(whole.data());
+    if (step_scale_ != 1)
+      for (float& x : g) x = float(x / step_scale_);
     if (run_.opts.dist.rank == 0)
       write_grads(run_.opts.grads_dump_dir, run_.model().full_layout(), g);
   }
-  optimizer_.step(norm_, lr_, step_);
+  optimizer_.step(norm_, lr_, int(run_.progress.optimizer_steps) + 1, step_scale_);
+  ++run_.progress.optimizer_steps;
+}
+
+// Whether any rank's gradients hold an inf or a NaN: each rank looks at every gradient it holds
+// (its shard under ZeRO-2/3), and one all-reduce over the job agrees on it.
+bool TrainingStep::grads_overflowed() {
+  ModelState& state = *run_.state;
+  if (state.grads_size() && std::find(inject_overflow_.begin(), inject_overflow_.end(), step_) !=
+                                inject_overflow_.end()) {
+    const float inf = std::numeric_limits<float>::infinity();
+    run_.device->to_device(state.grads(), &inf, sizeof inf);
+  }
+  double bad = std::isfinite(run_.device->sum_squares(state.grads(), state.grads_size())) ? 0 : 1;
+  if (run_.dist) bad = run_.dist->sum(run_.dist->world, bad);
+  return bad > 0;
 }
 
 double TrainingStep::evaluate_after(int step) {

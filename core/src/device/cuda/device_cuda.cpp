@@ -37,17 +37,6 @@ void check(cudaError_t e, const char* what) {
     throw std::runtime_error(std::string("cuda device: ") + what + ": " + cudaGetErrorString(e));
 }
 
-[[noreturn]] void tensor_parallel_only(const char* what) {
-  throw UserError(std::string("cuda device: ") + what +
-                  " (tensor parallelism) is not built for CUDA yet; use "
-                  "parallel.tensor_model_parallel_size: 1 on device: cuda, or device: cpu");
-}
-
-// The CUDA kernels look up and score the whole (padded) vocabulary only.
-void whole_vocabulary(const VocabShard& v, const char* what) {
-  if (v.start != 0) tensor_parallel_only(what);
-}
-
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, bool allow_tf32) : ordinal_(ordinal) {
@@ -120,18 +109,18 @@ class CudaDevice final : public Device {
 
   void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
                          int T, int C, const VocabShard& vocab, DType act) override {
-    whole_vocabulary(vocab, "embedding_forward");
     typed(act, [&](auto z) {
       using T_ = decltype(z);
-      k::embedding_forward(as<T_>(out), tokens, as<T_>(wte), as<T_>(wpe), B, T, C, stream_);
+      k::embedding_forward(as<T_>(out), tokens, as<T_>(wte), as<T_>(wpe), B, T, C, stream_,
+                           vocab.start, vocab.rows);
     });
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
                           int T, int C, const VocabShard& vocab, DType act) override {
-    whole_vocabulary(vocab, "embedding_backward");
     typed(act, [&](auto z) {
       using T_ = decltype(z);
-      k::embedding_backward(dwte, dwpe, as<T_>(dout), tokens, B, T, C, vocab.rows, stream_);
+      k::embedding_backward(dwte, dwpe, as<T_>(dout), tokens, B, T, C, vocab.rows, stream_,
+                            vocab.start);
     });
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
@@ -198,7 +187,6 @@ class CudaDevice final : public Device {
   }
   void crossentropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
                             int N, const VocabShard& vocab, DType act) override {
-    whole_vocabulary(vocab, "crossentropy_forward");
     typed(act, [&](auto z) {
       using T_ = decltype(z);
       k::crossentropy_forward(losses, lse, as<T_>(logits), targets, N, vocab.rows, stream_,
@@ -208,30 +196,46 @@ class CudaDevice final : public Device {
   void crossentropy_backward(void* dlogits, const void* logits, const float* lse,
                              const int32_t* targets, float dloss, int N, const VocabShard& vocab,
                              DType act) override {
-    whole_vocabulary(vocab, "crossentropy_backward");
     typed(act, [&](auto z) {
       using T_ = decltype(z);
       k::crossentropy_backward(as<T_>(dlogits), as<T_>(logits), lse, targets, dloss, N, vocab.rows,
-                               stream_, vocab.valid);
+                               stream_, vocab.valid, vocab.start);
     });
   }
-  // Tensor parallelism's kernels (vocab-parallel cross-entropy, the row-parallel bias) are not
-  // built for CUDA yet; the engine refuses tp > 1 on this device before anything starts.
-  void crossentropy_row_max(float*, const void*, int, const VocabShard&, DType) override {
-    tensor_parallel_only("crossentropy_row_max");
+  // Tensor parallelism's kernels (vocab-parallel cross-entropy, the row-parallel bias). Each is
+  // checked against kernels::cpu in tests/kernels_cuda, but no tp > 1 run has been verified on
+  // GPUs yet: check_runnable (config/runnable.cpp) still refuses tp > 1 on this device.
+  void crossentropy_row_max(float* rowmax, const void* logits, int N, const VocabShard& vocab,
+                            DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_row_max(rowmax, as<T_>(logits), N, vocab.rows, vocab.valid, stream_);
+    });
   }
-  void crossentropy_row_sums(float*, float*, const void*, const float*, const int32_t*, int,
-                             const VocabShard&, DType) override {
-    tensor_parallel_only("crossentropy_row_sums");
+  void crossentropy_row_sums(float* sumexp, float* target_logit, const void* logits,
+                             const float* rowmax, const int32_t* targets, int N,
+                             const VocabShard& vocab, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::crossentropy_row_sums(sumexp, target_logit, as<T_>(logits), rowmax, targets, N, vocab.rows,
+                               vocab.valid, vocab.start, stream_);
+    });
   }
-  void crossentropy_finish(float*, float*, const float*, const float*, const float*, int) override {
-    tensor_parallel_only("crossentropy_finish");
+  void crossentropy_finish(float* losses, float* lse, const float* rowmax, const float* sumexp,
+                           const float* target_logit, int N) override {
+    k::crossentropy_finish(losses, lse, rowmax, sumexp, target_logit, N, stream_);
   }
-  void bias_forward(void*, const void*, int, int, DType) override {
-    tensor_parallel_only("bias_forward");
+  void bias_forward(void* out, const void* bias, int N, int C, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::bias_forward(as<T_>(out), as<T_>(bias), N, C, stream_);
+    });
   }
-  void bias_backward(float*, const void*, int, int, DType) override {
-    tensor_parallel_only("bias_backward");
+  void bias_backward(float* dbias, const void* dout, int N, int C, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::bias_backward(dbias, as<T_>(dout), N, C, stream_);
+    });
   }
   void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                     double base, DType act) override {

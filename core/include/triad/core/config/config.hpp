@@ -138,6 +138,21 @@ struct ZeroConfig {
   } offload_optimizer;
 };
 
+// DeepSpeed's fp16 section: mixed precision with loss scaling. The loss is multiplied by the scale
+// before backward; a step whose gradients hold an inf or a NaN anywhere in the job is skipped
+// (weights, Adam's moments and the learning-rate schedule untouched) and the dynamic scale
+// halved; loss_scale_window steps without overflow double it. With precision fp32 (and
+// fp16.enabled) the scaler runs over fp32 math: no fp16 speed or memory, the scaler at work.
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0;                // 0: dynamic; > 0: this static scale
+  int initial_scale_power = 16;         // the dynamic scale starts at 2^this
+  int loss_scale_window = 1000;         // steps without overflow before the scale doubles
+  int hysteresis = 2;                   // overflows in a row before the scale halves
+  bool consecutive_hysteresis = false;  // a step without overflow refills the hysteresis
+  double min_loss_scale = 1;  // the dynamic scale never goes below; overflow there ends the run
+};
+
 // A plugin choice: its name plus its YAML section (validated against the plugin's schema
 // once the plugin is loaded).
 struct PluginChoice {
@@ -174,6 +189,8 @@ struct Config {
   LrScheduleConfig lr_schedule;
   ParallelConfig parallel;
   ZeroConfig zero_optimization;
+  Fp16Config fp16;
+  bool bf16_enabled = false;  // DeepSpeed's bf16: {enabled: true}, the same as precision: bf16
   PluginChoice attention{"naive", {}, "attention"};
   PluginChoice transport{"ucx", {}, "transport"};
   // The tensor-parallel plan; empty = "megatron" when tp > 1, else "none".
@@ -184,7 +201,7 @@ struct Config {
   CheckpointConfig checkpoint;
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda (device: cpu is short for device.name: cpu)
-  std::string precision = "fp32";  // fp32
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (cuda); fp16.enabled alone means fp16
   bool allow_tf32 = false;         // fp32 GEMMs on the GPU may use TF32 tensor cores
   double peak_tflops = 0;          // the device's peak for MFU; 0 = known GPUs' table
   std::string source_path;         // the YAML file it was read from
@@ -204,6 +221,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // that exist or can be created, and can be written. Leaves nothing behind. Throws UserError naming
 // the key, the value and the fix.
 void check_run_paths(const Config& c, bool writes_output);
+
+// What a run needs of its device beyond a valid config (load_config accepts any layout on any
+// device, so that --dry-run and triad-estimate plan it): a build with that device, kernels for
+// its precision, and on device: cuda the layouts a GPU has verified (tensor and pipeline stages
+// and ZeRO 2/3 are built but unverified: refused unless TRIAD_UNVERIFIED_GPU_LAYOUTS=1). Throws
+// UserError naming the key and the fix; runnable_refusal returns that line, or "" when the run may
+// go.
+void check_runnable(const Config& c);
+std::string runnable_refusal(const Config& c);
 
 // Whether `dir` holds a checkpoint to load: a save folder with `latest`, or an iteration folder.
 bool has_checkpoint(const std::string& dir);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +128,14 @@ class Transport {
   const triad_transport_caps_v1& capabilities() const;
   // The plugin's message about its last failure (e.g. which peer a timed-out wait waited for).
   std::string last_error() const;
+  // Device memory through host buffers, for a transport that reaches host memory only: every
+  // operation on device memory runs on a host copy (copied down with `to_host` before it is
+  // posted, its result up with `to_device` once done); capabilities() then lists CUDA memory.
+  // stage_host stages host memory too (the CPU device as a test double). Before init_world.
+  using HostCopy = std::function<void(void* dst, const void* src, size_t bytes)>;
+  void stage_through_host(HostCopy to_host, HostCopy to_device, bool stage_host = false);
+  bool staged() const;
+  uint64_t staged_ops() const;  // operations that ran on host copies so far
   // Throws UserError naming the transport and what it lacks (memory, dtype, operation).
   void check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const;
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/model_state.hpp"
 #include "triad/core/model/param_spec.hpp"
+#include "triad/core/train/loss_scaler.hpp"
 
 namespace triad {
 
@@ -44,12 +46,20 @@ struct CheckpointRank {
   std::function<std::vector<uint8_t>(const std::vector<uint8_t>&)> world_gather;
 };
 
+// A run's progress beyond its step: the optimizer steps taken (fewer than the steps when fp16
+// skipped some on overflow; AdamW's bias correction and the learning rate follow them) and the
+// loss scaler's state (fp16). metadata.json's "optimizer".
+struct TrainingProgress {
+  int64_t optimizer_steps = 0;
+  std::optional<LossScaler::State> scaler;
+};
+
 // Saves step `step` into cfg.checkpoint.save. Collective: every rank calls it. `split` is the
 // tensor plugin's split of each role (Placement::split). Throws UserError (on every rank) when a
 // rank's file cannot be written; the previous checkpoint stays the latest. Returns the iteration
 // folder.
 std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const ModelState& state,
-                            const CheckpointRank& me, int step);
+                            const CheckpointRank& me, int step, const TrainingProgress& progress);
 
 // The launcher's check before any rank starts: the checkpoint the run would load
 // (checkpoint_to_load, config.hpp) has its metadata, every rank file with its size, and the
@@ -71,6 +81,9 @@ class Checkpoint {
   int step() const;
   int global_batch_size() const;
   ModelConfig model() const;  // the model it holds
+  // The optimizer steps and loss scaler saved (a checkpoint without them: one optimizer step per
+  // step, no scaler).
+  TrainingProgress progress() const;
   // One line per fact (step, layout, model, files, sizes) for triad-checkpoint info.
   std::string describe() const;
   // Throws UserError when `m` is another model (the first difference named).

@@ -71,6 +71,8 @@ struct StepRecord {
   double mfu = 0;     // tflops / the device's peak; 0 when the peak is unknown
   size_t peak_bytes = 0;
   double valid_loss = std::nan("");  // validation loss after this step, if it evaluated
+  bool skipped = false;              // fp16: gradients overflowed, no update
+  double loss_scale = 1;             // fp16: the loss scale of the step
 };
 
 // Megatron's count for a rank of pipeline stage `stage`: per micro-batch 4 all-reduces of the

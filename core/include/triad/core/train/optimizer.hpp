@@ -29,15 +29,21 @@ class Optimizer {
   // ZeRO-2/3 this rank holds its slices of those tensors only (summed over the data-parallel
   // group); otherwise the whole arena.
   double grad_norm();
-  // Clips to optimizer.clip_grad by `norm`, then AdamW step `t` at learning rate `lr` over the
-  // pieces whose moments this rank keeps, then the data plugin's after-step.
-  void step(double norm, double lr, int t);
+  // The gradients hold `grad_scale` times the true gradients (fp16's loss scale; 1 otherwise),
+  // whose norm is `norm`: unscales them and clips to optimizer.clip_grad in one pass, then AdamW
+  // step `t` at learning rate `lr` over the pieces whose moments this rank keeps, then the data
+  // plugin's after-step.
+  void step(double norm, double lr, int t, double grad_scale = 1);
+  // A step skipped (fp16 overflow): weights and moments stay; the data plugin's after-step still
+  // runs, as after every step.
+  void skip();
   // Bytes the offloaded steps moved each way so far (0 without offload).
   size_t offloaded_bytes() const { return offloaded_bytes_; }
 
  private:
   void adamw(double lr, int t);
   void offloaded_adamw(double lr, int t);
+  void after_step();
 
   ModelState& state_;
   const ParamSpec& spec_;

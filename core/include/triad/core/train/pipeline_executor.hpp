@@ -57,6 +57,8 @@ class PipelineExecutor {
   // streams add up as one).
   Work run(const std::vector<triad_pipe_instr_v1>& instrs, DataLoader& data, int64_t batch,
            StepHooks* hooks, uint32_t tag_base = 0, Work so_far = {});
+  // The loss scale of the next BACKWARDs: grad_scale times `s` (fp16's loss scaling; 1 otherwise).
+  void set_loss_scale(double s) { grad_scale_ = float(double(base_grad_scale_) * s); }
   // Waits for every send in flight (REDUCE_GRADS does this within a step).
   void drain_sends();
 
@@ -77,7 +79,7 @@ class PipelineExecutor {
   DType act_;
   Communicator* pipe_;
   std::chrono::milliseconds timeout_;
-  float grad_scale_;
+  float base_grad_scale_, grad_scale_;
   std::string schedule_name_;
   // Tokens of each activation buffer's micro-batch (host), indexed by chunk * buffers + buffer.
   std::vector<std::vector<int32_t>> inputs_, targets_;

@@ -119,6 +119,8 @@ class Run {
   ParamSpec spec;
   std::unique_ptr<Checkpoint> ckpt;
   int start_step = 0;
+  // Optimizer steps taken and the loss scaler's state: the checkpoint's, then each step's.
+  TrainingProgress progress;
   std::shared_ptr<const LoadedPlugin> pipeline_plugin;
   std::unique_ptr<PipelineBackend> pipeline;
   PipeSchedule schedule;  // this stage's instructions for one step

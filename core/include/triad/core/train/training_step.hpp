@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "triad/core/train/loss_scaler.hpp"
 #include "triad/core/train/optimizer.hpp"
 #include "triad/core/train/pipeline_executor.hpp"
 #include "triad/core/train/run.hpp"
@@ -22,6 +23,11 @@ struct StepOutcome {
   double efficiency = 0;
   std::vector<double> stage_peak;
   double valid_loss = std::nan("");
+  // fp16: the loss scale this step ran with, whether its gradients overflowed and it was skipped,
+  // and the steps skipped so far in the run.
+  bool scaled = false, skipped = false;
+  double loss_scale = 1;
+  int64_t skipped_total = 0;
 };
 
 class TrainingStep final : public StepHooks {
@@ -39,6 +45,7 @@ class TrainingStep final : public StepHooks {
 
  private:
   double evaluate(int64_t round);
+  bool grads_overflowed();  // collective
   bool is_tied(size_t off, size_t n) const {
     return tied_split_ && off == tied_range_.begin && n == tied_range_.size();
   }
@@ -49,9 +56,14 @@ class TrainingStep final : public StepHooks {
   bool partitioned_, overlap_, tied_split_;
   ArenaRange tied_range_;
   size_t wte_off_ = 0, wte_n_ = 0;
-  int step_ = 0;     // the step in progress (its optimizer step number)
-  double lr_ = 0;    // its learning rate
-  double norm_ = 0;  // its gradient norm, before clipping
+  LossScaler scaler_;
+  // Steps at which this rank puts an inf into its gradients (TRIAD_INJECT_OVERFLOW, a test hook).
+  std::vector<int> inject_overflow_;
+  int step_ = 0;           // the step in progress
+  double lr_ = 0;          // its learning rate (of the optimizer step it would take)
+  double norm_ = 0;        // its gradient norm, before clipping (NaN when skipped)
+  double step_scale_ = 1;  // its loss scale
+  bool skipped_ = false;   // its gradients overflowed: no update
 };
 
 }  // namespace triad

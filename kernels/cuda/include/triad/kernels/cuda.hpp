@@ -41,11 +41,16 @@ class Blas {
 
 // Token + position embedding. out (B,T,C); tokens (B,T) on the device; wte (V,C); wpe (maxT,C)
 // or null (rotary positions).
+// Vocab-parallel (tensor parallelism), as kernels::cpu: wte holds only the vocabulary rows
+// [vocab_start, vocab_start + vocab_rows); a token outside them looks up a zero row (another
+// rank holds it) and adds nothing to dwte. vocab_rows < 0: wte holds every row.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, cudaStream_t stream);
-// Deterministic (no float atomics on wte rows): the same result on every run.
+                       int T, int C, cudaStream_t stream, int64_t vocab_start = 0,
+                       int vocab_rows = -1);
+// Deterministic (no float atomics on wte rows): the same result on every run. dwte holds the
+// V rows from vocab_start.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int V, cudaStream_t stream);
+                        int T, int C, int V, cudaStream_t stream, int64_t vocab_start = 0);
 
 // LayerNorm over the last dim. inp/out (N,C); weight/bias (C); mean/rstd (N) saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -79,6 +84,11 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, c
 // out = a + b (out may alias a or b); da += dout, db += dout.
 void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream);
+// out (N,C) += bias (C) broadcast over the rows (a row-parallel matmul's bias, added after the
+// tensor-parallel reduction); dbias (C) += sum_n dout (N,C), deterministic (matmul_backward's
+// dbias: fixed-order double sums, no atomics).
+void bias_forward(float* out, const float* bias, int N, int C, cudaStream_t stream);
+void bias_backward(float* dbias, const float* dout, int N, int C, cudaStream_t stream);
 
 // Fused softmax + cross-entropy over the vocabulary. logits (N,V); targets (N) on the device.
 // Writes losses (N) and lse (N). Only the first `valid` columns are vocabulary (valid < 0: all
@@ -86,10 +96,28 @@ void residual_backward(float* da, float* db, const float* dout, size_t n, cudaSt
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                           int N, int V, cudaStream_t stream, int valid = -1);
 // dlogits (N,V) OVERWRITES with dloss * (softmax(logits) - onehot(target)), 0 in the padding;
-// may alias logits.
+// may alias logits. Vocab-parallel: the columns are the vocabulary's [vocab_start,
+// vocab_start + V) and lse is the whole row's; the target's column is target - vocab_start when
+// that is one of the valid columns, else none here.
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid = -1);
+                           int valid = -1, int64_t vocab_start = 0);
+// Vocab-parallel cross-entropy, as kernels::cpu::crossentropy_row_max and friends: logits (N,V)
+// are this rank's columns [vocab_start, vocab_start + V), the first `valid` real (valid < 0:
+// all V). Each OVERWRITES its outputs (N), one row even where this rank has no valid column.
+//   crossentropy_row_max   rowmax = max over the valid columns (-inf if none)
+//   (all-reduce max)
+//   crossentropy_row_sums  sumexp = sum exp(z - rowmax) over the valid columns; target_logit =
+//                          z[target - vocab_start] when that is a valid column here, else 0
+//   (all-reduce sum of both)
+//   crossentropy_finish    lse = rowmax + log(sumexp); losses = lse - target_logit
+void crossentropy_row_max(float* rowmax, const float* logits, int N, int V, int valid,
+                          cudaStream_t stream);
+void crossentropy_row_sums(float* sumexp, float* target_logit, const float* logits,
+                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
+                           int64_t vocab_start, cudaStream_t stream);
+void crossentropy_finish(float* losses, float* lse, const float* rowmax, const float* sumexp,
+                         const float* target_logit, int N, cudaStream_t stream);
 
 // Rotary embedding in place on a strided (B,T,H,D) view, as kernels::cpu::rope_forward.
 void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
@@ -135,9 +163,10 @@ void attention_naive_backward(Blas& blas, HeadView dq, HeadView dk, HeadView dv,
 using bf16 = __nv_bfloat16;
 
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                       int T, int C, cudaStream_t stream);
+                       int T, int C, cudaStream_t stream, int64_t vocab_start = 0,
+                       int vocab_rows = -1);
 void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
-                        int T, int C, int V, cudaStream_t stream);
+                        int T, int C, int V, cudaStream_t stream, int64_t vocab_start = 0);
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
                        const bf16* bias, int N, int C, float eps, cudaStream_t stream);
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
@@ -156,11 +185,18 @@ void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream,
                    bool accumulate = true);
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
+void bias_forward(bf16* out, const bf16* bias, int N, int C, cudaStream_t stream);
+void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream);
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
                           int N, int V, cudaStream_t stream, int valid = -1);
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid = -1);
+                           int valid = -1, int64_t vocab_start = 0);
+void crossentropy_row_max(float* rowmax, const bf16* logits, int N, int V, int valid,
+                          cudaStream_t stream);
+void crossentropy_row_sums(float* sumexp, float* target_logit, const bf16* logits,
+                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
+                           int64_t vocab_start, cudaStream_t stream);
 void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                   double base, cudaStream_t stream);
 void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
