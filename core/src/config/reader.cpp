@@ -48,6 +48,9 @@ std::string format_bound(double v) {
 
 // "at least 1", "greater than 0", "in [0, 1)"; "" when the field has no range.
 std::string range_text(const Field& f) {
+  if (f.at_least && f.at_most)
+    return "in [" + format_bound(*f.at_least) + ", " + format_bound(*f.at_most) + "]";
+  if (f.at_most) return "at most " + format_bound(*f.at_most);
   if (f.at_least && f.below)
     return "in [" + format_bound(*f.at_least) + ", " + format_bound(*f.below) + ")";
   if (f.at_least) return "at least " + format_bound(*f.at_least);
@@ -58,7 +61,7 @@ std::string range_text(const Field& f) {
 
 bool in_range(const Field& f, double v) {
   return !(f.at_least && v < *f.at_least) && !(f.above && v <= *f.above) &&
-         !(f.below && v >= *f.below);
+         !(f.below && v >= *f.below) && !(f.at_most && v > *f.at_most);
 }
 
 class Reader {

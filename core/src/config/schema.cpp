@@ -33,6 +33,10 @@ class F {
     f_.below = v;
     return std::move(*this);
   }
+  F&& max(double v) && {
+    f_.at_most = v;
+    return std::move(*this);
+  }
   F&& one_of(std::initializer_list<std::string_view> values) && {
     f_.choices = values;
     return std::move(*this);
@@ -51,7 +55,9 @@ std::vector<Section> build_schema() {
   return {
       {"model",
        {
-           F("num_layers", TRIAD_SLOT(model.num_layers)).aka({"n_layer"}).min(1),
+           // Bounds far above any model trained, so that a typo of many digits is an error
+           // before per-layer plans and schedules are built.
+           F("num_layers", TRIAD_SLOT(model.num_layers)).aka({"n_layer"}).min(1).max(100000),
            F("hidden_size", TRIAD_SLOT(model.hidden_size)).aka({"n_embd"}).min(1),
            F("num_attention_heads", TRIAD_SLOT(model.num_attention_heads)).aka({"n_head"}).min(1),
            F("seq_length", TRIAD_SLOT(model.seq_length)).aka({"block_size"}).min(1),
@@ -88,7 +94,8 @@ std::vector<Section> build_schema() {
                .aka({"train_micro_batch_size_per_gpu"})
                .min(0),
            F("gradient_accumulation_steps", TRIAD_SLOT(training.gradient_accumulation_steps))
-               .min(0),
+               .min(0)
+               .max(1000000),
            F("global_batch_size", TRIAD_SLOT(training.global_batch_size))
                .aka({"train_batch_size"})
                .min(0),

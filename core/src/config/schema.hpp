@@ -25,6 +25,7 @@ struct Field {
   std::optional<double> at_least;         // value >= at_least
   std::optional<double> above;            // value > above
   std::optional<double> below;            // value < below
+  std::optional<double> at_most;          // value <= at_most
   std::vector<std::string_view> choices;  // for text keys: the only values allowed
   // A text key that also takes a list of text values (data.path's blend): the list goes here
   // and the text is cleared; a single value clears the list.
