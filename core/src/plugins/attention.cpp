@@ -119,7 +119,11 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
 
 void AttentionBackend::check(int status, const char* what) const {
   if (status == TRIAD_OK) return;
-  throw std::runtime_error("attention backend '" + name() + "' " + instance_.failure(status, what));
+  const std::string msg = "attention backend '" + name() + "' " + instance_.failure(status, what);
+  // A shape or dtype the plugin refuses is the input's fault (e.g. the memory estimate asking a
+  // GPU plugin for float32's workspace before the shape check): one line naming the fix.
+  if (status == TRIAD_ERR_UNSUPPORTED || status == TRIAD_ERR_INVALID) throw UserError(msg);
+  throw std::runtime_error(msg);
 }
 
 void AttentionBackend::workspace_size(const triad_attention_shape_v1& shape, size_t* fwd,

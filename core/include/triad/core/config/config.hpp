@@ -223,11 +223,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 void check_run_paths(const Config& c, bool writes_output);
 
 // What a run needs of its device beyond a valid config (load_config accepts any layout on any
-// device, so that --dry-run and triad-estimate plan it): a build with that device, kernels for
-// its precision, and on device: cuda the layouts a GPU has verified (tensor and pipeline stages
-// and ZeRO 2/3 are built but unverified: refused unless TRIAD_UNVERIFIED_GPU_LAYOUTS=1). Throws
-// UserError naming the key and the fix; runnable_refusal returns that line, or "" when the run may
-// go.
+// device, so that --dry-run and triad-estimate plan it): a build with that device and kernels
+// for its precision (fp16 on cuda is not built). Throws UserError naming the key and the fix;
+// runnable_refusal returns that line, or "" when the run may go.
 void check_runnable(const Config& c);
 std::string runnable_refusal(const Config& c);
 
