@@ -359,7 +359,7 @@ TEST_F(ConfigTest, RunPaths) {
 }
 
 TEST_F(ConfigTest, ModelShapeRules) {
-  expect_error("model:\n  num_layers: 0\n", {"model.num_layers: 0 is out of range", "at least 1"});
+  expect_error("model:\n  num_layers: 0\n", {"model.num_layers: 0 is out of range", "in [1, 100000]"});
   expect_error("model:\n  vocab_size: 0\n", {"model.vocab_size: 0", "at least 1"});
   expect_error("model:\n  seq_length: 0\n", {"model.seq_length: 0", "at least 1"});
   expect_error("model:\n  hidden_size: 130\n  num_attention_heads: 4\n",
@@ -508,6 +508,12 @@ TEST_F(ConfigTest, BadOverrides) {
                 "did you mean 'micro_batch_size'?"},
                {"training.micro_batch_sise=4"});
   expect_error(kBase, {"'model.num_layers' is a value, not a section"}, {"model.num_layers.x=1"});
+  // Bounds far above any model, so that a typo of many digits never builds per-layer plans.
+  expect_error(kBase, {"model.num_layers: 100000000 is out of range", "in [1, 100000]"},
+               {"model.num_layers=100000000"});
+  expect_error(kBase,
+               {"training.gradient_accumulation_steps: 2000000 is out of range", "in [0, 1000000]"},
+               {"training.gradient_accumulation_steps=2000000"});
   expect_error(kBase, {"value '[1' is not valid YAML"}, {"model.num_layers=[1"});
   // A plugin section the override created names the default plugin.
   EXPECT_EQ(load_config(write("model:\n"), {"attention.block_q=3"}).attention.name, "naive");
