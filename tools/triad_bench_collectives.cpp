@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -34,6 +35,7 @@
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/files.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
 
@@ -227,28 +229,58 @@ int run_rank(const Job& job, const Options& o) {
     }
   }
   world.barrier().wait(timeout);
-  if (rank == 0 && !o.json.empty()) {
-    std::ofstream f(o.json);
-    if (!f) throw UserError("cannot write --json file " + o.json);
-    f << out.dump(1) << "\n";
+  if (rank == 0 && !o.json.empty()) {  // its folder was checked before any rank started
+    const std::filesystem::path dir = std::filesystem::path(o.json).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    write_file_atomic(o.json, out.dump(1) + "\n");
   }
   long long bad = 0;
   for (auto& r : out) bad += r["wrong"].get<long long>();
   return bad ? 1 : 0;
 }
 
-uint64_t parse_bytes(const std::string& s) {
+uint64_t parse_bytes(const std::string& flag, const std::string& s) {
   size_t used = 0;
-  double v = std::stod(s, &used);
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
   std::string unit = s.substr(used);
   double mul = unit.empty() || unit == "B"    ? 1
                : unit == "K" || unit == "KiB" ? 1024.0
                : unit == "M" || unit == "MiB" ? 1048576.0
                : unit == "G" || unit == "GiB" ? 1073741824.0
                                               : -1;
-  if (mul < 0 || v < 0)
-    throw triad::UserError("size '" + s + "': use a number with an optional K, M or G");
+  if (mul < 0 || !(v >= 0) || v * mul > 1e15)
+    throw triad::UserError(flag + " '" + s +
+                           "' is not a size; write bytes with an optional K, M or G, e.g. 64K");
   return uint64_t(v * mul);
+}
+
+// What every rank would refuse, refused once before any rank starts: the operations, the dtype,
+// the parameters' form, the sizes' order and the --json file's place.
+void check_options(const Options& o) {
+  for (const std::string& op : o.ops)
+    if (op != "allreduce" && op != "reducescatter" && op != "allgather")
+      throw triad::UserError("--op '" + op + "' is not allreduce, reducescatter or allgather");
+  size_t es = 0;
+  parse_dtype(o.dtype, &es);
+  for (const auto& p : o.params)
+    if (p.find('=') == std::string::npos)
+      throw triad::UserError("--param '" + p + "': expected key=value");
+  if (o.min_bytes > o.max_bytes)
+    throw triad::UserError("--min-bytes " + std::to_string(o.min_bytes) + " is above --max-bytes " +
+                           std::to_string(o.max_bytes) + "; swap them");
+  if (!o.json.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(o.json, ec))
+      throw triad::UserError("--json '" + o.json + "' is a folder; give a file name in it");
+    const std::filesystem::path dir = std::filesystem::path(o.json).parent_path();
+    triad::check_output_folder("--json", dir.empty() ? "." : dir.string(),
+                               "give a --json file in a folder you can write");
+  }
 }
 
 // -n: this process serves the rendezvous and forks the ranks.
@@ -256,16 +288,29 @@ int run_forked(const Options& o) {
   const std::string token = triad::make_job_token();
   triad::RendezvousServer server("127.0.0.1", 0, token);
   std::vector<pid_t> kids;
+  // Each failing rank leaves its reason here.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "triad-bench-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw triad::UserError("cannot create a temporary folder");
+  const std::filesystem::path errors = tmpl;
   for (int r = 0; r < o.ranks; ++r) {
     pid_t pid = fork();
     if (pid < 0) throw triad::UserError("fork failed");
     if (pid == 0) {
       int code = 0;
+      std::string why;
       try {
         code = run_rank(Job{r, o.ranks, "127.0.0.1", server.port(), token}, o);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "triad-bench-collectives rank %d: %s\n", r, e.what());
+        why = e.what();
         code = triad::kExitUserError;
+      }
+      // The reason goes to the parent, which prints one line for the job.
+      if (!why.empty()) {
+        const std::filesystem::path f = errors / std::to_string(r);
+        if (FILE* out = std::fopen(f.c_str(), "w")) {
+          std::fputs(why.c_str(), out);
+          std::fclose(out);
+        }
       }
       std::fflush(stdout);
       _exit(code);
@@ -280,6 +325,19 @@ int run_forked(const Options& o) {
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     rc = std::max(rc, code);
   }
+  // The lowest rank's reason (every rank meets the same bad input).
+  for (int r = 0; r < o.ranks; ++r) {
+    std::ifstream in(errors / std::to_string(r));
+    std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (why.empty()) continue;
+    std::filesystem::remove_all(errors);
+    for (char& c : why)
+      if (c == '\n') c = ' ';
+    return triad::cli::fail(
+        "triad-bench-collectives",
+        (o.ranks > 1 ? "rank " + std::to_string(r) + ": " : std::string()) + why);
+  }
+  std::filesystem::remove_all(errors);
   return rc;
 }
 
@@ -296,7 +354,7 @@ int main(int argc, char** argv) {
   auto* ranks_opt =
       app.add_option("-n,--ranks", o.ranks,
                      "outside the launcher: fork this many ranks on this machine (default 2)")
-          ->check(CLI::Range(1, 64));
+          ->check(triad::cli::in_range(1, 64));
   app.add_option("--transport", o.transport, "transport plugin name (libtriad-transport-NAME.so)");
   app.add_option("--plugin", o.plugin_file, "a transport plugin file instead of --transport");
   app.add_option("--op", ops, "comma-separated: allreduce, reducescatter, allgather");
@@ -304,13 +362,15 @@ int main(int argc, char** argv) {
   app.add_option("-b,--min-bytes", min_b, "smallest size (e.g. 8, 64K, 1M)");
   app.add_option("-e,--max-bytes", max_b, "largest size (e.g. 1G)");
   app.add_option("-f,--step-factor", o.factor, "size multiplier between steps")
-      ->check(CLI::Range(2, 1024));
-  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size");
+      ->check(triad::cli::in_range(2, 1024));
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")
+      ->check(triad::cli::in_range(0, 100000));
   app.add_option("-i,--iters", o.iters, "timed iterations per size (fewer above 32 MiB)")
-      ->check(CLI::Range(1, 100000));
+      ->check(triad::cli::in_range(1, 100000));
   app.add_option("--json", o.json, "write the results as JSON here");
   app.add_option("--param", o.params, "transport parameter key=value (repeatable)");
-  app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait");
+  app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait")
+      ->check(triad::cli::at_least(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -318,12 +378,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-    o.min_bytes = std::max<uint64_t>(1, parse_bytes(min_b));
-    o.max_bytes = parse_bytes(max_b);
+    o.min_bytes = std::max<uint64_t>(1, parse_bytes("--min-bytes", min_b));
+    o.max_bytes = parse_bytes("--max-bytes", max_b);
     o.ops.clear();
     std::stringstream ss(ops);
     for (std::string op; std::getline(ss, op, ',');)
       if (!op.empty()) o.ops.push_back(op);
+    check_options(o);
 
     const triad::DistEnv env = triad::DistEnv::from_environment();
     const bool launched = env.distributed() || std::getenv("WORLD_SIZE") != nullptr;

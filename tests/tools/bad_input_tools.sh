@@ -4,7 +4,8 @@
 # with "TOOL: error:" and names the flag, key or path, and must leave the scratch folder exactly
 # as it was (no file created, changed or removed; a refused --to-hf or -o keeps what it holds).
 # Usage: bad_input_tools.sh SECTION BIN_DIR SOURCE_DIR WORK_DIR
-#   SECTION: schedule | estimate | checkpoint | preprocess | info | plugin_test | study | autotune
+#   SECTION: schedule | estimate | checkpoint | preprocess | info | plugin_test |
+#            bench_collectives | study | autotune
 # The Python tools' cases all fail before any run is launched; Ctrl-C is checked against a
 # stand-in triad-launch that only waits.
 set -u
@@ -357,6 +358,30 @@ autotune)
   expect $T "--output '$W/other-search' holds the output of another search :: --overwrite" \
     "$BIN/$T" "$C" --output "$W/other-search"
   interrupted $T "$C"
+  ;;
+bench_collectives)
+  T=triad-bench-collectives
+  expect $T "--no-such-flag" "$BIN/$T" --no-such-flag
+  for v in 0 four 65; do
+    expect $T "--ranks: must be a whole number from 1 to 64, not '$v'" "$BIN/$T" -n "$v"
+  done
+  expect $T "--warmup: must be a whole number from 0 to 100000, not '-1'" "$BIN/$T" -w -1
+  expect $T "--iters: must be a whole number from 1 to 100000, not '0'" "$BIN/$T" -i 0
+  expect $T "--step-factor: must be a whole number from 2 to 1024, not '1'" "$BIN/$T" -f 1
+  expect $T "--timeout-ms: must be a whole number of at least 1, not '-5'" "$BIN/$T" \
+    --timeout-ms -5
+  expect $T "--min-bytes '1X' is not a size" "$BIN/$T" -b 1X
+  expect $T "--max-bytes '-5' is not a size" "$BIN/$T" -e -5
+  expect $T "--min-bytes 1048576 is above --max-bytes 1024" "$BIN/$T" -b 1M -e 1K
+  expect $T "--op 'bogus' is not allreduce, reducescatter or allgather" "$BIN/$T" --op bogus
+  expect $T "--dtype 'bogus' is not one of float, bfloat16, half" "$BIN/$T" -d bogus
+  expect $T "--param 'nokv': expected key=value" "$BIN/$T" --param nokv
+  expect $T "--json '$W/adir' is a folder" "$BIN/$T" --json "$W/adir"
+  expect $T "--json '/sys' is not writable" "$BIN/$T" --json /sys/x.json
+  # What only the ranks find is one line for the job (the lowest rank's), not one per rank.
+  expect $T "rank 0: no transport plugin named 'nosuch'" "$BIN/$T" -n 2 --transport nosuch
+  expect $T "plugin file $W/fifo is a FIFO (named pipe)" "$BIN/$T" -n 2 --plugin "$W/fifo"
+  expect $T "plugin file $W/adir is a directory" "$BIN/$T" --plugin "$W/adir"
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2
