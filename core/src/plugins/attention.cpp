@@ -119,17 +119,20 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
 
 void AttentionBackend::check(int status, const char* what) const {
   if (status == TRIAD_OK) return;
-  const std::string msg = "attention backend '" + name() + "' " + instance_.failure(status, what);
-  // A shape or dtype the plugin refuses is the input's fault (e.g. the memory estimate asking a
-  // GPU plugin for float32's workspace before the shape check): one line naming the fix.
-  if (status == TRIAD_ERR_UNSUPPORTED || status == TRIAD_ERR_INVALID) throw UserError(msg);
-  throw std::runtime_error(msg);
+  throw std::runtime_error("attention backend '" + name() + "' " + instance_.failure(status, what));
 }
 
 void AttentionBackend::workspace_size(const triad_attention_shape_v1& shape, size_t* fwd,
                                       size_t* bwd) const {
   size_t f = 0, b = 0;
-  check(ops_.workspace_size(instance_.handle(), &shape, &f, &b), "workspace_size");
+  const int status = ops_.workspace_size(instance_.handle(), &shape, &f, &b);
+  // A shape or dtype the plugin refuses is the config's fault, not the core's (the memory
+  // estimate asks for float32's workspace on a GPU before the run checks the shape): one line
+  // naming the plugin's fix. A failing call with a shape it takes stays an internal error.
+  if (status == TRIAD_ERR_UNSUPPORTED)
+    throw UserError("attention backend '" + name() + "' " +
+                    instance_.failure(status, "workspace_size"));
+  check(status, "workspace_size");
   if (fwd) *fwd = f;
   if (bwd) *bwd = b;
 }
