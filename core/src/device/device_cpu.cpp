@@ -13,6 +13,7 @@ namespace k = kernels::cpu;
 
 #ifdef TRIAD_HAVE_CUDA
 std::unique_ptr<Device> make_cuda_device(int local_rank, bool allow_tf32);  // device_cuda.cpp
+int cuda_devices_visible_here();                                            // device_cuda.cpp
 #endif
 
 namespace {
@@ -198,6 +199,14 @@ void Device::release(void* ptr, size_t bytes) {
   if (!ptr) return;
   raw_release(ptr);
   current_.fetch_sub(bytes);
+}
+
+int cuda_devices_visible() {
+#ifdef TRIAD_HAVE_CUDA
+  return cuda_devices_visible_here();
+#else
+  return 0;
+#endif
 }
 
 std::unique_ptr<Device> make_device(const std::string& name, int local_rank, bool allow_tf32,

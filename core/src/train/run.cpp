@@ -91,6 +91,16 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
         [&device](void* dst, const void* host, size_t n) { device.to_device(dst, host, n); },
         force);
   check_transport_memory(*run->transport, cfg.device, memory, services);
+  // A transport on device memory itself (NCCL) takes one GPU per rank; several ranks share one
+  // only through host buffers.
+  const int gpus = memory == TRIAD_MEM_BIT_CUDA ? cuda_devices_visible() : 0;
+  if (gpus > 0 && !run->transport->staged() && env.local_world_size > gpus)
+    throw UserError("transport '" + run->transport->name() + "' takes one GPU per rank, but " +
+                    std::to_string(env.local_world_size) + " ranks on this node see " +
+                    std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "") + "; launch at most " +
+                    std::to_string(gpus) +
+                    " per node (--nproc-per-node), or use transport: ucx, which shares a GPU "
+                    "through host buffers");
   uint32_t ops = run->data->capabilities().transport_ops | TRIAD_TRANSPORT_OP_ALL_REDUCE |
                  TRIAD_TRANSPORT_OP_SPLIT;
   if (groups.tp_size() > 1)

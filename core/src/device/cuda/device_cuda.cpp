@@ -307,6 +307,11 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+int cuda_devices_visible_here() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 std::unique_ptr<Device> make_cuda_device(int local_rank, bool allow_tf32) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);

@@ -167,6 +167,9 @@ std::unique_ptr<Device> make_device(const std::string& name, int local_rank = 0,
                                     bool allow_tf32 = false, const std::string& gemm = "onednn");
 // True when this build has the CUDA device (whether or not a GPU is present). TRIAD_HAVE_CUDA is
 // defined for the whole build where nvcc was found.
+// The CUDA GPUs this process sees (0 without CUDA in the build or without a GPU).
+int cuda_devices_visible();
+
 constexpr bool cuda_device_built() {
 #ifdef TRIAD_HAVE_CUDA
   return true;
