@@ -486,12 +486,30 @@ def finished(folder, spec):
     return result if result.get("spec") == spec else None
 
 
+class atomic_file:
+    """`with atomic_file(path) as f:` writes f into a temporary file beside `path` and moves it
+    over `path` only when the block ends without an error: never a half-written result."""
+
+    def __init__(self, path, mode="w", **kw):
+        self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}"
+        self.f = open(self.tmp, mode, **kw)
+
+    def __enter__(self):
+        return self.f
+
+    def __exit__(self, kind, value, tb):
+        self.f.close()
+        if kind is None:
+            os.replace(self.tmp, self.path)
+        else:
+            os.unlink(self.tmp)
+        return False
+
+
 def write_json(path, obj):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with atomic_file(path) as f:
         json.dump(obj, f, indent=2, default=str)
         f.write("\n")
-    os.replace(tmp, path)  # never a half-written result.json
 
 
 # ---------------------------------------------------------------------------------------------
