@@ -359,7 +359,8 @@ TEST_F(ConfigTest, RunPaths) {
 }
 
 TEST_F(ConfigTest, ModelShapeRules) {
-  expect_error("model:\n  num_layers: 0\n", {"model.num_layers: 0 is out of range", "in [1, 100000]"});
+  expect_error("model:\n  num_layers: 0\n",
+               {"model.num_layers: 0 is out of range", "in [1, 100000]"});
   expect_error("model:\n  vocab_size: 0\n", {"model.vocab_size: 0", "at least 1"});
   expect_error("model:\n  seq_length: 0\n", {"model.seq_length: 0", "at least 1"});
   expect_error("model:\n  hidden_size: 130\n  num_attention_heads: 4\n",
@@ -494,6 +495,22 @@ TEST_F(ConfigTest, OverrideOfPluginNameDropsOldParameters) {
   Config renamed = load_config(path, {"attention.name=flash1"});
   EXPECT_EQ(renamed.attention.name, "flash1");
   EXPECT_EQ(renamed.attention.params.at("block_q"), "64");
+}
+
+// A plugin's parameters reach it whether --set gives them before or after its name; the file's
+// parameters of another plugin are dropped with its name.
+TEST_F(ConfigTest, PluginParametersBeforeOrAfterItsName) {
+  const std::string path = write("attention:\n  name: flash2\n  block_q: 64\n");
+  const Config before = load_config(path, {"attention.block_k=32", "attention=flash1"});
+  EXPECT_EQ(before.attention.name, "flash1");
+  EXPECT_EQ(before.attention.params.at("block_k"), "32");
+  EXPECT_EQ(before.attention.params.count("block_q"), 0u);  // the file's, for flash2
+  const Config after = load_config(path, {"attention=flash1", "attention.block_k=32"});
+  EXPECT_EQ(after.attention.name, "flash1");
+  EXPECT_EQ(after.attention.params, before.attention.params);
+  const Config none = load_config(write("model:\n"), {"pipeline.reverse=1", "pipeline=gpipe"});
+  EXPECT_EQ(none.pipeline.name, "gpipe");
+  EXPECT_EQ(none.pipeline.params.at("reverse"), "1");
 }
 
 TEST_F(ConfigTest, BadOverrides) {

@@ -58,6 +58,8 @@ expect_error recompute_conflict "training.checkpoint_activations true means 'ful
 expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
   --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
+expect_error plugin_param_before_its_name "pipeline.no_such: unknown parameter of pipeline plugin 'gpipe'" \
+  "$BASE" --set pipeline.no_such=1 --set pipeline=gpipe
 # fp16 (DeepSpeed's section): the bad inputs of issue-level rules, each before anything is written.
 expect_error fp16_on_cpu "precision 'fp16' (" "$BASE" --set fp16.enabled=true
 expect_error fp16_and_bf16 "fp16.enabled (--set 'fp16.enabled=true') and bf16.enabled" "$BASE" \

@@ -105,19 +105,40 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
   const std::string bare = !path.empty()              ? ""
                            : find_plugin_choice(last) ? "name"
                                                       : std::string(shorthand_key(last));
+  // Parameters an earlier --set gave this plugin section, which a new name keeps.
+  std::vector<std::pair<std::string, YAML::Node>> kept;
   if (!bare.empty() && value.IsScalar()) {
-    // A new plugin (or device) name drops the old one's parameters; the same name keeps them.
+    // A new plugin (or device) name drops the old one's parameters from the file; the same name
+    // keeps them all. Parameters given with --set stay either way, so a plugin's parameters
+    // reach it whether they come before or after its name on the command line (one the chosen
+    // plugin does not declare is refused when it is loaded, naming both).
     YAML::Node old = child_of(cur, last);
     if (old.IsMap() && child_of(old, bare).IsScalar() &&
         child_of(old, bare).Scalar() == value.Scalar()) {
       origins.push_back({key, arg});
       return;
     }
+    if (old.IsMap() && find_plugin_choice(last))
+      for (auto it = old.begin(); it != old.end(); ++it) {
+        const std::string k = it->first.Scalar();
+        for (const Origin& o : origins)
+          if (k != bare && o.key_path == last + "." + k) {
+            kept.emplace_back(k, YAML::Clone(it->second));
+            break;
+          }
+      }
   }
   for (const std::string& s : spellings(parts))
     while (cur.remove(s)) {
     }
-  cur[last] = value;
+  if (kept.empty()) {
+    cur[last] = value;
+  } else {
+    YAML::Node m(YAML::NodeType::Map);
+    m[bare] = value;
+    for (const auto& [k, v] : kept) m[k] = v;
+    cur[last] = m;
+  }
   origins.push_back({key, arg});
 }
 
