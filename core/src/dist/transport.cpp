@@ -43,7 +43,7 @@ struct TransportInstance {
     handle = staged.get();
     watched.reset();
     watch();
-    if (caps.memory & TRIAD_MEM_BIT_HOST) caps.memory |= TRIAD_MEM_BIT_CUDA;
+    caps.memory = StagedTransport::reach(caps.memory);
   }
 
   PluginInstance instance;
@@ -319,9 +319,6 @@ void Transport::stage_through_host(HostCopy to_host, HostCopy to_device, bool st
 }
 bool Transport::staged() const {
   return inst_->staged != nullptr;
-}
-uint64_t Transport::staged_ops() const {
-  return inst_->staged ? inst_->staged->staged_ops : 0;
 }
 
 void Transport::check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const {

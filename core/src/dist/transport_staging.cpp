@@ -37,7 +37,6 @@ DLDevice host() {
 // The host copy of a whole buffer of n bytes: `src`'s bytes copied down (none for a receive),
 // and, once done, copied up into `result` (none for a send).
 void* host_copy(StagedTransport* t, StagedRequest* r, const void* src, void* result, size_t n) {
-  ++t->staged_ops;
   r->host.resize(n);
   if (src && n) t->how.to_host(r->host.data(), src, n);
   r->result_to = result;
@@ -48,7 +47,7 @@ void* host_copy(StagedTransport* t, StagedRequest* r, const void* src, void* res
 // Runs `post` (which posts the plugin's operation into r->inner) with copies around it turned
 // into a status: a failed copy is the operation's failure, never an exception through C.
 template <class Post>
-int staged(StagedTransport* t, StagedRequest* r, void** request, Post post) {
+int staged(StagedRequest* r, void** request, Post post) {
   try {
     const int st = post();
     if (st != TRIAD_OK) {
@@ -60,14 +59,13 @@ int staged(StagedTransport* t, StagedRequest* r, void** request, Post post) {
   } catch (const std::exception& e) {
     spdlog::error("transport staging through host memory: {}", e.what());
     delete r;
-    (void)t;
     return TRIAD_ERR_INTERNAL;
   }
 }
 
 int s_capabilities(void* h, triad_transport_caps_v1* caps) {
   const int st = self(h)->real->capabilities(self(h)->inner, caps);
-  if (st == TRIAD_OK && (caps->memory & TRIAD_MEM_BIT_HOST)) caps->memory |= TRIAD_MEM_BIT_CUDA;
+  if (st == TRIAD_OK) caps->memory = StagedTransport::reach(caps->memory);
   return st;
 }
 int s_init_world(void* h, int32_t rank, int32_t n, const triad_rendezvous_v1* rv, void** comm) {
@@ -87,7 +85,7 @@ int s_all_reduce(void* h, void* comm, const void* send, void* recv, uint64_t cou
                  DLDevice dev, int32_t op, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->all_reduce(t->inner, comm, send, recv, count, dt, dev, op, &r->inner);
     void* hb = host_copy(t, r, send, recv, bytes_of(count, dt));
@@ -99,10 +97,9 @@ int s_reduce_scatter(void* h, void* comm, const void* send, void* recv, uint64_t
                      DLDataType dt, DLDevice dev, int32_t op, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->reduce_scatter(t->inner, comm, send, recv, count, dt, dev, op, &r->inner);
-    ++t->staged_ops;
     int32_t rank = 0, size = 1;
     const int st = t->real->comm_info(t->inner, comm, &rank, &size);
     if (st != TRIAD_OK) return st;
@@ -124,10 +121,9 @@ int s_all_gather(void* h, void* comm, const void* send, void* recv, uint64_t cou
                  DLDevice dev, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->all_gather(t->inner, comm, send, recv, count, dt, dev, &r->inner);
-    ++t->staged_ops;
     int32_t rank = 0, size = 1;
     const int st = t->real->comm_info(t->inner, comm, &rank, &size);
     if (st != TRIAD_OK) return st;
@@ -148,7 +144,7 @@ int s_broadcast(void* h, void* comm, void* buf, uint64_t count, DLDataType dt, D
                 int32_t root, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->broadcast(t->inner, comm, buf, count, dt, dev, root, &r->inner);
     void* hb = host_copy(t, r, buf, buf, bytes_of(count, dt));
@@ -160,7 +156,7 @@ int s_send(void* h, void* comm, const void* buf, uint64_t count, DLDataType dt, 
            int32_t peer, uint32_t tag, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->send(t->inner, comm, buf, count, dt, dev, peer, tag, &r->inner);
     void* hb = host_copy(t, r, buf, nullptr, bytes_of(count, dt));
@@ -172,7 +168,7 @@ int s_recv(void* h, void* comm, void* buf, uint64_t count, DLDataType dt, DLDevi
            int32_t peer, uint32_t tag, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] {
+  return staged(r, request, [&] {
     if (!t->stages(dev))
       return t->real->recv(t->inner, comm, buf, count, dt, dev, peer, tag, &r->inner);
     void* hb = host_copy(t, r, nullptr, buf, bytes_of(count, dt));
@@ -183,7 +179,7 @@ int s_recv(void* h, void* comm, void* buf, uint64_t count, DLDataType dt, DLDevi
 int s_barrier(void* h, void* comm, void** request) {
   StagedTransport* t = self(h);
   auto* r = new StagedRequest;
-  return staged(t, r, request, [&] { return t->real->barrier(t->inner, comm, &r->inner); });
+  return staged(r, request, [&] { return t->real->barrier(t->inner, comm, &r->inner); });
 }
 
 // The result goes up once, when the operation is first seen done.

@@ -32,9 +32,12 @@ struct StagedTransport {
   const triad_transport_ops_v1* real;
   void* inner;
   HostStaging how;
-  uint64_t staged_ops = 0;  // operations that ran on host buffers (for the tests)
 
   bool stages(DLDevice d) const { return d.device_type != kDLCPU || how.stage_host; }
+  // The memory a plugin reaching `memory` reaches through this table: CUDA too, when host.
+  static uint32_t reach(uint32_t memory) {
+    return memory & TRIAD_MEM_BIT_HOST ? memory | TRIAD_MEM_BIT_CUDA : memory;
+  }
 
   static const triad_transport_ops_v1 kOps;
 };

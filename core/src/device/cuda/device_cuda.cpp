@@ -202,9 +202,8 @@ class CudaDevice final : public Device {
                                stream_, vocab.valid, vocab.start);
     });
   }
-  // Tensor parallelism's kernels (vocab-parallel cross-entropy, the row-parallel bias). Each is
-  // checked against kernels::cpu in tests/kernels_cuda, but no tp > 1 run has been verified on
-  // GPUs yet: check_runnable (config/runnable.cpp) still refuses tp > 1 on this device.
+  // Tensor parallelism's kernels (vocab-parallel cross-entropy, the row-parallel bias), checked
+  // against kernels::cpu in tests/kernels_cuda; tools/gpu-check runs tp 2 with them.
   void crossentropy_row_max(float* rowmax, const void* logits, int N, const VocabShard& vocab,
                             DType act) override {
     typed(act, [&](auto z) {

@@ -135,7 +135,6 @@ class Transport {
   using HostCopy = std::function<void(void* dst, const void* src, size_t bytes)>;
   void stage_through_host(HostCopy to_host, HostCopy to_device, bool stage_host = false);
   bool staged() const;
-  uint64_t staged_ops() const;  // operations that ran on host copies so far
   // Throws UserError naming the transport and what it lacks (memory, dtype, operation).
   void check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const;
 
