@@ -51,7 +51,8 @@ class F {
   Field f_;
 };
 
-std::vector<Section> build_schema() {
+// What is trained: the model, its data, the training loop, the optimizer and its schedule.
+std::vector<Section> training_sections() {
   return {
       {"model",
        {
@@ -135,6 +136,13 @@ std::vector<Section> build_schema() {
            // 0 = train_iters
            F("lr_decay_iters", TRIAD_SLOT(lr_schedule.lr_decay_iters)).aka({"decay_iters"}).min(0),
        }},
+  };
+}
+
+// How it runs: the layout, ZeRO, precision, checkpoints, output, the device and the top-level
+// keys (plugins are build_plugin_choices').
+std::vector<Section> runtime_sections() {
+  return {
       {"parallel",
        {
            F("tensor_model_parallel_size", TRIAD_SLOT(parallel.tensor_model_parallel_size)).min(1),
@@ -204,6 +212,13 @@ std::vector<Section> build_schema() {
            F("peak_tflops", TRIAD_SLOT(peak_tflops)).min(0),
        }},
   };
+}
+
+// The sections in the order to_yaml writes them.
+std::vector<Section> build_schema() {
+  std::vector<Section> all = training_sections();
+  for (Section& s : runtime_sections()) all.push_back(std::move(s));
+  return all;
 }
 
 #undef TRIAD_SLOT
