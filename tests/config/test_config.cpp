@@ -821,14 +821,8 @@ TEST_F(ConfigTest, DataParallelWorldSizes) {
                 "world size 4"},
                {"parallel.data_parallel_size=3"}, 4);
 
-  // Megatron's divisibility rules for tensor (and sequence) parallelism.
-  expect_error(
-      "model:\n  hidden_size: 96\n  num_attention_heads: 3\nparallel:\n"
-      "  tensor_model_parallel_size: 2\n",
-      {"model.num_attention_heads 3 is not divisible by "
-       "parallel.tensor_model_parallel_size 2 ($F:5:",
-       "divides the heads"},
-      {}, 2);
+  // Sequence parallelism's divisibility rule. (The heads, hidden size and MLP width divide by tp
+  // where the tensor plugin's plan splits them: build_param_spec's check, test_param_spec.)
   expect_error(
       "model:\n  seq_length: 63\nparallel:\n  tensor_model_parallel_size: 2\n"
       "  sequence_parallel: true\n",

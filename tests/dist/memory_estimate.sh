@@ -2,8 +2,9 @@
 # The memory estimator (triad-estimate, triad/core/model/memory_plan.hpp) against the peaks the engine
 # measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
 # dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
-# chunks; optimizer offload; activation recomputation, full and selective, also under tp 2 and
-# pp 2; flash2), each checked against
+# chunks; tp 2 plans keeping attention + embedding or the MLP whole; optimizer offload;
+# activation recomputation, full and selective, also under tp 2 and pp 2; flash2), each checked
+# against
 # triad-estimate's total per rank
 # at the configured stage: within 10% of the run's peak_memory_bytes (rank 0) and, with pp > 1,
 # of each stage's stage_peak_memory_bytes. Prints estimate, measured and ratio for each.
@@ -47,6 +48,11 @@ run z3dp2acc4 2 $(z 3) --set training.micro_batch_size=1 --set training.gradient
 tp2=(--set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true)
 run z0tp2dp2sp 4 $(z 0) "${tp2[@]}"
 run z3tp2dp2sp 4 $(z 3) "${tp2[@]}"
+# Plans that keep parts whole on every rank (their activations and weights at full width).
+run z0tp2wholeattnsp 2 $(z 0) "${tp2[@]}" --set tensor=megatron \
+  --set tensor.replicate=attention,embedding
+run z3tp2dp2wholemlp 4 $(z 3) --set parallel.tensor_model_parallel_size=2 --set tensor=megatron \
+  --set tensor.replicate=mlp
 # pp 2 x dp 2: 1f1b and gpipe over 4 micro-batches, interleaved chunks.
 pp2=(--set parallel.pipeline_model_parallel_size=2 --set training.micro_batch_size=2
      --set training.gradient_accumulation_steps=4)

@@ -366,5 +366,38 @@ TEST(ParamSpec, BadInput) {
   EXPECT_NO_THROW(build_param_spec(small_model(), tp_placement(3, 4)));
 }
 
+// A plan may keep any block or the embedding whole on every rank; the heads then need not divide.
+TEST(ParamSpec, MixedPlans) {
+  ModelConfig m = small_model();
+  m.num_attention_heads = 3;
+  m.hidden_size = 12;
+  Placement p = tp_placement(1, 2);
+  expect_user_error(m, p, {"model.num_attention_heads = 3", "= 2", "replicate: attention"});
+  for (int r : {TRIAD_TENSOR_ROLE_QKV_WEIGHT, TRIAD_TENSOR_ROLE_QKV_BIAS,
+                TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT, TRIAD_TENSOR_ROLE_WORD_EMBEDDING})
+    p.split[size_t(r)] = TRIAD_TENSOR_SPLIT_REPLICATED;
+  const ParamSpec s = build_param_spec(m, p);
+  for (const TensorSpec& t : s.tensors) {
+    const bool mlp = t.role == TensorRole::fc_weight || t.role == TensorRole::fc_bias ||
+                     t.role == TensorRole::fc_proj_weight;
+    EXPECT_EQ(t.split.is_split(), mlp) << t.name;
+    EXPECT_EQ(t.replicated_in_tp, !mlp) << t.name;
+    EXPECT_EQ(t.local_shape == t.global_shape, !mlp) << t.name;
+  }
+  const TensorShards sh = tensor_shards(p);
+  EXPECT_EQ(sh.attention, 1);
+  EXPECT_EQ(sh.mlp, 2);
+  EXPECT_EQ(sh.vocab, 1);
+  // A block half split is refused by the rules the conformance suite checks too.
+  p.split[TRIAD_TENSOR_ROLE_QKV_WEIGHT] = p.split[TRIAD_TENSOR_ROLE_QKV_BIAS] =
+      TRIAD_TENSOR_SPLIT_COLUMN;
+  m.num_attention_heads = 4;
+  expect_user_error(m, p,
+                    {"the tensor plan cannot run",
+                     "qkv_weight is column and attn_proj_weight is "
+                     "replicated",
+                     "triad-plugin-test tensor"});
+}
+
 }  // namespace
 }  // namespace triad

@@ -217,24 +217,13 @@ void check_available(Config& c, const Checker& k) {
          "none}");
 }
 
-// Megatron's divisibility rules for tensor parallelism (and sequence parallelism).
+// Sequence parallelism's divisibility rule, and the tensor plugin's default.
 void check_tensor_parallel(Config& c, const Checker& k) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
   const int tp = p.tensor_model_parallel_size;
-  const std::string where = k.at("parallel.tensor_model_parallel_size");
-  auto need = [&](const std::string& what, int64_t v, const std::string& fix) {
-    if (v % tp != 0)
-      fail(what + " " + std::to_string(v) + " is not divisible by " +
-           "parallel.tensor_model_parallel_size " + str(tp) + " (" + where + "); " + fix);
-  };
-  need("model.num_attention_heads", m.num_attention_heads,
-       "each rank runs whole heads, so choose a tensor-parallel size that divides the heads");
-  need("model.hidden_size", m.hidden_size,
-       "the attention projection splits its input features, so choose a tensor-parallel size "
-       "that divides hidden_size");
-  need("the MLP width 4 x model.hidden_size", 4 * int64_t{m.hidden_size},
-       "the MLP splits its inner width, so choose a tensor-parallel size that divides it");
+  // The heads, hidden size and MLP width divide by tp where the tensor plugin's plan splits
+  // them: build_param_spec checks that, once the plan is known.
   if (p.sequence_parallel && tp > 1 && m.seq_length % tp != 0)
     fail("model.seq_length " + str(m.seq_length) + " is not divisible by " +
          "parallel.tensor_model_parallel_size " + str(tp) + " with parallel.sequence_parallel (" +

@@ -332,7 +332,9 @@ class Reader {
                           const YAML::Node& body) {
     const std::string name(section.name);
     Config defaults;
-    const std::string fallback = section.slot(defaults)->name;
+    // A section whose default is chosen later (tensor: by the layout) falls back on its example.
+    std::string fallback = section.slot(defaults)->name;
+    if (fallback.empty()) fallback = section.other;
     PluginChoice& a = *section.slot(c_);
     a.yaml_path = name;
     a.params.clear();

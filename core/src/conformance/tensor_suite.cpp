@@ -113,6 +113,23 @@ std::string reduce_grad(G& g, const TensorPlan& plan, std::vector<T>& grad, cons
   return e;
 }
 
+// A part every rank holds whole (the core's own rule, model.hpp): it reads every token, gathered
+// under sequence parallelism (whole_in), and each rank keeps its own block of what comes out.
+template <class G>
+int32_t whole_in(const G& g, const TensorPlan& plan) {
+  return plan.layout.sequence_parallel && g.size() > 1 ? TRIAD_TENSOR_ALL_GATHER
+                                                       : TRIAD_TENSOR_IDENTITY;
+}
+
+template <class T, class G>
+void keep_own_tokens(const G& g, const TensorPlan& plan, Act<T>& a) {
+  if (whole_in(g, plan) == TRIAD_TENSOR_IDENTITY) return;
+  const int64_t rows = a.rows / g.size();
+  a.v = std::vector<T>(a.v.begin() + g.rank() * rows * a.cols,
+                       a.v.begin() + (g.rank() + 1) * rows * a.cols);
+  a.rows = rows;
+}
+
 std::string rows_mismatch(const std::string& where, int64_t got, int64_t want) {
   return where + " leaves " + std::to_string(got) + " token rows where " + std::to_string(want) +
          " are needed";
@@ -215,7 +232,8 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
     }
   }
   std::string e;
-  if (split && !(e = apply(g, ci.forward, a, "column-input forward")).empty()) return e;
+  const int32_t in = split ? ci.forward : whole_in(g, plan);
+  if (!(e = apply(g, in, a, "column-input forward")).empty()) return e;
   const int64_t n = a.rows;
   std::vector<T> pre = mul_nt(a.v, w.w1, n, C, F), h(pre.size());
   for (int64_t i = 0; i < n; ++i)
@@ -223,6 +241,7 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
   std::transform(pre.begin(), pre.end(), h.begin(), gelu<T>);
   Act<T> z{mul_nt(h, w.w2, n, F, C), n, C};
   if (split && !(e = apply(g, ro.forward, z, "row-output forward")).empty()) return e;
+  if (!split) keep_own_tokens(g, plan, z);
   if (z.rows != rows) return rows_mismatch("the MLP forward", z.rows, rows);
   out->y.resize(size_t(rows * C));
   for (int64_t i = 0; i < rows; ++i)
@@ -234,8 +253,10 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
   // Backward.
   out->db2 = col_sum(dy, rows, C);
   Act<T> dz{dy, rows, C};
-  if (split && !(e = apply(g, ro.backward, dz, "row-output backward")).empty()) return e;
+  const int32_t dout = split ? ro.backward : whole_in(g, plan);
+  if (!(e = apply(g, dout, dz, "row-output backward")).empty()) return e;
   if (dz.rows != n) return rows_mismatch("row-output backward", dz.rows, n);
+  if (!split) out->db2 = col_sum(dz.v, n, C);  // every token's: whole
   out->dw2 = mul_tn(dz.v, h, n, C, F);
   std::vector<T> dpre = mul_nn(dz.v, w.w2, n, C, F);
   for (size_t k = 0; k < dpre.size(); ++k) dpre[k] *= gelu_grad(pre[k]);
@@ -243,6 +264,7 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
   out->dw1 = mul_tn(dpre, a.v, n, F, C);
   Act<T> da{mul_nn(dpre, w.w1, n, F, C), n, C};
   if (split && !(e = apply(g, ci.backward, da, "column-input backward")).empty()) return e;
+  if (!split) keep_own_tokens(g, plan, da);
   if (da.rows != rows) return rows_mismatch("column-input backward", da.rows, rows);
   out->dgamma.assign(size_t(C), T(0));
   out->dbeta.assign(size_t(C), T(0));
@@ -265,16 +287,12 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
       out->dx[k] = rstd[size_t(i)] * (dxh - m1 - xhat[k] * m2) + dy[k];
     }
   }
-  // Replicated weights used on this rank's tokens: their gradients through replicated-grads.
+  // Replicated weights used on this rank's tokens: their gradients through replicated-grads
+  // (a whole MLP's saw every token: its gradients are whole already).
   for (auto [grad, what] : {std::pair{&out->dgamma, "the layernorm weight"},
                             std::pair{&out->dbeta, "the layernorm bias"},
                             std::pair{&out->db2, "the fc projection bias"}})
-    if (!(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
-  if (!split)
-    for (auto [grad, what] :
-         {std::pair{&out->dw1, "the fc weight"}, std::pair{&out->db1, "the fc bias"},
-          std::pair{&out->dw2, "the fc projection weight"}})
-      if (!(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
+    if ((split || grad != &out->db2) && !(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
   return "";
 }
 
@@ -303,9 +321,6 @@ std::string embedding_ce(G& g, const TensorPlan& plan, const CeInput<T>& in, CeR
   const auto& eo = plan.boundary[TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT];
   const auto& ci = plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT];
   const auto& lg = plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS];
-  if (!split && plan.layout.sequence_parallel && g.size() > 1)
-    return "a replicated word embedding under sequence parallelism: no boundary of tensor_v1 "
-           "gathers the loss over the token blocks";
   auto mine = [&](int id) { return id >= in.begin && id < in.begin + V; };
   // Lookup: each rank its own rows, zeros for the others' tokens.
   Act<T> e{std::vector<T>(size_t(N * C), T(0)), N, C};
@@ -314,9 +329,11 @@ std::string embedding_ce(G& g, const TensorPlan& plan, const CeInput<T>& in, CeR
       std::copy_n(in.wte.begin() + (in.ids[size_t(t)] - in.begin) * C, C, e.v.begin() + t * C);
   std::string err;
   if (split && !(err = apply(g, eo.forward, e, "embedding-output forward")).empty()) return err;
+  if (!split) keep_own_tokens(g, plan, e);
   const int64_t hrows = e.rows;
   Act<T> h = e;
-  if (split && !(err = apply(g, ci.forward, h, "column-input forward")).empty()) return err;
+  const int32_t head_in = split ? ci.forward : whole_in(g, plan);
+  if (!(err = apply(g, head_in, h, "column-input forward")).empty()) return err;
   // Which token each row of h is: all of them, or this rank's block.
   const int n = g.size();
   int64_t first = 0;
@@ -370,15 +387,16 @@ std::string embedding_ce(G& g, const TensorPlan& plan, const CeInput<T>& in, CeR
   out->dwte = mul_tn(dlogits.v, h.v, R, V, C);  // the LM head's part
   Act<T> dh{mul_nn(dlogits.v, in.wte, R, V, C), R, C};
   if (split && !(err = apply(g, ci.backward, dh, "column-input backward")).empty()) return err;
+  if (!split) keep_own_tokens(g, plan, dh);
   if (dh.rows != hrows) return rows_mismatch("column-input backward", dh.rows, hrows);
-  if (split && !(err = apply(g, eo.backward, dh, "embedding-output backward")).empty()) return err;
+  const int32_t dout = split ? eo.backward : whole_in(g, plan);
+  if (!(err = apply(g, dout, dh, "embedding-output backward")).empty()) return err;
   if (dh.rows != N) return rows_mismatch("the embedding backward", dh.rows, N);
   for (int64_t t = 0; t < N; ++t)
     if (mine(in.ids[size_t(t)]))
       for (int64_t j = 0; j < C; ++j)
         out->dwte[size_t((in.ids[size_t(t)] - in.begin) * C + j)] += dh.v[size_t(t * C + j)];
-  if (!split) return reduce_grad(g, plan, out->dwte, "the word embedding");
-  return "";
+  return "";  // a whole embedding saw every token: its gradient is whole already
 }
 
 // ---------------------------------------------------------------------------------------
@@ -396,66 +414,17 @@ ModelConfig suite_model(const triad_tensor_layout_v1& layout) {
   return m;
 }
 
-// `t` with the split `kind` over tp ranks (COLUMN: dim 0, the fused qkv in three strided parts;
-// ROW: dim 1; VOCAB: dim 0 of the padded vocabulary; REPLICATED: whole). "" or why it cannot.
-std::string apply_split(TensorSpec& t, int32_t kind, int tp) {
-  t.split = TensorSplit{};
-  if (kind == TRIAD_TENSOR_SPLIT_COLUMN || kind == TRIAD_TENSOR_SPLIT_VOCAB)
-    t.split = {0, tp, t.role == TensorRole::qkv_weight || t.role == TensorRole::qkv_bias ? 3 : 1};
-  else if (kind == TRIAD_TENSOR_SPLIT_ROW)
-    t.split = {1, tp, 1};
-  t.local_shape = t.global_shape;
-  t.replicated_in_tp = !t.split.is_split();
-  if (t.split.is_split()) {
-    const size_t d = size_t(t.split.dim);
-    if (d >= t.global_shape.size())
-      return t.name + " is " + std::to_string(t.global_shape.size()) + "-d and cannot be split " +
-             tensor_split_name(kind);
-    if (t.global_shape[d] % (int64_t{tp} * t.split.strided_parts) != 0)
-      return t.name + " has " + std::to_string(t.global_shape[d]) + " along dim " +
-             std::to_string(d) + ", not divisible into " + std::to_string(tp) + " pieces";
-    t.local_shape[d] /= tp;
-  }
-  t.numel = 1;
-  for (int64_t s : t.local_shape) t.numel *= size_t(s);
-  return "";
-}
-
-int32_t role_index(TensorRole r) {
-  static const std::pair<TensorRole, int32_t> kRoles[] = {
-      {TensorRole::word_embedding, TRIAD_TENSOR_ROLE_WORD_EMBEDDING},
-      {TensorRole::position_embedding, TRIAD_TENSOR_ROLE_POSITION_EMBEDDING},
-      {TensorRole::layernorm_weight, TRIAD_TENSOR_ROLE_LAYERNORM_WEIGHT},
-      {TensorRole::layernorm_bias, TRIAD_TENSOR_ROLE_LAYERNORM_BIAS},
-      {TensorRole::qkv_weight, TRIAD_TENSOR_ROLE_QKV_WEIGHT},
-      {TensorRole::qkv_bias, TRIAD_TENSOR_ROLE_QKV_BIAS},
-      {TensorRole::attn_proj_weight, TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT},
-      {TensorRole::attn_proj_bias, TRIAD_TENSOR_ROLE_ATTN_PROJ_BIAS},
-      {TensorRole::fc_weight, TRIAD_TENSOR_ROLE_FC_WEIGHT},
-      {TensorRole::fc_bias, TRIAD_TENSOR_ROLE_FC_BIAS},
-      {TensorRole::fc_proj_weight, TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT},
-      {TensorRole::fc_proj_bias, TRIAD_TENSOR_ROLE_FC_PROJ_BIAS}};
-  for (auto [role, index] : kRoles)
-    if (role == r) return index;
-  return -1;
-}
-
-// Every tensor of the suite's model on tp rank 0, split per the plan (the split is the same on
-// every rank; slice_of_global / place_in_global take the rank).
+// Every tensor of the suite's model on tp rank 0, split per the plan by the core's placement (the
+// split is the same on every rank; slice_of_global / place_in_global take the rank).
 std::string planned_spec(const TensorPlan& plan, ParamSpec* out) {
   Placement p;
   p.tp_size = plan.layout.tp_size;
   p.make_vocab_size_divisible_by = 1;
-  try {
+  p.split = plan.split;
+  try {  // the core's own placement, and its check of the plan's splits
     *out = build_param_spec(suite_model(plan.layout), p);
   } catch (const std::exception& e) {
-    return std::string("the suite's model cannot be placed: ") + e.what();
-  }
-  for (TensorSpec& t : out->tensors) {
-    const int32_t r = role_index(t.role);
-    if (r < 0) return t.name + " has a role the suite does not know";
-    if (std::string e = apply_split(t, plan.split[size_t(r)], plan.layout.tp_size); !e.empty())
-      return e;
+    return std::string("the core cannot place the plan: ") + e.what();
   }
   return "";
 }

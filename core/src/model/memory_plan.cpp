@@ -389,6 +389,7 @@ struct ActShapes {
   size_t scratch = 0;                    // backward scratch (per chunk)
   size_t exchange = 0;                   // the tensor-parallel exchange buffers (per chunk)
   size_t workspace = 0;                  // the attention plugin's (per chunk)
+  TensorShards shards;                   // the parts the plan splits
 };
 
 ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
@@ -405,18 +406,22 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   s.a = dtype_bytes(act);
   s.cb = act == DType::f32 ? 0 : s.a;
   s.sp = tp > 1 && par.sequence_parallel;
+  Placement place;
+  place.tp_size = tp;
+  place.split = plan.split;
+  s.shards = tensor_shards(place);
   s.gather_in =
-      plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT].forward == TRIAD_TENSOR_ALL_GATHER;
-  s.vocab_parallel_ce =
-      plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS].forward != TRIAD_TENSOR_IDENTITY;
+      s.sp || plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT].forward == TRIAD_TENSOR_ALL_GATHER;
+  s.vocab_parallel_ce = s.shards.vocab > 1 && plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS].forward !=
+                                                  TRIAD_TENSOR_IDENTITY;
   const size_t a = s.a;
   s.T = size_t(m.seq_length);
   s.C = size_t(m.hidden_size);
   s.BT = size_t(micro) * s.T;
   s.BTs = s.sp ? s.BT / size_t(tp) : s.BT;
   const size_t BT = s.BT, BTs = s.BTs, C = s.C;
-  const size_t Cl = C / size_t(tp), Fl = 4 * C / size_t(tp);
-  const size_t Hl = size_t(m.num_attention_heads / tp);
+  const size_t Cl = C / size_t(s.shards.attention), Fl = 4 * C / size_t(s.shards.mlp);
+  const size_t Hl = size_t(m.num_attention_heads / s.shards.attention);
   // alloc_block_acts: one block's activations; core_acts the attention core's output and lse
   // among them (what selective recomputation keeps one of per model chunk, in work_).
   const size_t core_acts = BT * Cl * a /* atty */ + BT * Hl * 4 /* lse */;
@@ -477,11 +482,12 @@ std::vector<StagePlan> stage_plans(const Config& cfg, const Plugins& plugins, co
     } else {
       plan.chunks.push_back({0, int(plan.spec.layers.size()), st == 0, st == pp - 1});
     }
-    const double Vl = double(plan.spec.padded_vocab_size / tp);
+    const TensorShards& sh = s.shards;
+    const double Vl = double(plan.spec.padded_vocab_size / sh.vocab);
     for (const Chunk& c : plan.chunks) {
-      const double attention = BT * c.blocks * 4.0 * T * C / tp;
-      plan.cost.push_back(BT * (c.blocks * 24.0 * C * C / tp + (c.head ? 2.0 * C * Vl : 0.0) + C) +
-                          attention);
+      const double attention = BT * c.blocks * 4.0 * T * C / sh.attention;
+      const double block = 8.0 * C * C / sh.attention + 16.0 * C * C / sh.mlp;
+      plan.cost.push_back(BT * (c.blocks * block + (c.head ? 2.0 * C * Vl : 0.0) + C) + attention);
       plan.bwd_cost.push_back(2 * plan.cost.back() + (s.full        ? plan.cost.back()
                                                       : s.selective ? attention
                                                                     : 0.0));
@@ -570,7 +576,7 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
                  (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
     if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
     if (c.head) {
-      const size_t Vl = size_t(spec.padded_vocab_size / tp);
+      const size_t Vl = size_t(spec.padded_vocab_size / s.shards.vocab);
       set += BTs * C * a + (s.gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
              2 * BT * 4 + (s.vocab_parallel_ce ? 3 * BT * 4 : 0);
     }
@@ -657,6 +663,10 @@ std::vector<MemoryEstimate> estimate_memory(const Config& cfg, int world_size,
                                             std::optional<int> zero_stage) {
   const Plugins plugins(cfg);
   return estimate(cfg, world_size, zero_stage.value_or(cfg.zero_optimization.stage), plugins);
+}
+
+std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> planned_splits(const Config& cfg) {
+  return Plugins(cfg).plan.split;
 }
 
 std::array<std::vector<MemoryEstimate>, 4> estimate_memory_zero_stages(const Config& cfg,

@@ -97,15 +97,16 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   if (t > 1 && !tp_.comm)
     throw std::logic_error("GPT: tensor-parallel size > 1 without a communicator");
   if (activation_sets < 1) throw std::logic_error("GPT: at least one activation set");
-  Hl_ = H_ / t;
-  Cl_ = C_ / t;
-  Fl_ = 4 * C_ / t;
   const ParamSpec& spec = state_.spec();
-  const int64_t Vl = spec.padded_vocab_size / t;
-  vocab_.start = int64_t(tp_.rank) * Vl;
+  shards_ = tensor_shards(spec.placement);
+  Hl_ = H_ / shards_.attention;
+  Cl_ = C_ / shards_.attention;
+  Fl_ = 4 * C_ / shards_.mlp;
+  const int64_t Vl = spec.padded_vocab_size / shards_.vocab;
+  vocab_.start = shards_.vocab > 1 ? int64_t(tp_.rank) * Vl : 0;
   vocab_.rows = static_cast<int>(Vl);
   vocab_.valid = static_cast<int>(std::clamp<int64_t>(spec.vocab_size - vocab_.start, 0, Vl));
-  gather_in_ = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
+  gather_in_ = sp_ || at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward == TRIAD_TENSOR_ALL_GATHER;
   // A pipeline stage holds the embedding (first stage) and/or the head (last stage); the last
   // stage's head has its own copy of the tied wte.
   const int held = static_cast<int>(spec.layers.size());
@@ -204,7 +205,7 @@ GPT::ActSet GPT::make_act_set() {
   s.logits = ActBuffer(dev_, BT * size_t(vocab_.rows), act_, "logits");
   s.losses = Buffer<float>(dev_, BT, "activations");
   s.ce_lse = Buffer<float>(dev_, BT, "activations");
-  if (at(TRIAD_TENSOR_BOUNDARY_LOGITS).forward != TRIAD_TENSOR_IDENTITY) {
+  if (vocab_parallel_ce()) {
     s.ce_max = Buffer<float>(dev_, BT, "activations");
     s.ce_sums = Buffer<float>(dev_, 2 * BT, "activations");
   }
@@ -362,15 +363,30 @@ const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t,
   throw std::logic_error("unknown tensor-parallel collective " + std::to_string(c));
 }
 
-const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N) {
-  return exchange(at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward, x.data(), full.data(), N, C_,
-                  act_, &volume_.activations);
+// A part every rank holds whole reads every token: gathered under sequence parallelism.
+int GPT::whole_part_input() const {
+  return sp_ ? TRIAD_TENSOR_ALL_GATHER : TRIAD_TENSOR_IDENTITY;
+}
+
+const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split) {
+  const int c = split ? at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward : whole_part_input();
+  return exchange(c, x.data(), full.data(), N, C_, act_, &volume_.activations);
+}
+
+void GPT::keep_own_tokens(const void* full, void* out, int N) {
+  const size_t rows = size_t(N) / size_t(tp_.size), elems = rows * size_t(C_);
+  dev_.copy(out, advance(full, size_t(tp_.rank) * elems, act_), elems * dtype_bytes(act_));
 }
 
 void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N,
-                               int K) {
+                               int K, bool split) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
-  if (c.forward == TRIAD_TENSOR_IDENTITY) {  // one rank: the bias rides in the GEMM
+  if (!split && sp_) {  // every rank computes all tokens and keeps its own
+    dev_.matmul_forward(row_partial_.data(), x, W, bias, N, K, C_, act_);
+    keep_own_tokens(row_partial_.data(), y, N);
+    return;
+  }
+  if (!split || c.forward == TRIAD_TENSOR_IDENTITY) {  // nothing to reduce: the bias in the GEMM
     dev_.matmul_forward(y, x, W, bias, N, K, C_, act_);
     return;
   }
@@ -383,10 +399,15 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
 }
 
 void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
-                                float* dbias, int N, int K) {
+                                float* dbias, int N, int K, bool split) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
-  if (c.forward == TRIAD_TENSOR_IDENTITY) {
-    dev_.matmul_backward(dx, dW, dbias, dy, x, W, N, K, C_, act_, GradWrite::overwrite);
+  if (!split || c.forward == TRIAD_TENSOR_IDENTITY) {
+    // Whole on every rank: every token's gradient (gathered under sequence parallelism) gives
+    // this rank the whole, identical weight and bias gradients.
+    const void* dfull =
+        exchange(split ? TRIAD_TENSOR_IDENTITY : whole_part_input(), const_cast<void*>(dy),
+                 drow_full_.data(), N, C_, act_, &volume_.activations);
+    dev_.matmul_backward(dx, dW, dbias, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
     return;
   }
   const int Ns = sp_ ? N / tp_.size : N;
@@ -396,9 +417,12 @@ void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const v
   dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
 }
 
-const void* GPT::column_input_grad(int N) {
+const void* GPT::column_input_grad(int N, bool split) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT);
-  return exchange(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
+  if (split) return exchange(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
+  if (!sp_) return dcol_;  // whole and identical on every rank
+  keep_own_tokens(dcol_, dln_.data(), N);
+  return dln_.data();
 }
 
 void GPT::reduce_replicated(const std::vector<float*>& grads) {
@@ -417,11 +441,17 @@ void GPT::embedding_forward(ActSet& s) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   // x (Ns,C) = wte[tokens] + wpe[positions]: each rank looks up its own vocabulary rows (zero
   // for the others) and rank 0 alone adds the positions, so the reduction sums to the whole.
-  const void* wpe = rope_ || tp_.rank != 0 ? nullptr : state_.weight(wpe_);
+  // A whole embedding: every rank looks up every token and keeps its own.
+  const bool split = shards_.vocab > 1;
+  const void* wpe = rope_ || (split && tp_.rank != 0) ? nullptr : state_.weight(wpe_);
   const void* wte = state_.weight(wte_);
   const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
   void* x0 = stage_in(s);
-  if (emb.forward == TRIAD_TENSOR_IDENTITY || emb.forward == TRIAD_TENSOR_ALL_REDUCE) {
+  if (!split) {
+    void* x = sp_ ? row_partial_.data() : x0;
+    dev_.embedding_forward(x, s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
+    if (sp_) keep_own_tokens(x, x0, N);
+  } else if (emb.forward == TRIAD_TENSOR_IDENTITY || emb.forward == TRIAD_TENSOR_ALL_REDUCE) {
     dev_.embedding_forward(x0, s.inputs.data(), wte, wpe, B, T, C, vocab_, act_);
     exchange(emb.forward, x0, nullptr, N, C, act_, &volume_.activations);
   } else {
@@ -442,7 +472,8 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
     dev_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), in, p.ln1_w, p.ln1_b,
                            Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
-  const void* ln1 = column_input(a.ln1, a.ln1_full, N);
+  const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
+  const void* ln1 = column_input(a.ln1, a.ln1_full, N, attn_split);
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
   if (rope_) {
     // rotate q and k in place: (B,T,Hl,D) views with row stride 3Cl
@@ -453,15 +484,16 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   }
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-  row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl);
+  row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl,
+                       attn_split);
   // ln2 = layernorm(res_mid) in the same pass
   dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
                                   a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
-  const void* ln2 = column_input(a.ln2, a.ln2_full, N);
+  const void* ln2 = column_input(a.ln2, a.ln2_full, N, mlp_split);
   dev_.matmul_forward(a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
   dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * Fl, act_);
   // out = res_mid + fch_gelu @ Wfcproj^T + b
-  row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl);
+  row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
   const bool next_block = i + 1 < s.layers.size();
   if (!fuse_norms || (!next_block && !has_head_)) {  // the output leaves the stage
     dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
@@ -489,10 +521,10 @@ float GPT::head_forward(ActSet& s, bool lnf_ready) {
                            state_.weight(lnf_w_), state_.weight(lnf_b_), Ns, C,
                            static_cast<float>(cfg_.layernorm_epsilon), act_);
   // logits (N,Vl) = lnf @ wte^T  (tied head, no bias; this rank's vocabulary columns)
-  const void* lnf = column_input(s.lnf, s.lnf_full, N);
+  const void* lnf = column_input(s.lnf, s.lnf_full, N, shards_.vocab > 1);
   dev_.matmul_forward(s.logits.data(), lnf, state_.weight(wte_), nullptr, N, C, vocab_.rows, act_);
   const auto& lg = at(TRIAD_TENSOR_BOUNDARY_LOGITS);
-  if (lg.forward == TRIAD_TENSOR_IDENTITY) {
+  if (!vocab_parallel_ce()) {
     dev_.crossentropy_forward(s.losses.data(), s.ce_lse.data(), s.logits.data(), s.targets.data(),
                               N, vocab_, act_);
   } else {
@@ -568,7 +600,7 @@ void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
   // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
   dev_.matmul_backward(dcol_, state_.grad(wte_), nullptr, s.logits.data(), lnf, state_.weight(wte_),
                        N, C, vocab_.rows, act_, GradWrite::overwrite);
-  const void* dlnf = column_input_grad(N);
+  const void* dlnf = column_input_grad(N, shards_.vocab > 1);
   dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
                           s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
                           s.lnf_rstd.data(), Ns, C, act_, GradWrite::overwrite);
@@ -590,15 +622,16 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
   const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
+  const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
   row_parallel_backward(dfch_gelu_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
-                        g.fc_proj_w, g.fc_proj_b, N, Fl);
+                        g.fc_proj_w, g.fc_proj_b, N, Fl, mlp_split);
   // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
   // stream's, accumulates each branch's part.
   dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_,
                      GradWrite::overwrite);
   dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_,
                        GradWrite::overwrite);
-  const void* dln2 = column_input_grad(N);
+  const void* dln2 = column_input_grad(N, mlp_split);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
   // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
@@ -606,7 +639,7 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   // q, k and v; the same plugin call on the same inputs, so the same bits.
   if (recompute_ == Recompute::selective) attention_forward(a, B);
   row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
-                        g.attn_proj_w, g.attn_proj_b, N, Cl);
+                        g.attn_proj_w, g.attn_proj_b, N, Cl, attn_split);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
   if (rope_) {
     dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
@@ -616,19 +649,26 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   }
   dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_,
                        GradWrite::overwrite);
-  const void* dln1 = column_input_grad(N);
+  const void* dln1 = column_input_grad(N, attn_split);
   dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
                           a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
-  if (reduce_now)
-    reduce_replicated({g.ln1_w, g.ln1_b, g.attn_proj_b, g.ln2_w, g.ln2_b, g.fc_proj_b});
+  if (reduce_now) {
+    // A projection's bias is partial when its block is split (added on this rank's tokens
+    // after the reduction), whole when the block is (from every token's gradient).
+    std::vector<float*> partial{g.ln1_w, g.ln1_b, g.ln2_w, g.ln2_b};
+    if (attn_split) partial.push_back(g.attn_proj_b);
+    if (mlp_split) partial.push_back(g.fc_proj_b);
+    reduce_replicated(partial);
+  }
 }
 
 // The embedding's gradient: every token's row (gathered over the group under sequence
 // parallelism), into this rank's vocabulary rows and the whole position table.
 void GPT::embedding_backward(ActSet& s) {
-  const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
-  const void* dx = exchange(emb.backward, dres_.data(), drow_full_.data(), s.B * T_, C_, act_,
-                            &volume_.activations);
+  const int c =
+      shards_.vocab > 1 ? at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT).backward : whole_part_input();
+  const void* dx =
+      exchange(c, dres_.data(), drow_full_.data(), s.B * T_, C_, act_, &volume_.activations);
   float* dwpe = rope_ ? nullptr : state_.grad(wpe_);
   dev_.embedding_backward(state_.grad(wte_), dwpe, dx, s.inputs.data(), s.B, T_, C_, vocab_, act_);
 }

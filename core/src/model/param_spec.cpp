@@ -6,6 +6,7 @@
 
 #include "triad/core/error.hpp"
 #include "triad/core/model/gpt_layout.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
 
 namespace triad {
 
@@ -30,32 +31,30 @@ void validate(const ModelConfig& m, const Placement& p) {
                     ") for " + tp_key + " = " + str(p.tp_size) +
                     "; pass a rank below the tensor-parallel size");
   const int tp = p.tp_size;
-  if (m.num_attention_heads % tp != 0)
+  if (tp > 1)
+    if (std::string broken = tensor_split_error(tp, p.split); !broken.empty())
+      throw UserError("the tensor plan cannot run: " + broken +
+                      "; fix the tensor plugin's split() (triad-plugin-test tensor checks these "
+                      "rules) or set tensor: megatron");
+  const TensorShards shards = tensor_shards(p);
+  if (m.num_attention_heads % shards.attention != 0)
     throw UserError("model.num_attention_heads = " + str(m.num_attention_heads) +
                     " is not divisible by " + tp_key + " = " + str(tp) +
-                    "; choose a tensor-parallel size that divides the number of heads");
-  if ((4 * static_cast<int64_t>(m.hidden_size)) % tp != 0)
+                    "; choose a tensor-parallel size that divides the number of heads, or keep "
+                    "attention whole on every rank (tensor: {name: megatron, replicate: "
+                    "attention})");
+  if ((4 * static_cast<int64_t>(m.hidden_size)) % shards.mlp != 0)
     throw UserError("the MLP width 4 x model.hidden_size = " + str(4 * int64_t{m.hidden_size}) +
                     " is not divisible by " + tp_key + " = " + str(tp) +
-                    "; choose a tensor-parallel size that divides it");
-  if (m.hidden_size % tp != 0)
+                    "; choose a tensor-parallel size that divides it, or keep the MLP whole on "
+                    "every rank (tensor: {name: megatron, replicate: mlp})");
+  if (m.hidden_size % shards.attention != 0)
     throw UserError("model.hidden_size = " + str(m.hidden_size) + " is not divisible by " + tp_key +
                     " = " + str(tp) +
                     "; choose a tensor-parallel size that divides the hidden size");
   if (p.make_vocab_size_divisible_by < 1)
     throw UserError("make_vocab_size_divisible_by = " + str(p.make_vocab_size_divisible_by) +
                     " must be at least 1; set it to 1 (no padding) or more (default 128)");
-  const auto megatron = megatron_splits();
-  for (int r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r) {
-    const int32_t k = p.split[r];
-    const bool ok = k == megatron[r] || (tp == 1 && k == TRIAD_TENSOR_SPLIT_REPLICATED);
-    if (!ok)
-      throw UserError("the tensor plan splits " +
-                      std::string(role_name(static_cast<TensorRole>(r))) + " as kind " + str(k) +
-                      ", which the GPT model cannot run (it runs Megatron's splits: qkv and fc "
-                      "column, the projections row, the word embedding vocab, the rest "
-                      "replicated); set tensor: megatron");
-  }
   const int n = p.num_layers < 0 ? m.num_layers - p.first_layer : p.num_layers;
   std::vector<std::pair<int, int>> runs = p.chunks;
   if (runs.empty()) runs.push_back({p.first_layer, n});
@@ -164,6 +163,15 @@ std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> megatron_splits() {
   s[TRIAD_TENSOR_ROLE_FC_WEIGHT] = s[TRIAD_TENSOR_ROLE_FC_BIAS] = TRIAD_TENSOR_SPLIT_COLUMN;
   s[TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT] = s[TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT] =
       TRIAD_TENSOR_SPLIT_ROW;
+  return s;
+}
+
+TensorShards tensor_shards(const Placement& p) {
+  TensorShards s;
+  if (p.tp_size <= 1) return s;
+  if (p.split[TRIAD_TENSOR_ROLE_QKV_WEIGHT] == TRIAD_TENSOR_SPLIT_COLUMN) s.attention = p.tp_size;
+  if (p.split[TRIAD_TENSOR_ROLE_FC_WEIGHT] == TRIAD_TENSOR_SPLIT_COLUMN) s.mlp = p.tp_size;
+  if (p.split[TRIAD_TENSOR_ROLE_WORD_EMBEDDING] == TRIAD_TENSOR_SPLIT_VOCAB) s.vocab = p.tp_size;
   return s;
 }
 

@@ -43,8 +43,10 @@ constexpr BlockPair kBlocks[] = {
     {TRIAD_TENSOR_ROLE_FC_WEIGHT, TRIAD_TENSOR_ROLE_FC_BIAS, TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT,
      TRIAD_TENSOR_ROLE_FC_PROJ_BIAS}};
 
-std::string split_text(const TensorPlan& p, int32_t role) {
-  return std::string(tensor_role_name(role)) + " is " + tensor_split_name(p.split[size_t(role)]);
+using Splits = std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>;
+
+std::string split_text(const Splits& s, int32_t role) {
+  return std::string(tensor_role_name(role)) + " is " + tensor_split_name(s[size_t(role)]);
 }
 
 std::string pair_text(const triad_tensor_collectives_v1& c) {
@@ -57,46 +59,6 @@ bool adjoint(int32_t f, int32_t b) {
   return either(TRIAD_TENSOR_IDENTITY, TRIAD_TENSOR_IDENTITY) ||
          either(TRIAD_TENSOR_IDENTITY, TRIAD_TENSOR_ALL_REDUCE) ||
          either(TRIAD_TENSOR_ALL_GATHER, TRIAD_TENSOR_REDUCE_SCATTER);
-}
-
-std::string split_error(const TensorPlan& p) {
-  const auto& s = p.split;
-  if (p.layout.tp_size == 1) {
-    for (int32_t r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r)
-      if (s[size_t(r)] != TRIAD_TENSOR_SPLIT_REPLICATED)
-        return split_text(p, r) + " at tp 1 (nothing is split there)";
-  }
-  for (int32_t r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r)
-    if (s[size_t(r)] == TRIAD_TENSOR_SPLIT_VOCAB && r != TRIAD_TENSOR_ROLE_WORD_EMBEDDING)
-      return split_text(p, r) + " (vocab only splits the word embedding)";
-  const int32_t whole[] = {TRIAD_TENSOR_ROLE_POSITION_EMBEDDING, TRIAD_TENSOR_ROLE_LAYERNORM_WEIGHT,
-                           TRIAD_TENSOR_ROLE_LAYERNORM_BIAS};
-  for (int32_t r : whole)
-    if (s[size_t(r)] != TRIAD_TENSOR_SPLIT_REPLICATED)
-      return split_text(p, r) + " (must be replicated)";
-  const int32_t wte = s[TRIAD_TENSOR_ROLE_WORD_EMBEDDING];
-  if (wte != TRIAD_TENSOR_SPLIT_REPLICATED && wte != TRIAD_TENSOR_SPLIT_VOCAB)
-    return split_text(p, TRIAD_TENSOR_ROLE_WORD_EMBEDDING) + " (must be vocab or replicated)";
-  for (const BlockPair& b : kBlocks) {
-    const std::pair<int32_t, int32_t> with_bias[] = {{b.first_weight, b.first_bias},
-                                                     {b.second_weight, b.second_bias}};
-    for (auto [w, bias] : with_bias) {
-      const int32_t want_bias = s[size_t(w)] == TRIAD_TENSOR_SPLIT_COLUMN
-                                    ? TRIAD_TENSOR_SPLIT_COLUMN
-                                    : TRIAD_TENSOR_SPLIT_REPLICATED;
-      if (s[size_t(bias)] != want_bias)
-        return split_text(p, bias) + " while " + split_text(p, w) + " (its bias must be " +
-               tensor_split_name(want_bias) + ")";
-    }
-    const int32_t first = s[size_t(b.first_weight)], second = s[size_t(b.second_weight)];
-    const bool megatron = first == TRIAD_TENSOR_SPLIT_COLUMN && second == TRIAD_TENSOR_SPLIT_ROW;
-    const bool whole_block =
-        first == TRIAD_TENSOR_SPLIT_REPLICATED && second == TRIAD_TENSOR_SPLIT_REPLICATED;
-    if (!megatron && !whole_block)
-      return split_text(p, b.first_weight) + " and " + split_text(p, b.second_weight) +
-             " (a column-parallel matmul feeds a row-parallel one, or both are replicated)";
-  }
-  return "";
 }
 
 std::string boundary_error(const TensorPlan& p) {
@@ -149,8 +111,47 @@ std::string describe_capabilities(const triad_tensor_caps_v1& c) {
   return tp + (c.sequence_parallel ? ", sequence parallelism" : ", no sequence parallelism");
 }
 
+std::string tensor_split_error(int tp_size, const Splits& s) {
+  if (tp_size == 1) {
+    for (int32_t r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r)
+      if (s[size_t(r)] != TRIAD_TENSOR_SPLIT_REPLICATED)
+        return split_text(s, r) + " at tp 1 (nothing is split there)";
+  }
+  for (int32_t r = 0; r < TRIAD_TENSOR_ROLE_COUNT; ++r)
+    if (s[size_t(r)] == TRIAD_TENSOR_SPLIT_VOCAB && r != TRIAD_TENSOR_ROLE_WORD_EMBEDDING)
+      return split_text(s, r) + " (vocab only splits the word embedding)";
+  const int32_t whole[] = {TRIAD_TENSOR_ROLE_POSITION_EMBEDDING, TRIAD_TENSOR_ROLE_LAYERNORM_WEIGHT,
+                           TRIAD_TENSOR_ROLE_LAYERNORM_BIAS};
+  for (int32_t r : whole)
+    if (s[size_t(r)] != TRIAD_TENSOR_SPLIT_REPLICATED)
+      return split_text(s, r) + " (must be replicated)";
+  const int32_t wte = s[TRIAD_TENSOR_ROLE_WORD_EMBEDDING];
+  if (wte != TRIAD_TENSOR_SPLIT_REPLICATED && wte != TRIAD_TENSOR_SPLIT_VOCAB)
+    return split_text(s, TRIAD_TENSOR_ROLE_WORD_EMBEDDING) + " (must be vocab or replicated)";
+  for (const BlockPair& b : kBlocks) {
+    const std::pair<int32_t, int32_t> with_bias[] = {{b.first_weight, b.first_bias},
+                                                     {b.second_weight, b.second_bias}};
+    for (auto [w, bias] : with_bias) {
+      const int32_t want_bias = s[size_t(w)] == TRIAD_TENSOR_SPLIT_COLUMN
+                                    ? TRIAD_TENSOR_SPLIT_COLUMN
+                                    : TRIAD_TENSOR_SPLIT_REPLICATED;
+      if (s[size_t(bias)] != want_bias)
+        return split_text(s, bias) + " while " + split_text(s, w) + " (its bias must be " +
+               tensor_split_name(want_bias) + ")";
+    }
+    const int32_t first = s[size_t(b.first_weight)], second = s[size_t(b.second_weight)];
+    const bool megatron = first == TRIAD_TENSOR_SPLIT_COLUMN && second == TRIAD_TENSOR_SPLIT_ROW;
+    const bool whole_block =
+        first == TRIAD_TENSOR_SPLIT_REPLICATED && second == TRIAD_TENSOR_SPLIT_REPLICATED;
+    if (!megatron && !whole_block)
+      return split_text(s, b.first_weight) + " and " + split_text(s, b.second_weight) +
+             " (a column-parallel matmul feeds a row-parallel one, or both are replicated)";
+  }
+  return "";
+}
+
 std::string tensor_plan_error(const TensorPlan& plan) {
-  std::string e = split_error(plan);
+  std::string e = tensor_split_error(plan.layout.tp_size, plan.split);
   return e.empty() ? boundary_error(plan) : e;
 }
 

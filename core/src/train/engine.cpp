@@ -61,7 +61,7 @@ void preflight(const Config& cfg) {
                      cfg.parallel.virtual_pipeline_model_parallel_size);
 }
 
-TensorTraffic tensor_traffic_formula(const Config& cfg, int stage) {
+TensorTraffic tensor_traffic_formula(const Config& cfg, int stage, const TensorShards& shards) {
   TensorTraffic f;
   const auto& m = cfg.model;
   const double t = cfg.parallel.tensor_model_parallel_size;
@@ -76,17 +76,26 @@ TensorTraffic tensor_traffic_formula(const Config& cfg, int stage) {
   // (with sequence parallelism four all-gathers and four reduce-scatters, the same bytes);
   // plus the embedding's output (first stage) and the LM head's input (last stage).
   // Recomputing each block's forward repeats its two forward boundaries.
-  const double per_layer = cfg.training.checkpoint_activations ? 6.0 : 4.0;
-  f.activations = accum * (per_layer * layers + first + last) * ring * tokens * m.hidden_size * 4;
+  // A whole part under sequence parallelism: an all-gather forward and one backward.
+  const bool sp = cfg.parallel.sequence_parallel;
+  const double again = cfg.training.checkpoint_activations ? 1.0 : 0.0;
+  auto part = [&](int ways, double split, double whole_sp) {
+    return ways > 1 ? split : sp ? whole_sp : 0.0;
+  };
+  const double per_layer =
+      part(shards.attention, 2 + again, 1 + again / 2) + part(shards.mlp, 2 + again, 1 + again / 2);
+  const double ends = (first + last) * part(shards.vocab, 1, 0.5);
+  f.activations = accum * (per_layer * layers + ends) * ring * tokens * m.hidden_size * 4;
   // Vocab-parallel cross-entropy (last stage): max, sum of exponentials and target logit.
-  if (last) f.logits = accum * 3 * ring * tokens * 4;
+  if (last && shards.vocab > 1) f.logits = accum * 3 * ring * tokens * 4;
   // Sequence parallelism: the layernorms' and row-parallel biases' gradients, once per step;
   // with ZeRO-2/3 once per micro-batch (each micro-batch's gradients are reduced over the
   // data-parallel group), except the last stage's head when a pipeline defers it (tied wte).
   if (cfg.parallel.sequence_parallel) {
     const bool each = cfg.zero_optimization.stage >= 2;
     const double blocks = each ? accum : 1, head = each && pp == 1 ? accum : 1;
-    f.replicated_grads = ring * (6.0 * layers * blocks + 2 * last * head) * m.hidden_size * 4;
+    const double per_block = 4.0 + (shards.attention > 1) + (shards.mlp > 1);
+    f.replicated_grads = ring * (per_block * layers * blocks + 2 * last * head) * m.hidden_size * 4;
   }
   return f;
 }

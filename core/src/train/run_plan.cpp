@@ -18,6 +18,7 @@ RunPlan plan_run(const Config& cfg) {
   Placement place;
   place.tp_size = tp;
   place.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+  place.split = planned_splits(cfg);
   ParamSpec first;
   for (int st = 0; st < pp; ++st) {
     place.num_layers = p.stage_layers[st];
@@ -43,7 +44,7 @@ RunPlan plan_run(const Config& cfg) {
   p.activation_bytes = e.activations + e.workspace + e.buffers();
   p.peak_bytes = e.total();
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
-  p.tensor_traffic = tensor_traffic_formula(cfg, 0);
+  p.tensor_traffic = tensor_traffic_formula(cfg, 0, tensor_shards(place));
   return p;
 }
 

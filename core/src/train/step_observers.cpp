@@ -183,7 +183,8 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
     counted.replicated_grads += vol.replicated_grads / ran;
   }
   result.tensor_traffic_counted = counted;
-  result.tensor_traffic_formula = tensor_traffic_formula(cfg, run.me.pp);
+  result.tensor_traffic_formula =
+      tensor_traffic_formula(cfg, run.me.pp, tensor_shards(run.spec.placement));
   if (run.host_device && !quiet)
     spdlog::info(
         "optimizer offloaded to the host: {} each way per step (gradients down, weights up); "

@@ -11,13 +11,39 @@
 //               (layernorms, row biases) all-reduce their gradients. The vocab-parallel
 //               cross-entropy all-reduces its per-token statistics either way.
 // At tp 1 everything is replicated and every collective is identity.
+// Parameter `replicate`: a comma-separated list of parts kept whole on every rank instead of
+// split: `attention` (qkv and its projection: for a head count tp does not divide), `mlp`,
+// `embedding` (the word embedding and tied LM head). The core runs a whole part on every token
+// itself; the boundaries above serve the parts that are split.
+#include <sstream>
+#include <string>
+
 #include "triad/sdk/tensor.hpp"
 
 namespace {
 
+const triad_param_spec_v1 kParams[] = {
+    {"replicate", TRIAD_PARAM_STRING, "",
+     "parts kept whole on every rank, comma-separated: attention, mlp, embedding"}};
+
 class MegatronTensor final : public triad::sdk::TensorPlugin {
  public:
-  MegatronTensor(triad::sdk::Services, triad::sdk::Params) {}
+  MegatronTensor(triad::sdk::Services, triad::sdk::Params p) {
+    std::stringstream list(p.get_string("replicate"));
+    for (std::string part; std::getline(list, part, ',');) {
+      part.erase(0, part.find_first_not_of(" "));
+      part.erase(part.find_last_not_of(" ") + 1);
+      if (part == "attention")
+        attention_ = false;
+      else if (part == "mlp")
+        mlp_ = false;
+      else if (part == "embedding")
+        embedding_ = false;
+      else if (!part.empty())
+        throw triad::sdk::invalid("replicate = '" + p.get_string("replicate") + "' names '" + part +
+                                  "'; list parts among attention, mlp, embedding");
+    }
+  }
 
   triad_tensor_caps_v1 capabilities() const override {
     triad_tensor_caps_v1 c{};
@@ -27,20 +53,23 @@ class MegatronTensor final : public triad::sdk::TensorPlugin {
   }
 
   int32_t split(const triad_tensor_layout_v1& l, int32_t role) const override {
-    if (l.tp_size == 1) return TRIAD_TENSOR_SPLIT_REPLICATED;
+    constexpr int32_t kWhole = TRIAD_TENSOR_SPLIT_REPLICATED;
+    if (l.tp_size == 1) return kWhole;
     switch (role) {
       case TRIAD_TENSOR_ROLE_QKV_WEIGHT:
       case TRIAD_TENSOR_ROLE_QKV_BIAS:
+        return attention_ ? TRIAD_TENSOR_SPLIT_COLUMN : kWhole;
+      case TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT:
+        return attention_ ? TRIAD_TENSOR_SPLIT_ROW : kWhole;
       case TRIAD_TENSOR_ROLE_FC_WEIGHT:
       case TRIAD_TENSOR_ROLE_FC_BIAS:
-        return TRIAD_TENSOR_SPLIT_COLUMN;
-      case TRIAD_TENSOR_ROLE_ATTN_PROJ_WEIGHT:
+        return mlp_ ? TRIAD_TENSOR_SPLIT_COLUMN : kWhole;
       case TRIAD_TENSOR_ROLE_FC_PROJ_WEIGHT:
-        return TRIAD_TENSOR_SPLIT_ROW;
+        return mlp_ ? TRIAD_TENSOR_SPLIT_ROW : kWhole;
       case TRIAD_TENSOR_ROLE_WORD_EMBEDDING:
-        return TRIAD_TENSOR_SPLIT_VOCAB;
+        return embedding_ ? TRIAD_TENSOR_SPLIT_VOCAB : kWhole;
       default:
-        return TRIAD_TENSOR_SPLIT_REPLICATED;
+        return kWhole;
     }
   }
 
@@ -63,11 +92,15 @@ class MegatronTensor final : public triad::sdk::TensorPlugin {
         throw triad::sdk::invalid("unknown boundary " + std::to_string(b));
     }
   }
+
+ private:
+  bool attention_ = true, mlp_ = true, embedding_ = true;  // split (false: whole on every rank)
 };
 
 }  // namespace
 
 TRIAD_TENSOR_PLUGIN(MegatronTensor, "megatron", "1.0",
                     "Megatron-LM tensor parallelism: column/row-parallel matmuls, vocab-parallel "
-                    "embedding and cross-entropy, optional sequence parallelism",
-                    TRIAD_NO_PARAMS)
+                    "embedding and cross-entropy, optional sequence parallelism; any of "
+                    "attention, mlp and embedding may be kept whole instead",
+                    TRIAD_PARAMS(kParams))

@@ -24,6 +24,19 @@
  *   VOCAB   split along dim 0 of the vocabulary padded to a multiple of
  *           make_vocab_size_divisible_by × tp (the word embedding, which is also the LM head).
  *   REPLICATED  whole on every rank of the group.
+ *
+ * What the core runs (build_param_spec checks it; triad-plugin-test tensor checks the same rules
+ * and runs the plan through the core's placement, so a plan the suite passes is one the launcher
+ * accepts): at tp 1 every role REPLICATED. At tp > 1, per block (attention: qkv and its
+ * projection; MLP: fc and its projection) either Megatron's pair (the first matmul COLUMN with
+ * its bias COLUMN, the second ROW with its bias REPLICATED) or the whole block REPLICATED; the
+ * word embedding VOCAB or REPLICATED; position embedding and layernorms REPLICATED. So a plugin
+ * may, for example, keep attention whole when tp does not divide the heads and split only the
+ * MLP. The boundaries' collectives serve the split parts. A part kept whole runs on every rank
+ * over every token: without sequence parallelism nothing moves; with it the core all-gathers the
+ * part's input (forward) and its output's gradient (backward) and each rank keeps its own tokens
+ * of the output and of the input's gradient; its weights' and bias's gradients are whole and
+ * never pass REPLICATED_GRADS.
  */
 #ifndef TRIAD_SDK_TENSOR_V1_H
 #define TRIAD_SDK_TENSOR_V1_H

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "triad/core/config/config.hpp"
+#include "triad/sdk/tensor_v1.h"
 
 namespace triad {
 
@@ -65,6 +66,8 @@ struct MemoryEstimate {
 // Throws UserError as the plugins' checks do.
 std::vector<MemoryEstimate> estimate_memory(const Config& cfg, int world_size,
                                             std::optional<int> zero_stage = std::nullopt);
+// The tensor plugin's split of each role (triad_tensor_role) for the config's layout.
+std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> planned_splits(const Config& cfg);
 // The same layout under every ZeRO stage 0-3: [stage][pipeline stage].
 std::array<std::vector<MemoryEstimate>, 4> estimate_memory_zero_stages(const Config& cfg,
                                                                        int world_size);

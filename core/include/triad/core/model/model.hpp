@@ -183,17 +183,31 @@ class GPT {
   // whole, unsplit size) from `in`, and returns where the result is: `in` itself for the
   // identity, `out` otherwise (an all-reduce with no `out` works in place and returns `in`).
   const void* exchange(int c, void* in, void* out, int N, int width, DType t, double* counter);
-  // The input of a column-parallel matmul: x itself, or x gathered over the group into full.
-  const void* column_input(const ActBuffer& x, const ActBuffer& full, int N);
+  // Each boundary below serves a part the plan splits (`split`: the plugin's collectives run
+  // there) or one every rank holds whole (the core's own: nothing moves without sequence
+  // parallelism; with it, a whole part reads every token (gathered in) and each rank keeps its
+  // own tokens of what comes out, and of the input's gradient).
+  // The input of the first matmul: x itself, or x gathered over the group into full.
+  const void* column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split);
   // y (Ns,C) = x (N,K) @ W^T over this rank's slice of the K inputs, reduced as ROW_OUTPUT
-  // says, + the bias (fused into the GEMM on one rank).
-  void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K);
+  // says, + the bias (fused into the GEMM when nothing is reduced).
+  void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K,
+                            bool split);
   // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C).
   void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
-                             float* dbias, int N, int K);
-  // The gradient of a column-parallel matmul's input from its partial sum in dcol_, reduced as
+                             float* dbias, int N, int K, bool split);
+  // The gradient of the first matmul's input from dcol_ (partial sums when split), reduced as
   // COLUMN_INPUT says; returns the (Ns,C) result.
-  const void* column_input_grad(int N);
+  const void* column_input_grad(int N, bool split);
+  // out (Ns,C) = this rank's tokens of full (N,C), under sequence parallelism.
+  void keep_own_tokens(const void* full, void* out, int N);
+  // The collective that brings a whole part its input: all-gather under sequence parallelism,
+  // else identity (its backward keeps this rank's tokens).
+  int whole_part_input() const;
+  // The cross-entropy over a vocab-split head, its row statistics reduced over the group.
+  bool vocab_parallel_ce() const {
+    return shards_.vocab > 1 && at(TRIAD_TENSOR_BOUNDARY_LOGITS).forward != TRIAD_TENSOR_IDENTITY;
+  }
   // Sums the partial gradients of replicated (C)-sized tensors over the group (SP).
   void reduce_replicated(const std::vector<float*>& grads);
 
@@ -206,7 +220,8 @@ class GPT {
   DType act_;
   AttentionBackend& attn_;
   int maxB_, T_, C_, H_, L_;
-  int Hl_, Cl_, Fl_;  // heads, attention width and MLP width on this rank
+  int Hl_, Cl_, Fl_;     // heads, attention width and MLP width on this rank
+  TensorShards shards_;  // which parts the plan splits (> 1) and which every rank holds whole
   VocabShard vocab_;
   bool rope_, sp_, gather_in_;
   bool has_embedding_ = true, has_head_ = true, pipelined_ = false;

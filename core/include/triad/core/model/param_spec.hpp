@@ -94,9 +94,19 @@ struct Placement {
   bool has_head = true;       // final layernorm + the tied LM head
   int make_vocab_size_divisible_by = 128;
   // How each role is split over the tensor group (the tensor plugin's plan). The GPT model
-  // runs Megatron's splits, or everything replicated at tp 1.
+  // runs every plan that keeps tensor_split_error()'s rules: per block, Megatron's column/row
+  // pair or the whole block replicated; the word embedding vocab-split or replicated.
   std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT> split = megatron_splits();
 };
+
+// How many ways each part of the model is split over the tensor group: the tensor-parallel
+// size where the placement splits it, 1 where every rank holds it whole.
+struct TensorShards {
+  int attention = 1;  // qkv and the attention projection: heads and width per rank
+  int mlp = 1;        // fc and the fc projection: MLP width per rank
+  int vocab = 1;      // the word embedding and tied LM head: vocabulary rows per rank
+};
+TensorShards tensor_shards(const Placement& p);
 
 struct ArenaRange {
   size_t begin = 0, end = 0;  // [begin, end) in elements

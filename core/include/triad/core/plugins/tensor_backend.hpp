@@ -80,5 +80,9 @@ std::string describe_capabilities(const triad_tensor_caps_v1& caps);
 //   reduce-scatter only under sequence parallelism, the logits' forward identity or all-reduce,
 //   and the replicated grads' forward identity.
 std::string tensor_plan_error(const TensorPlan& plan);
+// The split rules alone (the first five above): what build_param_spec checks of a placement,
+// so a plan the conformance suite passes is a plan the GPT model runs.
+std::string tensor_split_error(int tp_size,
+                               const std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>& split);
 
 }  // namespace triad

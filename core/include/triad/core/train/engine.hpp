@@ -12,6 +12,7 @@
 #include "triad/core/config/config.hpp"
 #include "triad/core/dist/dist_env.hpp"
 #include "triad/core/model/memory_plan.hpp"
+#include "triad/core/model/param_spec.hpp"
 
 namespace triad {
 
@@ -80,8 +81,10 @@ struct StepRecord {
 // parallelism) plus one at each end the stage holds (the embedding's output, the head's
 // input), three per-token statistics of the vocab-parallel cross-entropy (last stage), and with
 // sequence parallelism one all-reduce of the layernorm and row-parallel bias gradients per
-// step.
-TensorTraffic tensor_traffic_formula(const Config& cfg, int stage);
+// step. A part the plan keeps whole on every rank (`shards`) moves nothing without sequence
+// parallelism; with it, its input is all-gathered forward and its output's gradient backward
+// (half an all-reduce each), and its projection's bias gradient is whole, not all-reduced.
+TensorTraffic tensor_traffic_formula(const Config& cfg, int stage, const TensorShards& shards);
 
 struct RunResult {
   std::vector<StepRecord> steps;
