@@ -79,7 +79,7 @@ expect_error head_dim_unsupported "head dim 512" "$BASE" --set model.hidden_size
   --set model.num_attention_heads=2
 expect_error tensor_parallel "tensor_model_parallel_size" "$BASE" --set parallel.tensor_model_parallel_size=2
 # Tensor parallelism's rules, checked by the launcher before any rank starts.
-expect_error tp_heads "num_attention_heads 3 is not divisible" "$BASE" --nproc-per-node 2 \
+expect_error tp_heads "num_attention_heads = 3 is not divisible" "$BASE" --nproc-per-node 2 \
   --set parallel.tensor_model_parallel_size=2 --set model.hidden_size=96 --set model.num_attention_heads=3
 expect_error tp_sequence "seq_length 63 is not divisible" "$BASE" --nproc-per-node 2 \
   --set parallel.tensor_model_parallel_size=2 --set parallel.sequence_parallel=true --set model.seq_length=63
