@@ -618,6 +618,22 @@ TEST_F(ConfigTest, AttentionSection) {
   expect_error("attention:\n  name: a\n  x: 1\n  x: 2\n", {"attention.x is given twice"});
 }
 
+// The data-parallel plugin is a choice like the others: zero unless named, parameters kept for
+// it (the engine adds the zero_optimization keys it declares), and written back by to_yaml.
+TEST_F(ConfigTest, DataParallelSection) {
+  Config d = load_config(write("model:\n"), {});
+  EXPECT_EQ(d.data_parallel.name, "zero");
+  EXPECT_TRUE(d.data_parallel.params.empty());
+  Config c = load_config(write("data_parallel:\n  name: mine\n  buckets: 3\n"), {});
+  EXPECT_EQ(c.data_parallel.name, "mine");
+  EXPECT_EQ(c.data_parallel.yaml_path, "data_parallel");
+  EXPECT_EQ(c.data_parallel.params.at("buckets"), "3");
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_NE(to_yaml(c).find("data_parallel:\n  name: mine\n  buckets: 3"), std::string::npos)
+      << to_yaml(c);
+  EXPECT_EQ(load_config(write("model:\n"), {"data_parallel=mine"}).data_parallel.name, "mine");
+}
+
 TEST_F(ConfigTest, TransportSection) {
   Config n = load_config(write("transport: nccl\n"), {});
   EXPECT_EQ(n.transport.name, "nccl");

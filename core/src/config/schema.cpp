@@ -230,6 +230,8 @@ std::vector<PluginSection> build_plugin_choices() {
       {"transport", [](Config& c) { return &c.transport; }, "nccl", "{name: ucx, tls: tcp}"},
       {"tensor", [](Config& c) { return &c.tensor; }, "megatron", "{name: megatron}"},
       {"pipeline", [](Config& c) { return &c.pipeline; }, "gpipe", "{name: 1f1b}"},
+      {"data_parallel", [](Config& c) { return &c.data_parallel; }, "zero",
+       "{name: zero, overlap_comm: false}"},
   };
 }
 

@@ -176,14 +176,20 @@ TrainOptions speaking_for_the_job(const TrainOptions& in) {
 
 std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const PluginLoader& loader,
                                                       const CoreServices& services) {
-  auto plugin = loader.load("data", "zero");
+  const PluginChoice& choice = cfg.data_parallel;
+  auto plugin = loader.load("data", choice.name);
+  // DeepSpeed's zero_optimization keys reach the plugin where it declares them (zero declares
+  // all three); its own section's parameters come on top. The stage is checked below either way.
   const auto& z = cfg.zero_optimization;
-  const ResolvedParams params =
-      resolve_params(plugin->descriptor(),
-                     {{"stage", std::to_string(z.stage)},
-                      {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
-                      {"overlap_comm", z.overlap_comm ? "true" : "false"}},
-                     "zero_optimization");
+  const std::map<std::string, std::string> zero_keys = {
+      {"stage", std::to_string(z.stage)},
+      {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
+      {"overlap_comm", z.overlap_comm ? "true" : "false"}};
+  const triad_plugin_v1& desc = plugin->descriptor();
+  std::map<std::string, std::string> given = choice.params;
+  for (size_t i = 0; i < desc.num_params; ++i)
+    if (auto it = zero_keys.find(desc.params[i].name); it != zero_keys.end()) given.insert(*it);
+  const ResolvedParams params = resolve_params(desc, given, choice.yaml_path);
   auto data = std::make_unique<DataParallelBackend>(plugin, params, services.c_services());
   const uint32_t stages = data->capabilities().stages;
   if (z.stage < 0 || z.stage > 31 || !(stages & (1u << z.stage))) {
@@ -191,7 +197,7 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
     for (int s = 0; s < 32; ++s)
       if (stages & (1u << s)) have += (have.empty() ? "" : ", ") + std::to_string(s);
     throw UserError("zero_optimization.stage " + std::to_string(z.stage) + " (" + cfg.source_path +
-                    ") is not implemented by data plugin 'zero' (" + plugin->path() +
+                    ") is not implemented by data plugin '" + choice.name + "' (" + plugin->path() +
                     "), which implements stages " + have + "; use one of those");
   }
   return data;

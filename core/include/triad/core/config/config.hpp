@@ -198,6 +198,8 @@ struct Config {
   // The pipeline schedule (also the one-stage schedule of plain gradient accumulation); empty =
   // "interleaved" with virtual stages, else "1f1b".
   PluginChoice pipeline{"", {}, "pipeline"};
+  // The data-parallel plugin (kind "data"); it gets zero_optimization's keys it declares.
+  PluginChoice data_parallel{"zero", {}, "data_parallel"};
   CheckpointConfig checkpoint;
   OutputConfig output;
   std::string device = "cpu";      // cpu | cuda (device: cpu is short for device.name: cpu)
