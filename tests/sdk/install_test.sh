@@ -112,21 +112,11 @@ tr -s ' \n' ' ' <from-build-tree.log |
   grep -q "is Triad's build tree, not an installed Triad. Install it first" ||
   { cat from-build-tree.log; fail "configuring against the build tree did not say to install first"; }
 
-# TP2_MIXED: tensor-example at tp 2 (attention replicated, MLP split) against the one-process
-# losses of the shipped plugins. KNOWN GAP: until the core runs replicated blocks at tp > 1 it
-# refuses this plan before the run ("... which the GPT model cannot run ..."), and that refusal
-# is reported, not failed. When the core runs it, delete the `if` block marked KNOWN GAP.
+# tensor-example at tp 2 (attention replicated, MLP split) against the one-process losses of the
+# shipped plugins: a third party's own split, run by the core.
 step "tp 2 with tensor-example gives the losses of tp 1"
-if ! TRIAD_PLUGIN_PATH=$work/build-examples/tensor launch --nproc-per-node 2 configs/gpt-tiny.yaml \
+TRIAD_PLUGIN_PATH=$work/build-examples/tensor launch --nproc-per-node 2 configs/gpt-tiny.yaml \
   --set tensor=example --set parallel.tensor_model_parallel_size=2 --set training.train_iters=3 \
-  --set output.dir=runs/tp2-example >tp2.log 2>&1; then
-  if grep -q 'cannot run' tp2.log; then  # KNOWN GAP
-    echo "KNOWN GAP: the core refuses tensor-example at tp 2: $(grep 'cannot run' tp2.log)"
-    echo "sdk install test: OK"
-    exit 0
-  fi
-  cat tp2.log
-  fail "tp 2 with tensor-example failed"
-fi
+  --set output.dir=runs/tp2-example >tp2.log 2>&1 || { cat tp2.log; fail "tp 2 with tensor-example failed"; }
 same_losses runs/tp2-example runs/shipped 1e-5 || fail "tp 2 with tensor-example moved the losses"
 echo "sdk install test: OK"
