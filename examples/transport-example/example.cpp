@@ -21,6 +21,8 @@ using triad::sdk::TransportRequest;
 const triad_param_spec_v1 kParams[] = {
     {"wrap", TRIAD_PARAM_STRING, TRIAD_UCX_PLUGIN,
      "the transport plugin file to wrap (it runs with its default parameters)"},
+    {"max_ranks", TRIAD_PARAM_INT, "0",
+     "the largest world it promises to run (0: whatever the wrapped transport runs)"},
 };
 
 // The wrapped plugin's handles, behind the handles this plugin gives out.
@@ -46,7 +48,9 @@ void* inner_of(TransportRequest& r) {
 class ExampleTransport final : public triad::sdk::TransportPlugin {
  public:
   ExampleTransport(triad::sdk::Services services, triad::sdk::Params params)
-      : services_(services), path_(params.get_string("wrap")) {
+      : services_(services),
+        path_(params.get_string("wrap")),
+        max_ranks_(int32_t(params.get_int("max_ranks"))) {
     lib_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib_) throw triad::sdk::invalid("cannot load " + path_ + ": " + dlerror());
     desc_ = static_cast<const triad_plugin_v1*>(dlsym(lib_, "triad_plugin_descriptor_v1"));
@@ -83,6 +87,9 @@ class ExampleTransport final : public triad::sdk::TransportPlugin {
   triad_transport_caps_v1 capabilities() const override {
     triad_transport_caps_v1 c{};
     check(ops_->capabilities(inner_, &c), "capabilities");
+    // The core refuses a larger world before init_world; the suite skips it.
+    if (max_ranks_ > 0 && (c.max_world_size <= 0 || max_ranks_ < c.max_world_size))
+      c.max_world_size = max_ranks_;
     return c;
   }
 
@@ -187,6 +194,7 @@ class ExampleTransport final : public triad::sdk::TransportPlugin {
   };
   triad::sdk::Services services_;
   std::string path_;
+  int32_t max_ranks_ = 0;
   void* lib_ = nullptr;
   const triad_plugin_v1* desc_ = nullptr;
   const triad_transport_ops_v1* ops_ = nullptr;

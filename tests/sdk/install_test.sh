@@ -11,7 +11,9 @@
 #   - the one-process run with the examples gives the losses of the shipped plugins;
 #   - the installed triad-info lists every example from the colon-separated TRIAD_PLUGIN_PATH;
 #   - find_package(Triad) pointed at the build tree stops with "install first";
-#   - tp 2 with tensor-example gives the losses of tp 1 (TP2_MIXED below).
+#   - tp 2 with tensor-example gives the losses of tp 1;
+#   - a transport's max_world_size holds: the suite skips larger worlds and the installed
+#     triad-launch refuses them in one line, exit 2.
 # Usage: install_test.sh CMAKE BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER PYTHON
 set -euo pipefail
 cmake=$1 build=$2 src=$3 work=$4 gen=$5 cxx=$6 python=$7
@@ -119,4 +121,18 @@ TRIAD_PLUGIN_PATH=$work/build-examples/tensor launch --nproc-per-node 2 configs/
   --set tensor=example --set parallel.tensor_model_parallel_size=2 --set training.train_iters=3 \
   --set output.dir=runs/tp2-example >tp2.log 2>&1 || { cat tp2.log; fail "tp 2 with tensor-example failed"; }
 same_losses runs/tp2-example runs/shipped 1e-5 || fail "tp 2 with tensor-example moved the losses"
+step "transport-example with max_ranks=2: the suite skips worlds 3 and 4, the launcher refuses 4 ranks"
+"$prefix/bin/triad-plugin-test" --quick transport build-examples/transport/libtriad-transport-example.so \
+  --param max_ranks=2 >max_ranks.log 2>&1 || { cat max_ranks.log; fail "the suite with max_ranks=2 failed"; }
+for n in 3 4; do
+  grep -q "^SKIP example n=$n .*up to 2 ranks (max_world_size)" max_ranks.log ||
+    { cat max_ranks.log; fail "the suite did not skip world $n beyond max_world_size 2"; }
+done
+rc=0
+TRIAD_PLUGIN_PATH=$work/build-examples/transport launch --nproc-per-node 4 configs/gpt-tiny.yaml \
+  --set transport=example --set transport.max_ranks=2 --set training.train_iters=1 \
+  --set output.dir=runs/max-ranks >max_ranks_launch.log 2>&1 || rc=$?
+[[ $rc == 2 ]] || { cat max_ranks_launch.log; fail "4 ranks over max_ranks=2 exited $rc, not 2"; }
+grep -q "runs worlds of up to 2 ranks (its max_world_size) and this world has 4" max_ranks_launch.log ||
+  { cat max_ranks_launch.log; fail "no one-line refusal of a world beyond max_world_size"; }
 echo "sdk install test: OK"

@@ -585,7 +585,7 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
   // (make_device("cuda", r) takes GPU r modulo the visible ones), or says why there are none.
   std::string name, no_gpu;
   uint32_t memory = 0;
-  int gpus = 0;
+  int gpus = 0, most = 0;  // GPUs visible; the plugin's max_world_size (0: any)
   {
     Child probe = spawn("load", [&](int fd) {
       std::string msg;
@@ -595,6 +595,7 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
         CoreServices services;
         Transport t(plugin, params, services.c_services());
         const uint32_t mem = t.capabilities().memory;
+        const int32_t largest = t.capabilities().max_world_size;
         int n = 0;
         std::string why;
         if (mem & TRIAD_MEM_BIT_CUDA) {
@@ -605,8 +606,8 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
           }
         }
         std::replace(why.begin(), why.end(), '|', '/');
-        msg = "OK|" + t.name() + "|" + std::to_string(mem) + "|" + std::to_string(n) + "|" + why +
-              "\n";
+        msg = "OK|" + t.name() + "|" + std::to_string(mem) + "|" + std::to_string(largest) + "|" +
+              std::to_string(n) + "|" + why + "\n";
       } catch (const std::exception& e) {
         msg = std::string("ERR|") + e.what() + "|\n";
       }
@@ -621,11 +622,18 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
       ::waitpid(kids[0].pid, nullptr, 0);
     }
     if (line.rfind("OK|", 0) == 0) {
-      const size_t b1 = line.find('|', 3), b2 = line.find('|', b1 + 1), b3 = line.find('|', b2 + 1);
-      name = line.substr(3, b1 - 3);
-      memory = uint32_t(std::stoul(line.substr(b1 + 1, b2 - b1 - 1)));
-      gpus = std::stoi(line.substr(b2 + 1, b3 - b2 - 1));
-      no_gpu = line.substr(b3 + 1);
+      std::vector<std::string> f;  // name, memory, max world size, GPUs, why none
+      for (size_t at = 3, bar; f.size() < 4 && (bar = line.find('|', at)) != std::string::npos;
+           at = bar + 1) {
+        f.push_back(line.substr(at, bar - at));
+        if (f.size() == 4) f.push_back(line.substr(bar + 1));
+      }
+      if (f.size() != 5) throw UserError("transport plugin " + so_path + ": a garbled probe line");
+      name = f[0];
+      memory = uint32_t(std::stoul(f[1]));
+      most = std::stoi(f[2]);
+      gpus = std::stoi(f[3]);
+      no_gpu = f[4];
     } else if (line.rfind("ERR|", 0) == 0) {
       throw UserError(line.substr(4, line.rfind('|') - 4));
     } else {
@@ -662,11 +670,21 @@ Summary run_transport_suite(const std::string& so_path, const TransportSuiteOpti
         emit);
   };
 
+  // Worlds above the plugin's own max_world_size are outside what it promises.
+  auto beyond = [&](int n, const std::string& label) {
+    if (most <= 0 || n <= most) return false;
+    emit(CaseResult{
+        label, Outcome::kSkip,
+        "the plugin runs worlds of up to " + std::to_string(most) + " ranks (max_world_size)"});
+    return true;
+  };
   for (int n = 1; n <= o.max_world_size; ++n)
-    if (memory & TRIAD_MEM_BIT_HOST) run_world(n, false);
+    if ((memory & TRIAD_MEM_BIT_HOST) && !beyond(n, name + " n=" + std::to_string(n)))
+      run_world(n, false);
   if (memory & TRIAD_MEM_BIT_CUDA) {
     for (int n = 1; n <= o.max_world_size; ++n) {
       const std::string label = name + " n=" + std::to_string(n) + " cuda";
+      if (beyond(n, label)) continue;
       if (gpus == 0)
         emit(CaseResult{label, Outcome::kSkip,
                         "CUDA-memory cases need a GPU: " +

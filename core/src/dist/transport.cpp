@@ -360,6 +360,12 @@ Communicator Transport::init_world(int rank, int world_size, RendezvousClient& s
   bridge->default_timeout = rendezvous_timeout;
   bridge->c = {bridge.get(), &detail::RendezvousBridge::set, &detail::RendezvousBridge::get,
                &detail::RendezvousBridge::error};
+  const int32_t most = capabilities().max_world_size;
+  if (most > 0 && world_size > most)
+    throw UserError("transport '" + inst_->name + "' runs worlds of up to " + std::to_string(most) +
+                    " ranks (its max_world_size) and this world has " + std::to_string(world_size) +
+                    "; launch at most " + std::to_string(most) +
+                    " ranks or choose another transport");
   void* comm = nullptr;
   inst_->check(
       inst_->ops->init_world(inst_->handle, rank, world_size, &bridge->c, &comm),
