@@ -27,6 +27,7 @@ namespace triad::conformance {
 
 namespace {
 
+constexpr int64_t kHeads = 4;   // of the suite's model: divisible by every tp swept
 constexpr int64_t kTokens = 8;  // tokens of the numeric cases: divisible by every tp swept
 constexpr double kFloor = 1e-3;
 
@@ -189,28 +190,118 @@ T gelu_grad(T x) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The MLP block y = x + gelu(LN(x) W1ᵀ + b1) W2ᵀ + b2 and its gradients for the loss
-// sum(y · dy). x and dy hold this rank's tokens (all of them, or its block under sequence
-// parallelism); W1/b1/W2 this rank's slices (F its share of the MLP width).
+// A block y = x + mid(LN(x) W1ᵀ + b1) W2ᵀ + b2 and its gradients for the loss sum(y · dy):
+// the MLP (mid = gelu) and attention (W1 the fused qkv, mid = causal softmax attention over the
+// tokens, one sequence). x and dy hold this rank's tokens (all of them, or its block under
+// sequence parallelism); W1/b1/W2 this rank's slices (F its share of W1's output width).
 
 template <class T>
-struct MlpWeights {
+struct BlockWeights {
   std::vector<T> gamma, beta, w1, b1, w2, b2;
   int64_t C = 0, F = 0;
 };
 
 template <class T>
-struct MlpResult {
+struct BlockResult {
   std::vector<T> y, dx, dgamma, dbeta, dw1, db1, dw2, db2;
+};
+
+// The part between the two matmuls, on the first's output `pre` (n × F): its output width,
+// forward and backward (d pre from d out).
+template <class T>
+struct Gelu {
+  int64_t width(int64_t F) const { return F; }
+  std::vector<T> forward(const std::vector<T>& pre, int64_t, int64_t) const {
+    std::vector<T> h(pre.size());
+    std::transform(pre.begin(), pre.end(), h.begin(), gelu<T>);
+    return h;
+  }
+  std::vector<T> backward(const std::vector<T>& pre, std::vector<T> dh, int64_t, int64_t) const {
+    for (size_t k = 0; k < dh.size(); ++k) dh[k] *= gelu_grad(pre[k]);
+    return dh;
+  }
+};
+
+// pre holds this rank's q, k and v side by side (F = 3 × its heads × d); the output its heads'
+// attention over the n tokens, causal, each row of F / 3.
+template <class T>
+struct CausalAttention {
+  int64_t d = 1;  // head width
+  int64_t width(int64_t F) const { return F / 3; }
+  // P (n × n) of head h: softmax over j <= i of q_i · k_j / sqrt(d).
+  std::vector<T> probs(const std::vector<T>& pre, int64_t n, int64_t F, int64_t h) const {
+    const int64_t W = F / 3;
+    const T scale = T(1) / std::sqrt(T(d));
+    std::vector<T> P(size_t(n * n), T(0));
+    for (int64_t i = 0; i < n; ++i) {
+      T mx = -std::numeric_limits<T>::infinity(), sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        T dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += pre[size_t(i * F + h * d + c)] * pre[size_t(j * F + W + h * d + c)];
+        P[size_t(i * n + j)] = dot * scale;
+        mx = std::max(mx, dot * scale);
+      }
+      for (int64_t j = 0; j <= i; ++j)
+        sum += (P[size_t(i * n + j)] = std::exp(P[size_t(i * n + j)] - mx));
+      for (int64_t j = 0; j <= i; ++j) P[size_t(i * n + j)] /= sum;
+    }
+    return P;
+  }
+  std::vector<T> forward(const std::vector<T>& pre, int64_t n, int64_t F) const {
+    const int64_t W = F / 3;
+    std::vector<T> out(size_t(n * W), T(0));
+    for (int64_t h = 0; h < W / d; ++h) {
+      const std::vector<T> P = probs(pre, n, F, h);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t c = 0; c < d; ++c)
+            out[size_t(i * W + h * d + c)] +=
+                P[size_t(i * n + j)] * pre[size_t(j * F + 2 * W + h * d + c)];
+    }
+    return out;
+  }
+  std::vector<T> backward(const std::vector<T>& pre, const std::vector<T>& dout, int64_t n,
+                          int64_t F) const {
+    const int64_t W = F / 3;
+    const T scale = T(1) / std::sqrt(T(d));
+    std::vector<T> dpre(pre.size(), T(0));
+    auto q = [&](int64_t i, int64_t h, int64_t c) { return size_t(i * F + h * d + c); };
+    for (int64_t h = 0; h < W / d; ++h) {
+      const std::vector<T> P = probs(pre, n, F, h);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<T> dP(size_t(i + 1), T(0));
+        T dot = 0;  // sum_j dP_ij P_ij
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t c = 0; c < d; ++c) {
+            dP[size_t(j)] += dout[size_t(i * W + h * d + c)] * pre[q(j, h, c) + size_t(2 * W)];
+            dpre[q(j, h, c) + size_t(2 * W)] +=
+                P[size_t(i * n + j)] * dout[size_t(i * W + h * d + c)];  // dv
+          }
+          dot += dP[size_t(j)] * P[size_t(i * n + j)];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const T dS = P[size_t(i * n + j)] * (dP[size_t(j)] - dot) * scale;
+          for (int64_t c = 0; c < d; ++c) {
+            dpre[q(i, h, c)] += dS * pre[q(j, h, c) + size_t(W)];  // dq
+            dpre[q(j, h, c) + size_t(W)] += dS * pre[q(i, h, c)];  // dk
+          }
+        }
+      }
+    }
+    return dpre;
+  }
 };
 
 constexpr double kLnEps = 1e-5;
 
-template <class T, class G>
-std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, const Act<T>& x,
-                      const std::vector<T>& dy, MlpResult<T>* out) {
-  const int64_t C = w.C, F = w.F, rows = x.rows;
-  const bool split = plan.split[TRIAD_TENSOR_ROLE_FC_WEIGHT] == TRIAD_TENSOR_SPLIT_COLUMN;
+// `first`: the role of the block's first weight (qkv or fc), whose split says the block's.
+template <class T, class G, class Mid>
+std::string block(G& g, const TensorPlan& plan, int32_t first, const Mid& mid,
+                  const BlockWeights<T>& w, const Act<T>& x, const std::vector<T>& dy,
+                  BlockResult<T>* out) {
+  const int64_t C = w.C, F = w.F, rows = x.rows, H = mid.width(F);
+  const bool split = plan.split[size_t(first)] == TRIAD_TENSOR_SPLIT_COLUMN;
   const auto& ci = plan.boundary[TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT];
   const auto& ro = plan.boundary[TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT];
   // Layernorm.
@@ -235,14 +326,14 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
   const int32_t in = split ? ci.forward : whole_in(g, plan);
   if (!(e = apply(g, in, a, "column-input forward")).empty()) return e;
   const int64_t n = a.rows;
-  std::vector<T> pre = mul_nt(a.v, w.w1, n, C, F), h(pre.size());
+  std::vector<T> pre = mul_nt(a.v, w.w1, n, C, F);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < F; ++j) pre[size_t(i * F + j)] += w.b1[size_t(j)];
-  std::transform(pre.begin(), pre.end(), h.begin(), gelu<T>);
-  Act<T> z{mul_nt(h, w.w2, n, F, C), n, C};
+  const std::vector<T> h = mid.forward(pre, n, F);
+  Act<T> z{mul_nt(h, w.w2, n, H, C), n, C};
   if (split && !(e = apply(g, ro.forward, z, "row-output forward")).empty()) return e;
   if (!split) keep_own_tokens(g, plan, z);
-  if (z.rows != rows) return rows_mismatch("the MLP forward", z.rows, rows);
+  if (z.rows != rows) return rows_mismatch("the block's forward", z.rows, rows);
   out->y.resize(size_t(rows * C));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < C; ++j) {
@@ -257,9 +348,8 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
   if (!(e = apply(g, dout, dz, "row-output backward")).empty()) return e;
   if (dz.rows != n) return rows_mismatch("row-output backward", dz.rows, n);
   if (!split) out->db2 = col_sum(dz.v, n, C);  // every token's: whole
-  out->dw2 = mul_tn(dz.v, h, n, C, F);
-  std::vector<T> dpre = mul_nn(dz.v, w.w2, n, C, F);
-  for (size_t k = 0; k < dpre.size(); ++k) dpre[k] *= gelu_grad(pre[k]);
+  out->dw2 = mul_tn(dz.v, h, n, C, H);
+  const std::vector<T> dpre = mid.backward(pre, mul_nn(dz.v, w.w2, n, C, H), n, F);
   out->db1 = col_sum(dpre, n, F);
   out->dw1 = mul_tn(dpre, a.v, n, F, C);
   Act<T> da{mul_nn(dpre, w.w1, n, F, C), n, C};
@@ -288,10 +378,10 @@ std::string mlp_block(G& g, const TensorPlan& plan, const MlpWeights<T>& w, cons
     }
   }
   // Replicated weights used on this rank's tokens: their gradients through replicated-grads
-  // (a whole MLP's saw every token: its gradients are whole already).
-  for (auto [grad, what] : {std::pair{&out->dgamma, "the layernorm weight"},
-                            std::pair{&out->dbeta, "the layernorm bias"},
-                            std::pair{&out->db2, "the fc projection bias"}})
+  // (a whole block's saw every token: its gradients are whole already).
+  for (auto [grad, what] :
+       {std::pair{&out->dgamma, "the layernorm weight"},
+        std::pair{&out->dbeta, "the layernorm bias"}, std::pair{&out->db2, "the projection bias"}})
     if ((split || grad != &out->db2) && !(e = reduce_grad(g, plan, *grad, what)).empty()) return e;
   return "";
 }
@@ -406,7 +496,7 @@ ModelConfig suite_model(const triad_tensor_layout_v1& layout) {
   std::mt19937 rng(uint32_t(7919 * layout.tp_size + layout.sequence_parallel));
   ModelConfig m;
   m.num_layers = 1;
-  m.num_attention_heads = 4;
+  m.num_attention_heads = int(kHeads);
   m.hidden_size = 4 * int(2 + rng() % 3);  // divisible by every tp swept
   m.seq_length = int(kTokens);
   m.vocab_size = int(23 + rng() % 30);  // odd sizes pad
@@ -498,20 +588,43 @@ struct Comparison {
 // ---------------------------------------------------------------------------------------
 // The numeric cases of one layout, on one rank of group g.
 
-struct MlpProblem {
+// One of a layer's two blocks: its tensors' names, its first weight's role, and names for messages.
+struct BlockKind {
+  const char* what;                 // "mlp block"
+  const char *ln, *first, *second;  // tensor name prefixes
+  int32_t first_role;
+  const char *first_label, *second_label;  // "fc", "fc proj"
+};
+constexpr BlockKind kMlp{
+    "mlp block", "h.0.ln_2", "h.0.mlp.c_fc", "h.0.mlp.c_proj", TRIAD_TENSOR_ROLE_FC_WEIGHT,
+    "fc",        "fc proj"};
+constexpr BlockKind kAttention{"attention block",
+                               "h.0.ln_1",
+                               "h.0.attn.c_attn",
+                               "h.0.attn.c_proj",
+                               TRIAD_TENSOR_ROLE_QKV_WEIGHT,
+                               "qkv",
+                               "attention proj"};
+
+struct BlockProblem {
   ParamSpec spec;
+  BlockKind kind;
   const TensorSpec *gamma, *beta, *w1, *b1, *w2, *b2;
   std::vector<float> x, dy, g_gamma, g_beta, g_w1, g_b1, g_w2, g_b2;  // global
   int64_t C = 0, F = 0;
 };
 
-MlpProblem mlp_problem(const ParamSpec& spec, uint32_t seed) {
-  MlpProblem p;
+BlockProblem block_problem(const ParamSpec& spec, const BlockKind& kind, uint32_t seed) {
+  BlockProblem p;
   p.spec = spec;
+  p.kind = kind;
   auto& s = p.spec;
-  p.gamma = &s.find("h.0.ln_2.weight"), p.beta = &s.find("h.0.ln_2.bias");
-  p.w1 = &s.find("h.0.mlp.c_fc.weight"), p.b1 = &s.find("h.0.mlp.c_fc.bias");
-  p.w2 = &s.find("h.0.mlp.c_proj.weight"), p.b2 = &s.find("h.0.mlp.c_proj.bias");
+  auto find = [&](const char* prefix, const char* what) {
+    return &s.find(std::string(prefix) + "." + what);
+  };
+  p.gamma = find(kind.ln, "weight"), p.beta = find(kind.ln, "bias");
+  p.w1 = find(kind.first, "weight"), p.b1 = find(kind.first, "bias");
+  p.w2 = find(kind.second, "weight"), p.b2 = find(kind.second, "bias");
   p.C = p.gamma->global_shape[0], p.F = p.w1->global_shape[0];
   p.x = randoms(size_t(kTokens * p.C), seed + 1, 1.f);
   p.dy = randoms(size_t(kTokens * p.C), seed + 2, 1.f);
@@ -519,21 +632,32 @@ MlpProblem mlp_problem(const ParamSpec& spec, uint32_t seed) {
   p.g_beta = randoms(size_t(p.C), seed + 4, 0.2f);
   p.g_w1 = randoms(p.w1->global_numel(), seed + 5, float(1.7 / std::sqrt(double(p.C))));
   p.g_b1 = randoms(size_t(p.F), seed + 6, 0.2f);
-  p.g_w2 = randoms(p.w2->global_numel(), seed + 7, float(1.7 / std::sqrt(double(p.F))));
+  const double K2 = double(p.w2->global_shape[1]);  // the second matmul's inputs
+  p.g_w2 = randoms(p.w2->global_numel(), seed + 7, float(1.7 / std::sqrt(K2)));
   p.g_b2 = randoms(size_t(p.C), seed + 8, 0.2f);
   return p;
 }
 
 // Rank r's weights (tp: the plan's group size; r = 0 and tp 1 for the whole model).
 template <class T>
-MlpWeights<T> mlp_weights(const MlpProblem& p, int r) {
-  MlpWeights<T> w;
+BlockWeights<T> block_weights(const BlockProblem& p, int r) {
+  BlockWeights<T> w;
   w.C = p.C;
   w.gamma = slice<T>(*p.gamma, r, p.g_gamma), w.beta = slice<T>(*p.beta, r, p.g_beta);
   w.w1 = slice<T>(*p.w1, r, p.g_w1), w.b1 = slice<T>(*p.b1, r, p.g_b1);
   w.w2 = slice<T>(*p.w2, r, p.g_w2), w.b2 = slice<T>(*p.b2, r, p.g_b2);
   w.F = p.w1->local_shape[0];
   return w;
+}
+
+// The block of `p` on group g: gelu between the MLP's matmuls, causal attention over heads of
+// C / kHeads between the attention's.
+template <class T, class G>
+std::string run_block(G& g, const TensorPlan& plan, const BlockProblem& p, const BlockWeights<T>& w,
+                      const Act<T>& x, const std::vector<T>& dy, BlockResult<T>* out) {
+  if (p.kind.first_role == TRIAD_TENSOR_ROLE_FC_WEIGHT)
+    return block(g, plan, p.kind.first_role, Gelu<T>{}, w, x, dy, out);
+  return block(g, plan, p.kind.first_role, CausalAttention<T>{p.C / kHeads}, w, x, dy, out);
 }
 
 // The token rows [first, first + rows) of a (kTokens × C) tensor.
@@ -596,7 +720,7 @@ void numeric_cases(G& g, const TensorPlan& plan, const std::string& label, doubl
   const int r = g.rank(), n = g.size();
   const bool sp = plan.layout.sequence_parallel != 0;
   const uint32_t seed = layout_seed(plan.layout);
-  for (const char* what : {" mlp block", " vocab-parallel cross-entropy"}) {
+  for (const char* what : {" mlp block", " attention block", " vocab-parallel cross-entropy"}) {
     const std::string name = label + what;
     if (!e1.empty()) {
       report(Outcome::kFail, name, e1);
@@ -605,28 +729,31 @@ void numeric_cases(G& g, const TensorPlan& plan, const std::string& label, doubl
     std::string err;
     Comparison cmp(tolerance);
     Solo<double> solo;
-    if (std::string(what) == " mlp block") {
-      const MlpProblem mp = mlp_problem(spec, seed), mref = mlp_problem(whole, seed);
-      MlpResult<double> ref;
-      const std::string re = mlp_block(solo, ref_plan, mlp_weights<double>(mref, 0),
+    if (std::string(what) != " vocab-parallel cross-entropy") {
+      const BlockKind& kind = std::string(what) == " mlp block" ? kMlp : kAttention;
+      const BlockProblem mp = block_problem(spec, kind, seed),
+                         mref = block_problem(whole, kind, seed);
+      BlockResult<double> ref;
+      const std::string re = run_block(solo, ref_plan, mref, block_weights<double>(mref, 0),
                                        Act<double>{cast<double>(mref.x), kTokens, mref.C},
                                        cast<double>(mref.dy), &ref);
       // This rank's tokens: all, or its block under sequence parallelism.
       const int64_t rows = sp ? kTokens / n : kTokens, first = sp ? r * rows : 0;
-      MlpResult<float> got;
-      err = mlp_block(g, plan, mlp_weights<float>(mp, r),
+      BlockResult<float> got;
+      err = run_block(g, plan, mp, block_weights<float>(mp, r),
                       Act<float>{rows_of(mp.x, first, rows, mp.C), rows, mp.C},
                       rows_of(mp.dy, first, rows, mp.C), &got);
       if (!re.empty()) err = "reference: " + re;
       if (err.empty()) {
+        const std::string w1 = kind.first_label, w2 = kind.second_label;
         cmp.check("y", got.y, rows_of(ref.y, first, rows, mp.C));
         cmp.check("dx", got.dx, rows_of(ref.dx, first, rows, mp.C));
         cmp.check("d ln weight", got.dgamma, ref.dgamma);
         cmp.check("d ln bias", got.dbeta, ref.dbeta);
-        cmp.check("d fc weight", got.dw1, slice_ref(*mp.w1, r, ref.dw1));
-        cmp.check("d fc bias", got.db1, slice_ref(*mp.b1, r, ref.db1));
-        cmp.check("d fc proj weight", got.dw2, slice_ref(*mp.w2, r, ref.dw2));
-        cmp.check("d fc proj bias", got.db2, slice_ref(*mp.b2, r, ref.db2));
+        cmp.check("d " + w1 + " weight", got.dw1, slice_ref(*mp.w1, r, ref.dw1));
+        cmp.check("d " + w1 + " bias", got.db1, slice_ref(*mp.b1, r, ref.db1));
+        cmp.check("d " + w2 + " weight", got.dw2, slice_ref(*mp.w2, r, ref.dw2));
+        cmp.check("d " + w2 + " bias", got.db2, slice_ref(*mp.b2, r, ref.db2));
       }
     } else {
       const CeProblem cp = ce_problem(spec, seed), cref = ce_problem(whole, seed);
@@ -678,24 +805,27 @@ CaseResult reference_case(const std::string& name) {
                    std::to_string(err / scale) + " relative";
     }
   };
-  const MlpProblem mp = mlp_problem(spec, 1);
-  MlpWeights<double> w = mlp_weights<double>(mp, 0);
-  Act<double> x{cast<double>(mp.x), kTokens, mp.C};
-  const std::vector<double> dy = cast<double>(mp.dy);
-  MlpResult<double> g;
-  mlp_block(solo, plan, w, x, dy, &g);
-  auto mlp_loss = [&] {
-    MlpResult<double> o;
-    mlp_block(solo, plan, w, x, dy, &o);
-    return std::inner_product(o.y.begin(), o.y.end(), dy.begin(), 0.0);
-  };
-  fd("x", x.v, g.dx, mlp_loss);
-  fd("ln weight", w.gamma, g.dgamma, mlp_loss);
-  fd("ln bias", w.beta, g.dbeta, mlp_loss);
-  fd("fc weight", w.w1, g.dw1, mlp_loss);
-  fd("fc bias", w.b1, g.db1, mlp_loss);
-  fd("fc proj weight", w.w2, g.dw2, mlp_loss);
-  fd("fc proj bias", w.b2, g.db2, mlp_loss);
+  for (const BlockKind* kind : {&kMlp, &kAttention}) {
+    const BlockProblem mp = block_problem(spec, *kind, 1);
+    BlockWeights<double> w = block_weights<double>(mp, 0);
+    Act<double> x{cast<double>(mp.x), kTokens, mp.C};
+    const std::vector<double> dy = cast<double>(mp.dy);
+    BlockResult<double> g;
+    run_block(solo, plan, mp, w, x, dy, &g);
+    auto loss = [&] {
+      BlockResult<double> o;
+      run_block(solo, plan, mp, w, x, dy, &o);
+      return std::inner_product(o.y.begin(), o.y.end(), dy.begin(), 0.0);
+    };
+    const std::string w1 = kind->first_label, w2 = kind->second_label;
+    fd((std::string(kind->what) + " x").c_str(), x.v, g.dx, loss);
+    fd("ln weight", w.gamma, g.dgamma, loss);
+    fd("ln bias", w.beta, g.dbeta, loss);
+    fd((w1 + " weight").c_str(), w.w1, g.dw1, loss);
+    fd((w1 + " bias").c_str(), w.b1, g.db1, loss);
+    fd((w2 + " weight").c_str(), w.w2, g.dw2, loss);
+    fd((w2 + " bias").c_str(), w.b2, g.db2, loss);
+  }
   const CeProblem cp = ce_problem(spec, 1);
   CeInput<double> in = ce_input<double>(cp, 0);
   CeResult<double> c;
@@ -805,7 +935,7 @@ Summary run_tensor_suite(const std::string& so_path, const TensorSuiteOptions& o
     for (bool sp : {false, true}) {
       const triad_tensor_layout_v1 layout{tp, sp ? 1 : 0};
       const std::string label = name + " tp=" + std::to_string(tp) + (sp ? " sp" : "");
-      const char* const kCases[] = {" plan", " splits reassemble", " mlp block",
+      const char* const kCases[] = {" plan", " splits reassemble", " mlp block", " attention block",
                                     " vocab-parallel cross-entropy"};
       if ((caps.max_tp_size > 0 && tp > caps.max_tp_size) || (sp && !caps.sequence_parallel)) {
         emit(refuses_case(label + " refuses", be, layout));
