@@ -1,12 +1,14 @@
 // triad-info: every plugin on the search path with its kind, name, version, ABIs (descriptor
-// and kind), file, description, capabilities and parameters (like ompi_info). `--kind attention`
-// filters.
+// and kind), file and the search-path entry it came from, description, capabilities and
+// parameters (like ompi_info). `--kind attention` filters. Exit 1 when a plugin listed is broken
+// (cannot be loaded, or shadowed by another copy without TRIAD_PLUGIN_OVERRIDE=1), 2 on bad use.
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -19,13 +21,6 @@
 #include "triad/core/plugins/tensor_backend.hpp"
 
 namespace {
-
-// Kind as the file name says (libtriad-<kind>-<name>.so), to filter before loading.
-std::string file_kind(const std::string& path) {
-  std::string f = std::filesystem::path(path).filename().string();
-  std::string stem = f.substr(std::string("libtriad-").size());
-  return stem.substr(0, stem.find('-'));
-}
 
 // Attention, tensor and pipeline plugins also show what they can run; that needs an instance
 // (default params).
@@ -57,13 +52,20 @@ std::string abi_text(const triad::LoadedPlugin& p) {
   return s;
 }
 
-void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p,
+// "TRIAD_PLUGIN_PATH (/opt/plugins)": which entry of the search path the file came from.
+std::string origin(const triad::FoundPlugin& f) {
+  return std::string(triad::source_name(f.source)) + " (" +
+         std::filesystem::path(f.path).parent_path().string() + ")";
+}
+
+void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p, const triad::FoundPlugin& f,
                   const triad::CoreServices& services) {
   const triad_plugin_v1& d = p->descriptor();
   std::cout << d.kind << " " << d.name << "\n";
   std::cout << "  version:      " << d.version << "\n";
   std::cout << "  abi:          " << abi_text(*p) << "\n";
   std::cout << "  file:         " << p->path() << "\n";
+  std::cout << "  origin:       " << origin(f) << "\n";
   std::cout << "  description:  " << d.description << "\n";
   std::string caps = capabilities(p, services);
   if (!caps.empty()) std::cout << "  capabilities: " << caps << "\n";
@@ -113,22 +115,42 @@ int main(int argc, char** argv) {
       std::cout << sep << k.kind << " " << k.current;
       sep = ", ";
     }
-    std::cout << "\nsearch path (first match wins; add folders with TRIAD_PLUGIN_PATH):\n";
-    for (const auto& dir : loader.search_path()) std::cout << "  " << dir << "\n";
-    int shown = 0;
-    for (const auto& path : loader.discover()) {
-      if (!kind.empty() && file_kind(path) != kind) continue;
+    std::cout << "\nsearch path (in this order; the same plugin in two folders is an error "
+                 "unless TRIAD_PLUGIN_OVERRIDE=1; add folders with TRIAD_PLUGIN_PATH):\n";
+    for (const auto& d : loader.search_path())
+      std::cout << "  " << d.dir << "  (" << triad::source_name(d.source) << ")\n";
+    // Plugins log through `services` while they are described; their lines follow the listing.
+    services.hold_logs();
+    int shown = 0, broken = 0;
+    for (const auto& f : loader.discover()) {
+      if (!kind.empty() && f.kind != kind) continue;
+      // The files of this plugin in search order, as load() sees them: one linked into two
+      // folders is listed once.
+      const std::vector<triad::FoundPlugin> files = loader.copies(f.kind, f.name);
+      const bool first = files.front().path == f.path;
+      if (!first && files.size() == 1) continue;
       std::cout << "\n";
       ++shown;
+      if (!first) {  // a later copy of a plugin listed above
+        const bool override_set = triad::plugin_override();
+        std::cout << (override_set ? "SHADOWED " : "BROKEN ") << f.path << "\n  "
+                  << triad::shadowing(files, override_set) << "\n";
+        broken += override_set ? 0 : 1;
+        continue;
+      }
       try {
-        print_plugin(loader.load_file(path), services);
+        print_plugin(loader.load_file(f.path), f, services);
       } catch (const triad::UserError& e) {
-        std::cout << "BROKEN " << path << "\n  " << e.what() << "\n";
+        std::cout << "BROKEN " << f.path << "\n  origin:       " << origin(f) << "\n  " << e.what()
+                  << "\n";
+        ++broken;
       }
     }
     if (shown == 0) std::cout << "\nno " << (kind.empty() ? "" : kind + " ") << "plugins found\n";
     std::cout << std::flush;
-    return 0;
+    services.release_logs();
+    // A plugin that cannot be loaded fails the listing, as it would fail a run that names it.
+    return broken > 0 ? 1 : 0;
   } catch (const triad::UserError& e) {
     return triad::cli::fail("triad-info", e.what());
   }

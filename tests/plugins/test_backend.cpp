@@ -130,6 +130,21 @@ TEST(AttentionBackend, RefusedCreateIsAUserError) {
                     HasSubstr("unknown bug 'bogus'")));
 }
 
+// The core passes a plugin only the parameters it declares: a plugin reading another hears which
+// plugin, which parameter and the fix, not "not passed".
+TEST(AttentionBackend, PluginReadingAnUndeclaredParameterIsToldTheFix) {
+  CoreServices services;
+  const std::string chatty = std::string(TRIAD_TEST_PLUGIN_DIR) + "/libtriad-attention-chatty.so";
+  EXPECT_NE(make_backend(chatty, services), nullptr);
+  EXPECT_THAT(user_error([&] {
+                make_backend(chatty, services, {{"read_undeclared", "true"}});
+              }),
+              AllOf(HasSubstr("attention plugin 'chatty' (" + chatty +
+                              ") failed to start (INVALID): plugin 'chatty' reads parameter "
+                              "'volume', which its parameter table does not declare"),
+                    HasSubstr("declare 'volume' in the plugin's parameter table (TRIAD_PARAMS)")));
+}
+
 TEST(AttentionBackend, LibraryStaysLoadedWhileABackendExists) {
   CoreServices services;
   std::unique_ptr<AttentionBackend> be;

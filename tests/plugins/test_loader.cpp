@@ -32,39 +32,172 @@ TEST(PluginLoader, DefaultSearchPathFindsNaive) {
   EXPECT_THAT(names, ::testing::Contains("naive"));
 }
 
-TEST(PluginLoader, EnvironmentPathIsSearchedAfterTheBuiltInFolders) {
-  ASSERT_EQ(setenv("TRIAD_PLUGIN_PATH", "/nonexistent/triad:" TRIAD_BAD_PLUGIN_DIR, 1), 0);
+TEST(PluginLoader, EnvironmentPathIsSearchedFirst) {
+  ASSERT_EQ(setenv("TRIAD_PLUGIN_PATH", "/nonexistent/triad::" TRIAD_BAD_PLUGIN_DIR, 1), 0);
   PluginLoader loader;
   unsetenv("TRIAD_PLUGIN_PATH");
   const auto& sp = loader.search_path();
-  ASSERT_GE(sp.size(), 3u);
-  EXPECT_EQ(sp[sp.size() - 2], "/nonexistent/triad");
-  EXPECT_EQ(sp.back(), std::filesystem::weakly_canonical(TRIAD_BAD_PLUGIN_DIR).string());
+  ASSERT_EQ(sp.size(), 3u);  // the empty entry is skipped; this test runs from the build tree
+  EXPECT_EQ(sp[0].dir, "/nonexistent/triad");
+  EXPECT_EQ(sp[0].source, PluginSource::env);
+  EXPECT_EQ(sp[1].dir, std::filesystem::weakly_canonical(TRIAD_BAD_PLUGIN_DIR).string());
+  EXPECT_EQ(sp[1].source, PluginSource::env);
+  EXPECT_EQ(sp[2].dir,
+            std::filesystem::weakly_canonical(TRIAD_NAIVE_PLUGIN).parent_path().string());
+  EXPECT_EQ(sp[2].source, PluginSource::build_tree);
   auto names = loader.available("attention");
-  EXPECT_THAT(names, ::testing::IsSupersetOf({"naive", "abi99", "nodesc", "misnamed"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"naive", "kindabi0", "nullslot"}));
 }
 
-TEST(PluginLoader, DiscoverListsEachFileOnce) {
+// A folder of the search path, made for a test; the parent folders too.
+std::string made(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<std::pair<std::string, PluginSource>> entries(const std::vector<SearchDir>& path) {
+  std::vector<std::pair<std::string, PluginSource>> out;
+  for (const auto& d : path) out.emplace_back(d.dir, d.source);
+  return out;
+}
+
+TEST(PluginSearchPath, EnvironmentThenInstallationThenBuildTreeOnlyFromTheBuildTree) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::weakly_canonical(test_tmp_dir() / "search-path");
+  fs::remove_all(root);
+  const std::string build = made(root / "build"), plugins = made(root / "build/lib/triad");
+  const std::string env = made(root / "env1") + ":" + made(root / "env2");
+  using P = PluginSource;
+  auto path = [&](const std::string& exe) {
+    return entries(plugin_search_path(env, exe, "lib/triad", build, plugins));
+  };
+  const std::vector<std::pair<std::string, P>> envs = {{(root / "env1").string(), P::env},
+                                                       {(root / "env2").string(), P::env}};
+  auto with = [&](std::vector<std::pair<std::string, P>> rest) {
+    auto all = envs;
+    all.insert(all.end(), rest.begin(), rest.end());
+    return all;
+  };
+
+  // Installed elsewhere: its own folder, never the build tree's.
+  made(root / "prefix/lib/triad");
+  EXPECT_EQ(path((root / "prefix/bin/triad-launch").string()),
+            with({{(root / "prefix/lib/triad").string(), P::install}}));
+  // The build tree's bin/: its ../lib/triad is the build's plugin folder, said once.
+  EXPECT_EQ(path((root / "build/bin/triad-launch").string()), with({{plugins, P::build_tree}}));
+  // Elsewhere in the build tree (no installation there): the installation's folder, then the
+  // build tree's.
+  EXPECT_EQ(
+      path((root / "build/tests/x/test_x").string()),
+      with({{(root / "build/tests/lib/triad").string(), P::install}, {plugins, P::build_tree}}));
+  // Installed inside the build folder (cmake --install build --prefix build/stage): an
+  // installation, which never sees the build's plugins.
+  made(root / "build/stage/lib/triad");
+  EXPECT_EQ(path((root / "build/stage/bin/triad-launch").string()),
+            with({{(root / "build/stage/lib/triad").string(), P::install}}));
+  // A folder whose name starts like the build folder's is not inside it.
+  EXPECT_EQ(path((root / "build2/bin/triad-launch").string()),
+            with({{(root / "build2/lib/triad").string(), P::install}}));
+  // The build tree reached through a link is still the build tree.
+  fs::create_directory_symlink(root / "build", root / "link");
+  EXPECT_EQ(path((root / "link/bin/triad-launch").string()), with({{plugins, P::build_tree}}));
+  // A folder named twice keeps its first place and source.
+  EXPECT_EQ(entries(plugin_search_path(plugins, (root / "build/bin/x").string(), "lib/triad", build,
+                                       plugins)),
+            (std::vector<std::pair<std::string, P>>{{plugins, P::env}}));
+  EXPECT_EQ(std::string(source_name(P::env)), "TRIAD_PLUGIN_PATH");
+  EXPECT_EQ(std::string(source_name(P::install)), "install");
+  EXPECT_EQ(std::string(source_name(P::build_tree)), "build tree");
+  fs::remove_all(root);
+}
+
+TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 12u);  // seven broken plugins, buggy, the three hostile ones, v1old
+  EXPECT_EQ(files.size(), 15u);  // nine broken plugins, buggy, chatty, three hostile ones, v1old
+  EXPECT_EQ(files.front().path, bad_plugin("abi99"));
+  EXPECT_EQ(files.front().kind, "attention");
+  EXPECT_EQ(files.front().name, "abi99");
+  EXPECT_EQ(files.front().source, PluginSource::given);
+  // Names as the descriptors say them: not abi99 (no version-1 descriptor), nodesc (none),
+  // misnamed (declares 'othername') or wrongkind (declares a transport).
   EXPECT_EQ(loader.available("attention"),
-            (std::vector<std::string>{"abi99", "buggy", "kindabi0", "kindabi2", "misnamed",
-                                      "nodesc", "nullslot", "wrongkind"}));
+            (std::vector<std::string>{"buggy", "chatty", "kindabi0", "kindabi2", "nulldefault",
+                                      "nullname", "nullslot"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
 
+// Two folders holding a copy of the same plugin, for the shadowing tests.
+struct TwoCopies {
+  std::filesystem::path first, second;
+  TwoCopies() {
+    const auto root = test_tmp_dir() / "two-copies";
+    first = root / "first" / "libtriad-attention-naive.so";
+    second = root / "second" / "libtriad-attention-naive.so";
+    for (const auto& f : {first, second}) {
+      std::filesystem::create_directories(f.parent_path());
+      std::filesystem::copy_file(TRIAD_NAIVE_PLUGIN, f,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  ~TwoCopies() { std::filesystem::remove_all(first.parent_path().parent_path()); }
+};
+
+TEST(PluginLoader, ThePluginFoundTwiceIsOneErrorNamingBothFiles) {
+  TwoCopies copies;
+  PluginLoader loader({copies.first.parent_path().string(), copies.second.parent_path().string()});
+  unsetenv("TRIAD_PLUGIN_OVERRIDE");
+  std::string msg = user_error([&] { loader.load("attention", "naive"); });
+  EXPECT_EQ(msg, "attention plugin 'naive' is found twice on the plugin search path: " +
+                     copies.first.string() + " (given) and " + copies.second.string() +
+                     " (given); remove one of them, or set TRIAD_PLUGIN_OVERRIDE=1 to use the "
+                     "first");
+}
+
+TEST(PluginLoader, OverrideLoadsTheFirstWithANoticeNamingBoth) {
+  TwoCopies copies;
+  PluginLoader loader({copies.first.parent_path().string(), copies.second.parent_path().string()});
+  ASSERT_EQ(setenv("TRIAD_PLUGIN_OVERRIDE", "1", 1), 0);
+  ::testing::internal::CaptureStderr();
+  std::string path = loader.load("attention", "naive")->path();
+  const std::string notice = ::testing::internal::GetCapturedStderr();
+  unsetenv("TRIAD_PLUGIN_OVERRIDE");
+  EXPECT_EQ(path, copies.first.string());
+  EXPECT_EQ(notice, "triad: notice: attention plugin 'naive': using " + copies.first.string() +
+                        " (given), which shadows " + copies.second.string() +
+                        " (given) (TRIAD_PLUGIN_OVERRIDE=1)\n");
+  // The same search path the other way round loads the other copy.
+  ASSERT_EQ(setenv("TRIAD_PLUGIN_OVERRIDE", "1", 1), 0);
+  ::testing::internal::CaptureStderr();
+  path = PluginLoader({copies.second.parent_path().string(), copies.first.parent_path().string()})
+             .load("attention", "naive")
+             ->path();
+  ::testing::internal::GetCapturedStderr();
+  unsetenv("TRIAD_PLUGIN_OVERRIDE");
+  EXPECT_EQ(path, copies.second.string());
+}
+
+TEST(PluginLoader, OneFileLinkedIntoTwoFoldersIsNoShadow) {
+  TwoCopies copies;
+  std::filesystem::remove(copies.second);
+  std::filesystem::create_symlink(copies.first, copies.second);
+  PluginLoader loader({copies.first.parent_path().string(), copies.second.parent_path().string()});
+  unsetenv("TRIAD_PLUGIN_OVERRIDE");
+  EXPECT_EQ(loader.load("attention", "naive")->path(), copies.first.string());
+}
+
 TEST(PluginLoader, UnknownNameListsWhatExistsAndTheClosest) {
   PluginLoader loader;
   std::string msg = user_error([&] { loader.load("attention", "naiv"); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("no attention plugin named 'naiv'"),
-                         HasSubstr("libtriad-attention-naiv.so"), HasSubstr("did you mean 'naive'"),
-                         HasSubstr("available attention plugins: "), HasSubstr("naive"),
-                         HasSubstr(loader.search_path().front()), HasSubstr("TRIAD_PLUGIN_PATH")));
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr("no attention plugin named 'naiv'"),
+                    HasSubstr("libtriad-attention-naiv.so"), HasSubstr("did you mean 'naive'"),
+                    HasSubstr("available attention plugins: "), HasSubstr("naive"),
+                    HasSubstr(loader.search_path().front().dir), HasSubstr("TRIAD_PLUGIN_PATH")));
   msg = user_error([&] { loader.load("nosuchkind", "x"); });
   EXPECT_THAT(msg, HasSubstr("no nosuchkind plugins were found"));
 }
@@ -149,6 +282,32 @@ TEST(PluginLoader, NameDoesNotMatchFileName) {
                          HasSubstr("name 'othername'"), HasSubstr("name 'misnamed'")));
 }
 
+TEST(PluginLoader, MisnamedFileIsNamedWhenItsDescriptorsNameIsAskedFor) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "othername"); });
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr("no attention plugin named 'othername'"),
+                    HasSubstr(bad_plugin("misnamed") +
+                              " declares attention plugin 'othername' but its file name says "
+                              "'misnamed': rename the file to libtriad-attention-othername.so"),
+                    ::testing::Not(HasSubstr("did you mean"))));
+  // "misnamed" is a file name no descriptor declares: never suggested.
+  msg = user_error([&] { loader.load("attention", "misname"); });
+  EXPECT_THAT(msg, ::testing::Not(HasSubstr("did you mean")));
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line";
+}
+
+TEST(PluginLoader, NullParameterFieldIsRefusedNamingTheField) {
+  PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
+  std::string msg = user_error([&] { loader.load("attention", "nulldefault"); });
+  EXPECT_EQ(msg, "plugin " + bad_plugin("nulldefault") +
+                     ": parameter 1 ('block') of its parameter table has a NULL default_value; "
+                     "give every parameter a name, a default (\"\" for none) and a help text");
+  msg = user_error([&] { loader.load("attention", "nullname"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("plugin " + bad_plugin("nullname") + ": parameter 1 of"),
+                         HasSubstr("has a NULL name")));
+}
+
 TEST(PluginLoader, NullOpsSlot) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
   std::string msg = user_error([&] { loader.load("attention", "nullslot"); });
@@ -221,18 +380,21 @@ TEST(PluginTestTool, FailingPluginExitsWithOne) {
 }
 
 TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
-  auto out = test_tmp_dir() / "triad-info-test.txt";
-  std::string cmd = "TRIAD_PLUGIN_PATH=" TRIAD_TEST_PLUGIN_DIR ":" TRIAD_BAD_PLUGIN_DIR
-                    " " TRIAD_INFO_EXE " --kind attention > " +
-                    out.string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::ifstream in(out);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove(out);
+  std::string text;
+  // Exit 1: some plugins are broken (each is listed, and so is every good one).
+  EXPECT_EQ(test::run_command("TRIAD_PLUGIN_PATH=" TRIAD_TEST_PLUGIN_DIR ":" TRIAD_BAD_PLUGIN_DIR
+                              " " TRIAD_INFO_EXE " --kind attention",
+                              &text),
+            1);
   EXPECT_THAT(text, AllOf(HasSubstr("attention naive\n"), HasSubstr("attention buggy\n"),
                           HasSubstr("head dims 1..256"), HasSubstr("bug "),
                           HasSubstr("string  default none"), HasSubstr("BROKEN"),
                           HasSubstr("ABI version 99"), HasSubstr("has attention ABI version 0")));
+  // Where each came from: the search-path entry and its folder.
+  const std::string test_dir = std::filesystem::weakly_canonical(TRIAD_TEST_PLUGIN_DIR).string();
+  EXPECT_THAT(text, AllOf(HasSubstr("\n  " + test_dir + "  (TRIAD_PLUGIN_PATH)\n"),
+                          HasSubstr("  origin:       TRIAD_PLUGIN_PATH (" + test_dir + ")\n"),
+                          HasSubstr("  origin:       build tree (")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
               AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 2, tensor 1, pipeline 1\n"),

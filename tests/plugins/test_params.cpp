@@ -69,7 +69,9 @@ TEST(ResolveParams, UnknownKeyNamesThePathAndTheClosestName) {
   EXPECT_THAT(msg, AllOf(HasSubstr("attention.blok_q: unknown parameter of attention plugin "
                                    "'flashy'"),
                          HasSubstr("did you mean 'block_q'?"), HasSubstr("valid: block_q, block_k"),
-                         HasSubstr("triad-info --kind attention")));
+                         HasSubstr("triad-info --kind attention"),
+                         HasSubstr("; drop the setting, or declare 'blok_q' in the plugin's "
+                                   "parameter schema")));
   msg = user_error([&] { resolve_params(d, {{"wibble", "1"}}, "attention"); });
   EXPECT_THAT(msg, HasSubstr("attention.wibble: unknown parameter"));
   EXPECT_THAT(msg, ::testing::Not(HasSubstr("did you mean")));

@@ -1,4 +1,5 @@
-// CoreServices: the allocator counts what plugins hold; the logger reaches spdlog.
+// CoreServices: the allocator counts what plugins hold; the logger reaches spdlog, or holds its
+// lines until released.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -52,6 +53,28 @@ TEST(CoreServices, LoggerForwardsToSpdlogWithThePluginName) {
   l->log(l->ctx, TRIAD_LOG_DEBUG, "flash2", "block 64");
   spdlog::set_default_logger(previous);
   EXPECT_EQ(os.str(), "warning [naive] slow path\ndebug [flash2] block 64\n");
+}
+
+TEST(CoreServices, HeldLogLinesComeOutOnReleaseInOrder) {
+  std::ostringstream os;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(os);
+  auto logger = std::make_shared<spdlog::logger>("test", sink);
+  logger->set_pattern("%l %v");
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  CoreServices s;
+  const triad_logger_v1* l = s.c_services()->logger;
+  s.hold_logs();
+  l->log(l->ctx, TRIAD_LOG_INFO, "chatty", "created");
+  l->log(l->ctx, TRIAD_LOG_WARN, nullptr, "asked");
+  const std::string while_held = os.str();
+  s.release_logs();
+  const std::string released = os.str();
+  l->log(l->ctx, TRIAD_LOG_INFO, "chatty", "after");
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(while_held, "");
+  EXPECT_EQ(released, "info [chatty] created\nwarning [plugin] asked\n");
+  EXPECT_EQ(os.str(), released + "info [chatty] after\n");  // no longer held
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -27,6 +30,14 @@ namespace triad {
 namespace fs = std::filesystem;
 
 namespace {
+
+#ifndef TRIAD_PLUGIN_INSTALL_SUBDIR
+#define TRIAD_PLUGIN_INSTALL_SUBDIR "lib/triad"
+#endif
+#ifndef TRIAD_BUILD_DIR  // built outside CMake: no build tree to search
+#define TRIAD_BUILD_DIR ""
+#define TRIAD_BUILD_PLUGIN_DIR ""
+#endif
 
 constexpr const char* kFilePrefix = "libtriad-";
 constexpr const char* kFileSuffix = ".so";
@@ -260,12 +271,63 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-void add_unique(std::vector<std::string>& path, const std::string& dir) {
-  if (dir.empty()) return;
+std::string normalised(const std::string& dir) {
   std::error_code ec;
   std::string norm = fs::weakly_canonical(fs::absolute(dir), ec).string();
-  if (ec) norm = dir;
-  if (std::find(path.begin(), path.end(), norm) == path.end()) path.push_back(norm);
+  return ec ? dir : norm;
+}
+
+void add_unique(std::vector<SearchDir>& path, const std::string& dir, PluginSource source) {
+  if (dir.empty()) return;
+  const std::string norm = normalised(dir);
+  for (const auto& d : path)
+    if (d.dir == norm) return;
+  path.push_back({norm, source});
+}
+
+// Whether `inner` is `outer` or lies below it (both normalised), by whole components, so that
+// /x/build2 is not inside /x/build.
+bool is_inside(const fs::path& inner, const fs::path& outer) {
+  const fs::path rel = inner.lexically_relative(outer);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// The kind and name a plugin file's descriptor declares, read without any other check; empty
+// when the file has no readable version-1 descriptor.
+std::optional<std::pair<std::string, std::string>> declared_identity(const std::string& path) {
+  boost::dll::shared_library lib;
+  boost::dll::fs::error_code ec;
+  lib.load(path, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  if (ec || !lib.is_loaded() || !lib.has(TRIAD_PLUGIN_SYMBOL_V1)) return std::nullopt;
+  const auto& d = lib.get<const triad_plugin_v1>(TRIAD_PLUGIN_SYMBOL_V1);
+  if (d.abi_version != TRIAD_ABI_VERSION_1 || !d.kind || !d.name) return std::nullopt;
+  return std::make_pair(std::string(d.kind), std::string(d.name));
+}
+
+// The first notice for each plugin a process loads past a shadowed copy; later loads of the
+// same plugin stay quiet.
+void notice_once(const std::string& key, const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(key).second) std::cerr << "triad: notice: " << text << std::endl;
+}
+
+// Refuses a NULL field of the plugin's parameter table (the core would read it as a string).
+void verify_param_specs(const triad_plugin_v1& d, const std::string& path) {
+  for (size_t i = 0; i < d.num_params; ++i) {
+    const triad_param_spec_v1& spec = d.params[i];
+    const std::string which =
+        "parameter " + std::to_string(i) + (spec.name ? " ('" + std::string(spec.name) + "')" : "");
+    const char* null_field = !spec.name            ? "name"
+                             : !spec.default_value ? "default_value"
+                             : !spec.help          ? "help"
+                                                   : nullptr;
+    if (null_field)
+      throw UserError("plugin " + path + ": " + which + " of its parameter table has a NULL " +
+                      null_field + "; give every parameter a name, a default (\"\" for none) " +
+                      "and a help text");
+  }
 }
 
 }  // namespace
@@ -370,6 +432,7 @@ ResolvedParams resolve_params(const triad_plugin_v1& desc,
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
       msg += " (valid: " + join(names) + "; see triad-info --kind " + desc.kind + ")";
     }
+    msg += "; drop the setting, or declare '" + key + "' in the plugin's parameter schema";
     throw UserError(msg);
   }
 
@@ -395,68 +458,151 @@ ResolvedParams resolve_params(const triad_plugin_v1& desc,
 
 // ---- PluginLoader ---------------------------------------------------------------------
 
+const char* source_name(PluginSource source) {
+  switch (source) {
+    case PluginSource::env:
+      return "TRIAD_PLUGIN_PATH";
+    case PluginSource::install:
+      return "install";
+    case PluginSource::build_tree:
+      return "build tree";
+    case PluginSource::given:
+      break;
+  }
+  return "given";
+}
+
+std::vector<SearchDir> plugin_search_path(const std::string& env, const std::string& exe,
+                                          const std::string& install_subdir,
+                                          const std::string& build_dir,
+                                          const std::string& build_plugin_dir) {
+  std::vector<SearchDir> path;
+  std::stringstream ss(env);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) add_unique(path, dir, PluginSource::env);
+  if (exe.empty()) return path;
+  std::error_code ec;
+  fs::path exe_path = fs::weakly_canonical(fs::absolute(exe), ec);
+  if (ec) exe_path = fs::absolute(exe);
+  const std::string install =
+      normalised((exe_path.parent_path().parent_path() / install_subdir).string());
+  const std::string build_plugins = build_plugin_dir.empty() ? "" : normalised(build_plugin_dir);
+  // In the build tree bin/../lib/triad is the build's plugin folder: say so rather than
+  // "install". A folder of its own there is an installation made inside the build folder
+  // (cmake --install build --prefix build/stage), which must not see the build's plugins.
+  const bool build_tree = !build_plugins.empty() && !build_dir.empty() &&
+                          is_inside(exe_path.parent_path(), normalised(build_dir)) &&
+                          (install == build_plugins || !fs::exists(install, ec));
+  add_unique(
+      path, install,
+      install == build_plugins && build_tree ? PluginSource::build_tree : PluginSource::install);
+  if (build_tree) add_unique(path, build_plugins, PluginSource::build_tree);
+  return path;
+}
+
 PluginLoader::PluginLoader() {
-#ifdef TRIAD_BUILD_PLUGIN_DIR
-  add_unique(search_path_, TRIAD_BUILD_PLUGIN_DIR);
-#endif
+  std::string exe;
   try {
-    auto exe = boost::dll::program_location();
-    add_unique(search_path_, (exe.parent_path().parent_path() / "lib" / "triad").string());
+    exe = boost::dll::program_location().string();
   } catch (const std::exception&) {
-    // No /proc (unusual sandbox): the other entries still apply.
+    // No /proc (unusual sandbox): TRIAD_PLUGIN_PATH still applies.
   }
-  if (const char* env = std::getenv("TRIAD_PLUGIN_PATH")) {
-    std::stringstream ss(env);
-    std::string dir;
-    while (std::getline(ss, dir, ':')) add_unique(search_path_, dir);
-  }
+  const char* env = std::getenv("TRIAD_PLUGIN_PATH");
+  search_path_ = plugin_search_path(env ? env : "", exe, TRIAD_PLUGIN_INSTALL_SUBDIR,
+                                    TRIAD_BUILD_DIR, TRIAD_BUILD_PLUGIN_DIR);
 }
 
 PluginLoader::PluginLoader(std::vector<std::string> search_path) {
-  for (const auto& d : search_path) add_unique(search_path_, d);
+  for (const auto& d : search_path) add_unique(search_path_, d, PluginSource::given);
 }
 
-std::vector<std::string> PluginLoader::discover() const {
-  std::vector<std::string> found;
-  std::set<std::string> seen;
+std::vector<FoundPlugin> PluginLoader::discover() const {
+  std::vector<FoundPlugin> found;
   for (const auto& dir : search_path_) {
     std::error_code ec;
-    std::vector<std::string> here;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      std::string file = e.path().filename().string(), kind, name;
-      if (parse_file_name(file, &kind, &name) && e.is_regular_file(ec) && !seen.count(file))
-        here.push_back(file);
+    std::vector<FoundPlugin> here;
+    for (const auto& e : fs::directory_iterator(dir.dir, ec)) {
+      FoundPlugin f{e.path().string(), "", "", dir.source};
+      if (parse_file_name(e.path().filename().string(), &f.kind, &f.name) && e.is_regular_file(ec))
+        here.push_back(f);
     }
-    std::sort(here.begin(), here.end());
-    for (const auto& f : here) {
-      seen.insert(f);
-      found.push_back((fs::path(dir) / f).string());
-    }
+    std::sort(here.begin(), here.end(),
+              [](const FoundPlugin& a, const FoundPlugin& b) { return a.path < b.path; });
+    found.insert(found.end(), here.begin(), here.end());
   }
   return found;
 }
 
 std::vector<std::string> PluginLoader::available(const std::string& kind) const {
-  std::vector<std::string> names;
-  for (const auto& p : discover()) {
-    std::string k, n;
-    if (parse_file_name(fs::path(p).filename().string(), &k, &n) && k == kind) names.push_back(n);
+  std::set<std::string> names;
+  for (const auto& f : discover()) {
+    if (f.kind != kind) continue;
+    auto id = declared_identity(f.path);
+    if (id && id->first == f.kind && id->second == f.name) names.insert(id->second);
   }
-  std::sort(names.begin(), names.end());
-  return names;
+  return {names.begin(), names.end()};
+}
+
+bool plugin_override() {
+  const char* v = std::getenv("TRIAD_PLUGIN_OVERRIDE");
+  return v && std::string(v) == "1";
+}
+
+std::string shadowing(const std::vector<FoundPlugin>& found, bool override_set) {
+  auto where = [](const FoundPlugin& f) { return f.path + " (" + source_name(f.source) + ")"; };
+  std::vector<std::string> others;
+  for (size_t i = 1; i < found.size(); ++i) others.push_back(where(found[i]));
+  const std::string who = found.front().kind + " plugin '" + found.front().name + "'";
+  if (override_set)
+    return who + ": using " + where(found.front()) + ", which shadows " + join(others, " and ") +
+           " (TRIAD_PLUGIN_OVERRIDE=1)";
+  return who + " is found " +
+         (found.size() == 2 ? "twice" : std::to_string(found.size()) + " times") +
+         " on the plugin search path: " + where(found.front()) + " and " + join(others, " and ") +
+         "; remove " + (found.size() == 2 ? "one of them" : "all but one") +
+         ", or set TRIAD_PLUGIN_OVERRIDE=1 to use the first";
+}
+
+std::vector<FoundPlugin> PluginLoader::copies(const std::string& kind,
+                                              const std::string& name) const {
+  // The core resolves (kind, name) by file name, and load_file() refuses a file whose
+  // descriptor says another kind or name: two files of one plugin have the same file name.
+  const std::string file = file_name_for(kind, name);
+  std::vector<FoundPlugin> found;
+  for (const auto& dir : search_path_) {
+    fs::path p = fs::path(dir.dir) / file;
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) continue;
+    bool same = false;  // one file reached through a link in two folders is one plugin
+    for (const auto& f : found) same = same || fs::equivalent(f.path, p, ec);
+    if (!same) found.push_back({p.string(), kind, name, dir.source});
+  }
+  return found;
 }
 
 std::shared_ptr<const LoadedPlugin> PluginLoader::load(const std::string& kind,
                                                        const std::string& name) const {
   const std::string file = file_name_for(kind, name);
-  for (const auto& dir : search_path_) {
-    fs::path p = fs::path(dir) / file;
-    std::error_code ec;
-    if (fs::is_regular_file(p, ec)) return load_file(p.string(), kind);
+  const std::vector<FoundPlugin> found = copies(kind, name);
+  if (found.size() > 1) {
+    if (!plugin_override()) throw UserError(shadowing(found, false));
+    notice_once(file, shadowing(found, true));
   }
+  if (!found.empty()) return load_file(found.front().path, kind);
+
+  std::vector<std::string> dirs;
+  for (const auto& d : search_path_) dirs.push_back(d.dir);
   auto names = available(kind);
   std::string msg = "no " + kind + " plugin named '" + name + "' (looked for " + file +
-                    " in: " + join(search_path_) + ")";
+                    " in: " + join(dirs) + ")";
+  // A plugin whose file was named for something else: the one place to look for the fix.
+  for (const auto& f : discover()) {
+    if (f.kind != kind || f.name == name) continue;
+    auto id = declared_identity(f.path);
+    if (id && id->first == kind && id->second == name)
+      msg += "; " + f.path + " declares " + kind + " plugin '" + name +
+             "' but its file name says '" + f.name + "': rename the file to " + file;
+  }
   std::string near = closest_name(name, names);
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
   msg += names.empty() ? "; no " + kind + " plugins were found there"
@@ -501,21 +647,19 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load_file(
       (desc->num_params && !desc->params))
     throw UserError("plugin " + p +
                     ": descriptor has a NULL kind, name, version, description or params table");
-  for (size_t i = 0; i < desc->num_params; ++i)
-    if (!desc->params[i].name || !desc->params[i].default_value || !desc->params[i].help)
-      throw UserError("plugin " + p + ": parameter " + std::to_string(i) +
-                      " has a NULL name, default or help text");
+  verify_param_specs(*desc, p);
 
   std::string file = path.filename().string(), fkind, fname;
   if (!parse_file_name(file, &fkind, &fname))
     throw UserError("plugin " + p + ": file name must be libtriad-<kind>-<name>.so; rename it to " +
                     file_name_for(desc->kind, desc->name));
   if (fkind != desc->kind || fname != desc->name)
-    throw UserError("plugin " + p +
-                    ": descriptor data does not match filename: it declares kind '" + desc->kind +
-                    "' and name '" + desc->name + "', the file name says kind '" + fkind +
-                    "' and name '" + fname + "'; rename it to " +
-                    file_name_for(desc->kind, desc->name) + " or fix the descriptor");
+    throw UserError(
+        "plugin " + p + ": descriptor data does not match filename: it declares kind '" +
+        desc->kind + "' and name '" + desc->name + "', the file name says kind '" + fkind +
+        "' and name '" + fname + "'; rename the file to " + file_name_for(desc->kind, desc->name) +
+        ", or change the descriptor (the plugin's registration macro) to kind '" + fkind +
+        "' and name '" + fname + "'");
   if (!expected_kind.empty() && expected_kind != desc->kind)
     throw UserError("plugin " + p + " has kind '" + desc->kind + "', but a plugin of kind '" +
                     expected_kind + "' is needed here");

@@ -33,9 +33,32 @@ CoreServices::CoreServices(int num_threads, void* stream) {
   services_ = {sizeof(triad_services_v1), &logger_, &allocator_, stream, num_threads};
 }
 
-void CoreServices::log(void*, int level, const char* plugin_name, const char* message) {
-  spdlog::log(to_spdlog(level), "[{}] {}", plugin_name ? plugin_name : "plugin",
-              message ? message : "");
+void CoreServices::log(void* ctx, int level, const char* plugin_name, const char* message) {
+  const char* plugin = plugin_name ? plugin_name : "plugin";
+  auto* self = static_cast<CoreServices*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(self->held_mutex_);
+    if (self->holding_) {
+      self->held_.push_back({level, plugin, message ? message : ""});
+      return;
+    }
+  }
+  spdlog::log(to_spdlog(level), "[{}] {}", plugin, message ? message : "");
+}
+
+void CoreServices::hold_logs() {
+  std::lock_guard<std::mutex> lock(held_mutex_);
+  holding_ = true;
+}
+
+void CoreServices::release_logs() {
+  std::vector<LogLine> lines;
+  {
+    std::lock_guard<std::mutex> lock(held_mutex_);
+    holding_ = false;
+    lines.swap(held_);
+  }
+  for (const auto& l : lines) log(this, l.level, l.plugin.c_str(), l.message.c_str());
 }
 
 void* CoreServices::alloc(void* ctx, size_t bytes, DLDevice device) {

@@ -35,18 +35,24 @@ inline Error unsupported(const std::string& msg) {
   return Error(TRIAD_ERR_UNSUPPORTED, msg);
 }
 
-// The plugin's resolved parameters (the core has validated and defaulted them).
+// The plugin's resolved parameters (the core has validated and defaulted them): exactly the
+// ones its parameter table declares, so reading any other is a bug of the plugin.
 class Params {
  public:
   Params() = default;
-  explicit Params(const triad_params_v1* p) {
+  explicit Params(const triad_params_v1* p, const char* plugin_name = "plugin")
+      : plugin_name_(plugin_name ? plugin_name : "plugin") {
     if (!p) return;
     for (size_t i = 0; i < p->count; ++i) values_[p->items[i].name] = p->items[i].value;
   }
   bool has(const std::string& n) const { return values_.count(n) != 0; }
   const std::string& get_string(const std::string& n) const {
     auto it = values_.find(n);
-    if (it == values_.end()) throw invalid("parameter '" + n + "' was not passed to the plugin");
+    if (it == values_.end())
+      throw invalid("plugin '" + plugin_name_ + "' reads parameter '" + n +
+                    "', which its parameter table does not declare, so the core never passes "
+                    "it; declare '" +
+                    n + "' in the plugin's parameter table (TRIAD_PARAMS), or stop reading it");
     return it->second;
   }
   long long get_int(const std::string& n) const { return std::stoll(get_string(n)); }
@@ -54,6 +60,7 @@ class Params {
   bool get_bool(const std::string& n) const { return get_string(n) == "true"; }
 
  private:
+  std::string plugin_name_ = "plugin";
   std::map<std::string, std::string> values_;
 };
 
@@ -115,7 +122,7 @@ struct Lifecycle {
     try {
       auto* inst = new Instance<Impl>();
       try {
-        inst->impl = new Impl(Services(services, name), Params(params));
+        inst->impl = new Impl(Services(services, name), Params(params, name));
       } catch (...) {
         delete inst;
         throw;

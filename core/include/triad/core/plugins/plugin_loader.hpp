@@ -94,32 +94,75 @@ ResolvedParams resolve_params(const triad_plugin_v1& desc,
                               const std::map<std::string, std::string>& given,
                               const std::string& yaml_path);
 
+// Where a folder of the plugin search path comes from; triad-info shows it next to each plugin.
+enum class PluginSource { env, install, build_tree, given };
+// "TRIAD_PLUGIN_PATH", "install", "build tree", "given".
+const char* source_name(PluginSource source);
+
+struct SearchDir {
+  std::string dir;  // absolute, normalised
+  PluginSource source;
+};
+
+// One libtriad-<kind>-<name>.so on the search path; kind and name as its file name says them.
+struct FoundPlugin {
+  std::string path;
+  std::string kind, name;
+  PluginSource source;
+};
+
+// The default search path of a process whose executable is `exe`: each entry of `env`
+// (TRIAD_PLUGIN_PATH, colon-separated, empty entries skipped), then the installation's folder
+// (<exe>/../<install_subdir>), then `build_plugin_dir` only when the executable runs from the
+// build tree `build_dir`: its canonical path lies inside the build folder's and it is not part
+// of an installation there (its installation folder is the build's plugin folder, or absent).
+// A folder reached twice keeps its first place. exe empty: no installation folder.
+std::vector<SearchDir> plugin_search_path(const std::string& env, const std::string& exe,
+                                          const std::string& install_subdir,
+                                          const std::string& build_dir,
+                                          const std::string& build_plugin_dir);
+
 class PluginLoader {
  public:
-  // Search path: the build tree's plugin folder (compiled in), the install tree's (relative
-  // to the running executable: <exe>/../lib/triad), then each entry of TRIAD_PLUGIN_PATH.
-  // Duplicates are dropped; folders that do not exist are kept (they appear in messages).
+  // The search path of plugin_search_path() for this process (TRIAD_PLUGIN_PATH, the
+  // installation, the build tree). Folders that do not exist are kept (they appear in messages).
   PluginLoader();
+  // Exactly these folders, in this order (source `given`).
   explicit PluginLoader(std::vector<std::string> search_path);
-  const std::vector<std::string>& search_path() const { return search_path_; }
+  const std::vector<SearchDir>& search_path() const { return search_path_; }
 
   // Loads libtriad-<kind>-<name>.so from the search path and verifies it. Throws UserError
-  // naming the file and what was wrong (missing file: lists the names that do exist for that
-  // kind; missing descriptor symbol; other descriptor ABI version; a kind ABI version this
-  // Triad neither speaks nor adapts; kind/name mismatch; a NULL ops slot).
+  // naming the file and what was wrong (missing file: lists the plugins of that kind by their
+  // descriptors' names; the same file name in two folders, unless TRIAD_PLUGIN_OVERRIDE=1 lets
+  // the first win with a notice on stderr; missing descriptor symbol; other descriptor ABI
+  // version; a kind ABI version this Triad neither speaks nor adapts; kind/name mismatch; a
+  // NULL ops slot or parameter field).
   std::shared_ptr<const LoadedPlugin> load(const std::string& kind, const std::string& name) const;
   // Loads a given file (triad-plugin-test, triad-info). Verifies the descriptor; if
   // expected_kind is non-empty the kind must match.
   std::shared_ptr<const LoadedPlugin> load_file(const std::string& path,
                                                 const std::string& expected_kind = "") const;
-  // Every libtriad-*.so on the search path (first one wins for a given file name).
-  std::vector<std::string> discover() const;
-  // Names available for a kind (for messages: "available: naive, flash1").
+  // Every libtriad-*.so on the search path in search order, each folder's sorted by name; the
+  // same file name in two folders is listed twice (copies() groups them).
+  std::vector<FoundPlugin> discover() const;
+  // Every file of one plugin on the search path, in search order (the first is the one load()
+  // uses; more than one is shadowing). One file linked into two folders counts once.
+  std::vector<FoundPlugin> copies(const std::string& kind, const std::string& name) const;
+  // Names of the plugins of a kind that load(kind, name) finds, as their descriptors say them
+  // (for messages: "available: naive, flash1"). Files without a readable descriptor of that kind,
+  // or whose descriptor disagrees with the file name, are left out.
   std::vector<std::string> available(const std::string& kind) const;
 
  private:
-  std::vector<std::string> search_path_;
+  std::vector<SearchDir> search_path_;
 };
+
+// Whether TRIAD_PLUGIN_OVERRIDE=1 lets the first of two files of the same plugin win.
+bool plugin_override();
+// `found` holds two or more files of one plugin (kind and name) in search order. Without
+// override: the one-line error naming every file and the fix. With it: the notice naming the
+// file used and the ones it shadows.
+std::string shadowing(const std::vector<FoundPlugin>& found, bool override_set);
 
 // Names of ABI values, for messages: "UNSUPPORTED", "int".
 std::string status_name(int status);

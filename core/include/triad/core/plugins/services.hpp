@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "triad/sdk/plugin_v1.h"
 
@@ -22,10 +25,23 @@ class CoreServices {
   size_t current_bytes() const { return current_.load(); }
   size_t peak_bytes() const { return peak_.load(); }
 
+  // Keeps the plugins' log lines instead of writing them, until release_logs() writes them in
+  // the order they came (triad-info: they never interleave with its listing).
+  void hold_logs();
+  void release_logs();
+
  private:
   static void log(void* ctx, int level, const char* plugin_name, const char* message);
   static void* alloc(void* ctx, size_t bytes, DLDevice device);
   static void free(void* ctx, void* ptr, DLDevice device);
+
+  struct LogLine {
+    int level;
+    std::string plugin, message;
+  };
+  std::mutex held_mutex_;
+  bool holding_ = false;
+  std::vector<LogLine> held_;
 
   std::atomic<size_t> current_{0};
   std::atomic<size_t> peak_{0};
