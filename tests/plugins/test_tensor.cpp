@@ -159,7 +159,7 @@ TEST(TensorSuite, CatchesEachPlantedDefect) {
       {"unsupported_tp4", "FAIL hostile tp=4 plan: split(word_embedding) failed (UNSUPPORTED)"},
       {"row_output_identity", "FAIL hostile tp=2 mlp block: y is off by"},
       {"no_grad_reduce", "FAIL hostile tp=2 sp mlp block: d ln weight is off by"},
-      {"swapped_sp", "FAIL hostile tp=2 sp mlp block: the MLP forward leaves 1 token rows"},
+      {"swapped_sp", "FAIL hostile tp=2 sp mlp block: the block's forward leaves 1 token rows"},
       {"logits_identity", "FAIL hostile tp=2 vocab-parallel cross-entropy: loss is off by"},
   };
   for (const auto& [bug, expect] : bugs) {
