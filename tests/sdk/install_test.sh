@@ -11,6 +11,8 @@
 #   - the one-process run with the examples gives the losses of the shipped plugins;
 #   - the installed triad-info lists every example from the colon-separated TRIAD_PLUGIN_PATH;
 #   - find_package(Triad) pointed at the build tree stops with "install first";
+#   - the installed triad-info takes the examples from TRIAD_PLUGIN_PATH and the shipped plugins
+#     from the installation, never from the build tree;
 #   - tp 2 with tensor-example gives the losses of tp 1;
 #   - a transport's max_world_size holds: the suite skips larger worlds and the installed
 #     triad-launch refuses them in one line, exit 2.
@@ -103,6 +105,15 @@ for kind in attention transport data tensor pipeline; do
 done
 grep -q 'block_k' info.log || fail "triad-info does not show the attention example's block_k"
 grep -q '^  abi:          plugin 1, attention 1$' info.log || fail "triad-info shows no attention ABI"
+# The installed tools search their own prefix, never the build tree they were built in.
+grep -q "^  origin:       TRIAD_PLUGIN_PATH ($work/build-examples/tensor)" info.log ||
+  { cat info.log; fail "triad-info does not say the tensor example came from TRIAD_PLUGIN_PATH"; }
+grep -q "^  origin:       install ($prefix/lib/triad)" info.log ||
+  { cat info.log; fail "triad-info shows no shipped plugin from the installation's lib/triad"; }
+if grep -q "origin: *build tree" info.log; then
+  cat info.log
+  fail "the installed triad-info loads plugins from the build tree"
+fi
 
 step "find_package(Triad) pointed at the build tree says to install first"
 if cmake -S examples/pipeline-example -B from-build-tree -DCMAKE_PREFIX_PATH="$build" \
