@@ -153,6 +153,22 @@ for name, layout, sets, group in (
         if path:
             check_tool(name, path)
 
+# One process, training.profile_dir elsewhere: trace.json there, and not replaced without
+# --overwrite.
+prof = os.path.join(d, "prof")
+solo = [LAUNCH, CONFIG, "-q", "--profile-steps", "1,3", "--set", "training.train_iters=3",
+        "--set", "training.micro_batch_size=4", "--set", f"training.profile_dir={prof}"]
+rc, out, err = run(solo + ["--set", f"output.dir={os.path.join(d, 'solo')}"], d)
+check(rc == 0 and os.path.isfile(os.path.join(prof, "trace.json")),
+      f"one process: trace.json in training.profile_dir (exit {rc}: {err.strip()[-300:]})")
+if rc == 0:
+    steps = [e["args"]["step"] for e in json.load(open(os.path.join(prof, "trace.json")))
+             ["traceEvents"] if e.get("cat") == "step"]
+    check(steps == [1, 3], f"one process: steps 1 and 3 traced (got {steps})")
+rc, out, err = run(solo + ["--set", f"output.dir={os.path.join(d, 'solo2')}"], d)
+check_bad_input("triad-launch", rc, err, ["training.profile_dir", "trace.json", "--overwrite"],
+                "a profile_dir holding a trace.json")
+
 # Bad --profile-steps: one line naming the key, the value and the fix; nothing run.
 for bad, says in (("0-2", "outside"), ("3-9", "outside"), ("x", "not a step number"),
                   ("3-2", "ends before"), ("2,", "not a step number")):
