@@ -70,9 +70,10 @@ def check_trace(name, layout, group):
         check(sorted(steps) == list(STEPS), f"{name} rank {rank}: steps {STEPS} traced "
               f"(got {sorted(steps)})")
         spans = [e for e in mine if e["cat"] != "step"]
-        outside = [e["name"] for e in spans
-                   if e["args"].get("step") not in steps or not spans_within(e, steps[e["args"]["step"]])]
-        check(not outside, f"{name} rank {rank}: every span inside its step (outside: {outside[:3]})")
+        outside = [e["name"] for e in spans if e["args"].get("step") not in steps
+                   or not spans_within(e, steps[e["args"]["step"]])]
+        check(not outside,
+              f"{name} rank {rank}: every span inside its step (outside: {outside[:3]})")
         for s, step in steps.items():
             of = [e for e in spans if e["args"].get("step") == s]
             tangled = [(a["name"], b["name"]) for i, a in enumerate(of) for b in of[i + 1:]
