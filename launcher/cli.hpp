@@ -33,6 +33,8 @@ struct LaunchArgs {
   // Seconds a rank's collective or point-to-point wait may take (training.collective_timeout;
   // the flag is a --set of it, so the YAML key and the flag are one setting).
   std::optional<double> collective_timeout_s;
+  // --profile-steps: a --set of training.profile_steps (the steps of the step trace).
+  std::optional<std::string> profile_steps;
   // --resume / --overwrite: checkpoint.resume / output.overwrite set to true.
   bool resume = false, overwrite = false;
   bool no_prefix = false;

@@ -1,5 +1,7 @@
 #include "checks.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -131,6 +133,50 @@ void check_training(const Config& c, const Checker& k) {
          "'learned' (" + k.at("output.export_hf") +
          "); the GPT-2 (Hugging Face) layout has no rotary embeddings, so drop export_hf or use "
          "learned positions");
+}
+
+// training.profile_steps, a list [3, 4] or a text "3-4,7", into its step numbers (sorted, each
+// once), every one from 1 to train_iters.
+void resolve_profile_steps(TrainingConfig& t, const Checker& k) {
+  std::vector<std::string> items = t.profile_steps_list;
+  for (size_t i = 0; !t.profile_steps.empty();) {  // the text: items apart by commas
+    const size_t comma = t.profile_steps.find(',', i);
+    items.push_back(t.profile_steps.substr(i, comma == std::string::npos ? comma : comma - i));
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  std::string written = t.profile_steps;  // as given, for the message
+  for (const std::string& item : t.profile_steps_list)
+    written += (written.empty() ? "[" : ", ") + item;
+  if (!t.profile_steps_list.empty()) written += "]";
+  const auto bad = [&](const std::string& why) {
+    fail("training.profile_steps '" + written + "' (" + k.at("training.profile_steps") + ") " +
+         why + "; give step numbers from 1 to training.train_iters " + str(t.train_iters) +
+         " as a list [3, 4] or a range '3-4' (--profile-steps 3-4), or leave it empty for no "
+         "trace");
+  };
+  const auto number = [&](std::string text) {
+    while (!text.empty() && text.front() == ' ') text.erase(0, 1);
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    int v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+      bad("has '" + text + "', which is not a step number");
+    if (v < 1 || v > t.train_iters)
+      bad("has step " + text + ", outside the run's steps 1.." + str(t.train_iters));
+    return v;
+  };
+  std::vector<int>& out = t.profile_step_numbers;
+  out.clear();
+  for (const std::string& item : items) {
+    const size_t dash = item.find('-', item.find_first_not_of(' ') + 1);
+    const int first = number(item.substr(0, dash));
+    const int last = dash == std::string::npos ? first : number(item.substr(dash + 1));
+    if (last < first) bad("has the range '" + item + "', which ends before it starts");
+    for (int s = first; s <= last; ++s) out.push_back(s);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
 // training.recompute_granularity and its two shorthands: one granularity, however it was asked
@@ -344,6 +390,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_model(c, k);
   check_training(c, k);
   resolve_recompute(c.training, k);
+  resolve_profile_steps(c.training, k);
   check_available(c, k);
   // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
   if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;

@@ -140,6 +140,16 @@ void check_run_paths(const Config& c, bool writes_output) {
     check_output_folder("output.export_hf", c.output.export_hf,
                         "choose a folder you can write, e.g. output.export_hf: runs/my-run/hf "
                         "(it is written at the end of training)");
+  // The step trace: every rank writes its part there, rank 0 the merged trace.json, which an
+  // earlier trace's is replaced by only when asked to.
+  if (!c.training.profile_step_numbers.empty() && !c.training.profile_dir.empty()) {
+    check_output_folder("training.profile_dir", c.training.profile_dir,
+                        "choose a folder you can write, e.g. training.profile_dir: runs/my-trace");
+    if (!c.output.overwrite && fs::exists(fs::path(c.training.profile_dir) / "trace.json", ec))
+      throw UserError("training.profile_dir '" + c.training.profile_dir +
+                      "' already holds a trace.json; pass --overwrite (output.overwrite: true) to "
+                      "replace it, or choose another training.profile_dir");
+  }
   // An exported model is replaced only when asked to (as a run in output.dir is).
   if (!c.output.export_hf.empty() && !c.output.overwrite && !c.checkpoint.resume && load.empty())
     if (const std::string f = hf_model_file_in(c.output.export_hf); !f.empty())

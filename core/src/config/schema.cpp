@@ -104,6 +104,10 @@ std::vector<Section> training_sections() {
            F("log_interval", TRIAD_SLOT(training.log_interval)).min(1),
            F("collective_timeout", TRIAD_SLOT(training.collective_timeout)).gt(0),
            F("exit_interval", TRIAD_SLOT(training.exit_interval)).min(0),
+           F("profile_steps", TRIAD_SLOT(training.profile_steps)).or_list([](Config& c) {
+             return &c.training.profile_steps_list;
+           }),
+           F("profile_dir", TRIAD_SLOT(training.profile_dir)),
            F("eval_interval", TRIAD_SLOT(training.eval_interval)).min(0),
            F("eval_iters", TRIAD_SLOT(training.eval_iters)).min(1),
            // Megatron's --recompute-granularity; the two switches below are its shorthands

@@ -134,6 +134,10 @@ ParallelComms make_parallel_comms(Communicator& world, const ProcessGroups& grou
   if (*pc.tp) pc.tp->label("the tensor-parallel group", groups.tp_group(r));
   if (*pc.dp) pc.dp->label("the data-parallel group", groups.dp_group(r));
   if (*pc.pp) pc.pp->label("the pipeline group", groups.pp_group(r));
+  // And what the step trace names them (trace.hpp).
+  pc.tp->trace_group("tp");
+  pc.dp->trace_group("dp");
+  pc.pp->trace_group("pp");
   return pc;
 }
 

@@ -8,6 +8,7 @@
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/plugins/plugin_instance.hpp"
+#include "triad/core/train/trace.hpp"
 #include "triad/sdk/comm_ref_v1.h"
 
 namespace triad {
@@ -133,7 +134,12 @@ TransportRequest::~TransportRequest() {
 }
 
 TransportRequest::TransportRequest(TransportRequest&& o) noexcept
-    : inst_(std::move(o.inst_)), req_(o.req_), what_(std::move(o.what_)) {
+    : inst_(std::move(o.inst_)),
+      req_(o.req_),
+      what_(std::move(o.what_)),
+      op_(o.op_),
+      group_(o.group_),
+      bytes_(o.bytes_) {
   o.req_ = nullptr;
 }
 
@@ -143,6 +149,7 @@ TransportRequest& TransportRequest::operator=(TransportRequest&& o) noexcept {
     inst_ = std::move(o.inst_);
     req_ = o.req_;
     what_ = std::move(o.what_);
+    describe(o.op_, o.group_, o.bytes_);
     o.req_ = nullptr;
   }
   return *this;
@@ -162,6 +169,8 @@ bool TransportRequest::test() {
 
 void TransportRequest::wait(std::chrono::milliseconds timeout) {
   if (!req_) return;
+  TraceSpan span(TraceKind::communication, op_);
+  if (span) span.arg("group", group_).arg("bytes", bytes_);
   inst_->check(inst_->ops->wait(inst_->handle, req_, timeout.count()), what_);
 }
 
@@ -185,7 +194,8 @@ Communicator::Communicator(Communicator&& o) noexcept
       bridge_(std::move(o.bridge_)),
       comm_(o.comm_),
       rank_(o.rank_),
-      size_(o.size_) {
+      size_(o.size_),
+      group_(o.group_) {
   o.comm_ = nullptr;
 }
 
@@ -197,6 +207,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
     comm_ = o.comm_;
     rank_ = o.rank_;
     size_ = o.size_;
+    group_ = o.group_;
     o.comm_ = nullptr;
   }
   return *this;
@@ -233,66 +244,86 @@ namespace {
 
 // Every operation: issue it through the plugin's `call(&req)`, turn a failed status into
 // a TransportError naming `what`, and wrap the request.
+// op, group and the bytes moved (count elements of dtype) are what the step trace records.
 template <class Call>
 TransportRequest issue(const std::shared_ptr<detail::TransportInstance>& inst, std::string what,
-                       Call call) {
+                       Call call, const char* op, const char* group, uint64_t count = 0,
+                       DLDataType dtype = dl_float32()) {
   void* req = nullptr;
   inst->check(call(&req), what);
-  return TransportRequest(inst, req, std::move(what));
+  TransportRequest r(inst, req, std::move(what));
+  r.describe(op, group, count * ((uint64_t(dtype.bits) * dtype.lanes + 7) / 8));
+  return r;
 }
 
 }  // namespace
 
 TransportRequest Communicator::all_reduce(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, int op, DLDevice device) {
-  return issue(inst_, detail::op_text("all_reduce", count, dtype), [&](void** req) {
-    return inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op, req);
-  });
+  return issue(
+      inst_, detail::op_text("all_reduce", count, dtype),
+      [&](void** req) {
+        return inst_->ops->all_reduce(inst_->handle, comm_, send, recv, count, dtype, device, op,
+                                      req);
+      },
+      "all_reduce", group_, count, dtype);
 }
 
 TransportRequest Communicator::reduce_scatter(const void* send, void* recv, uint64_t count,
                                               DLDataType dtype, int op, DLDevice device) {
-  return issue(inst_, detail::op_text("reduce_scatter", count, dtype), [&](void** req) {
-    return inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device, op,
-                                      req);
-  });
+  return issue(
+      inst_, detail::op_text("reduce_scatter", count, dtype),
+      [&](void** req) {
+        return inst_->ops->reduce_scatter(inst_->handle, comm_, send, recv, count, dtype, device,
+                                          op, req);
+      },
+      "reduce_scatter", group_, count, dtype);
 }
 
 TransportRequest Communicator::all_gather(const void* send, void* recv, uint64_t count,
                                           DLDataType dtype, DLDevice device) {
-  return issue(inst_, detail::op_text("all_gather", count, dtype), [&](void** req) {
-    return inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, req);
-  });
+  return issue(
+      inst_, detail::op_text("all_gather", count, dtype),
+      [&](void** req) {
+        return inst_->ops->all_gather(inst_->handle, comm_, send, recv, count, dtype, device, req);
+      },
+      "all_gather", group_, count, dtype);
 }
 
 TransportRequest Communicator::broadcast(void* buf, uint64_t count, DLDataType dtype, int root,
                                          DLDevice device) {
-  return issue(inst_, detail::op_text("broadcast", count, dtype), [&](void** req) {
-    return inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, req);
-  });
+  return issue(
+      inst_, detail::op_text("broadcast", count, dtype),
+      [&](void** req) {
+        return inst_->ops->broadcast(inst_->handle, comm_, buf, count, dtype, device, root, req);
+      },
+      "broadcast", group_, count, dtype);
 }
 
 TransportRequest Communicator::send(const void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  return issue(inst_, detail::op_text("send", count, dtype) + " to rank " + std::to_string(peer),
-               [&](void** req) {
-                 return inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag,
-                                         req);
-               });
+  return issue(
+      inst_, detail::op_text("send", count, dtype) + " to rank " + std::to_string(peer),
+      [&](void** req) {
+        return inst_->ops->send(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
+      },
+      "send", group_, count, dtype);
 }
 
 TransportRequest Communicator::recv(void* buf, uint64_t count, DLDataType dtype, int peer,
                                     uint32_t tag, DLDevice device) {
-  return issue(inst_, detail::op_text("recv", count, dtype) + " from rank " + std::to_string(peer),
-               [&](void** req) {
-                 return inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag,
-                                         req);
-               });
+  return issue(
+      inst_, detail::op_text("recv", count, dtype) + " from rank " + std::to_string(peer),
+      [&](void** req) {
+        return inst_->ops->recv(inst_->handle, comm_, buf, count, dtype, device, peer, tag, req);
+      },
+      "recv", group_, count, dtype);
 }
 
 TransportRequest Communicator::barrier() {
-  return issue(inst_, "barrier",
-               [&](void** req) { return inst_->ops->barrier(inst_->handle, comm_, req); });
+  return issue(
+      inst_, "barrier", [&](void** req) { return inst_->ops->barrier(inst_->handle, comm_, req); },
+      "barrier", group_);
 }
 
 // ---------------------------------------------------------------------------------------

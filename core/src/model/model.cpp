@@ -1,6 +1,7 @@
 #include "triad/core/model/model.hpp"
 
 #include "triad/core/dist/transport.hpp"
+#include "triad/core/train/trace.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -562,19 +563,25 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
     state_.prefetch(spec.embedding);
     if (nl) state_.prefetch(block_range(0));
     dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
+    const TraceSpan span(TraceKind::compute, "forward embedding");
     embedding_forward(s);
     if (!has_head_) state_.release(spec.embedding);
   }
   // else: the previous stage's output was received into the stage's input.
   for (size_t i = 0; i < nl; ++i) {
     state_.prefetch(i + 1 < nl ? block_range(i + 1) : spec.head);
+    const TraceSpan span(TraceKind::compute, "forward block",
+                         spec.layers[chunk_.first_block + i].layer);
     block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data(), true);
     state_.release(block_range(i));
   }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
   dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
-  const float loss = head_forward(s, nl > 0);
+  const float loss = [&] {
+    const TraceSpan span(TraceKind::compute, "forward head");
+    return head_forward(s, nl > 0);
+  }();
   state_.release(spec.head);
   state_.release(spec.embedding);
   return loss;
@@ -687,6 +694,7 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
   if (has_head_) {
     state_.prefetch(spec.head);
     state_.prefetch(spec.embedding);
+    const TraceSpan span(TraceKind::compute, "backward head");
     head_backward(s, loss_scale, reduce_now(spec.head));
     state_.release(spec.head);
     state_.release(spec.embedding);  // embedding_backward reads no weights
@@ -697,12 +705,15 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
   }
   for (size_t i = nl; i-- > 0;) {
     if (i > 0) state_.prefetch(block_range(i - 1));
+    const TraceSpan span(TraceKind::compute, "backward block",
+                         spec.layers[chunk_.first_block + i].layer);
     block_backward(i, s, reduce_now(block_range(i)));
     state_.release(block_range(i));
     const ArenaRange& r = block_range(i);
     if (grads_ready) grads_ready(r.begin, r.size());
   }
   if (has_embedding_) {
+    const TraceSpan span(TraceKind::compute, "backward embedding");
     embedding_backward(s);
     // wte (and wpe) are final only now: the tied LM head wrote into wte first.
     if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());

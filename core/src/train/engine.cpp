@@ -10,6 +10,7 @@
 #include "triad/core/train/run.hpp"
 #include "triad/core/train/step_observers.hpp"
 #include "triad/core/train/stop_signals.hpp"
+#include "triad/core/train/trace.hpp"
 #include "triad/core/train/training_step.hpp"
 
 namespace triad {
@@ -121,9 +122,12 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
   // after the same step, save a checkpoint when checkpoint.save is set, and the run ends.
   const StopSignalsArmed stop_signals;
   const TrainingConfig& t = cfg.training;
+  StepTrace trace(run.opts.dist.rank, t.profile_step_numbers);
   for (int step = run.start_step + 1; step <= t.train_iters; ++step) {
     rank_status_step(step);
+    trace.begin_step(step);
     StepOutcome outcome = trainer.run(step);
+    trace.end_step();
     outcome.valid_loss = trainer.evaluate_after(step);
     if (std::isfinite(outcome.valid_loss)) result.valid_loss = outcome.valid_loss;
     result.steps.push_back(metrics.record(outcome));
@@ -140,6 +144,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
   }
   result.checkpoint = checkpoints.last();
   metrics.close();
+  write_step_trace(run, trace);
   finish_run(run, optimizer, result);
   return result;
 }

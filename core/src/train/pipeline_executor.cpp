@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "triad/core/error.hpp"
+#include "triad/core/train/trace.hpp"
 
 namespace triad {
 
@@ -113,10 +114,13 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
     const size_t slot = size_t(c) * size_t(place_.buffers) + size_t(buf);
     // Step-wide instructions name no chunk.
     GPT& chunk = *chunks_[c >= 0 && size_t(c) < chunks_.size() ? size_t(c) : 0];
+    if (StepTrace* trace = active_trace()) trace->set_micro_batch(mb);
     switch (in.op) {
-      case TRIAD_PIPE_LOAD_MICRO_BATCH:
+      case TRIAD_PIPE_LOAD_MICRO_BATCH: {
+        const TraceSpan span(TraceKind::data, "load micro-batch");
         data.micro_batch(batch, mb, inputs_[slot].data(), targets_[slot].data());
         break;
+      }
       case TRIAD_PIPE_FORWARD:
         work.busy_ms += compute_ms([&] {
           work.loss += chunk.forward(inputs_[slot].data(), targets_[slot].data(), B, buf);
@@ -158,9 +162,11 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
         drain_sends();
         step_wide(in).reduce_grads();
         break;
-      case TRIAD_PIPE_OPTIMIZER_STEP:
+      case TRIAD_PIPE_OPTIMIZER_STEP: {
+        const TraceSpan span(TraceKind::optimizer, "optimizer step");
         step_wide(in).optimizer_step();
         break;
+      }
       default:
         throw UserError("pipeline plugin '" + schedule_name_ + "' sent instruction " +
                         std::to_string(in.op) + ", which this executor does not know");

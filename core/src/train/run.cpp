@@ -117,6 +117,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
     const bool ends = c.pp == 0 || c.pp == groups.pp_size() - 1;
     run->embedding =
         run->world.split(ends ? c.tp + groups.tp_size() * c.dp : TRIAD_COMM_SPLIT_NONE, c.pp);
+    run->embedding.trace_group("pp");  // the tied embedding's sum over the end stages
   }
   return run;
 }

@@ -228,4 +228,15 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
   }
 }
 
+void write_step_trace(const Run& run, const StepTrace& trace) {
+  if (!trace.enabled()) return;
+  const Config& cfg = run.cfg;
+  const std::string dir =
+      cfg.training.profile_dir.empty() ? cfg.output.dir : cfg.training.profile_dir;
+  Communicator* world = run.dist ? &run.dist->world : nullptr;
+  const std::string merged = trace.write(dir, world, run.opts.dist.world_size, run.timeout);
+  if (!merged.empty() && !run.opts.quiet)
+    spdlog::info("step trace: {} (read it with tools/triad-trace {})", merged, merged);
+}
+
 }  // namespace triad

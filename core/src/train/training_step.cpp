@@ -11,6 +11,7 @@
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/io/safetensors.hpp"
 #include "triad/core/train/stop_signals.hpp"
+#include "triad/core/train/trace.hpp"
 
 namespace triad {
 
@@ -186,9 +187,15 @@ void TrainingStep::reduce_tied_grads() {
 }
 
 void TrainingStep::reduce_grads() {
+  // The data plugin calls the transport itself (not through the core's Communicator), so its
+  // reduction is one span here: the data-parallel group's gradients, as the trace counts them.
+  if (!partitioned_ && !run_.dist) return;
+  TraceSpan span(TraceKind::communication, "reduce_grads");
+  if (span)
+    span.arg("group", "dp").arg("bytes", uint64_t(run_.model().num_params()) * sizeof(float));
   if (partitioned_) {
     run_.state->finish_grads();
-  } else if (run_.dist) {
+  } else {
     GPT& model = run_.model();
     if (!overlap_) run_.dist->data->grads_ready(model.grads(), 0, model.num_params());
     run_.dist->data->finish_grads(model.grads());

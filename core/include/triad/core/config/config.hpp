@@ -78,6 +78,14 @@ struct TrainingConfig {
   // Stop cleanly after a step that is a multiple of this (saving a checkpoint first when
   // checkpoint.save is set); 0 = never (Megatron's --exit-interval).
   int exit_interval = 0;
+  // The step trace (issue 30, --profile-steps): the steps each rank records spans of, written
+  // as a list [3, 4] (profile_steps_list) or a text of numbers and ranges "3-4,7"; empty = off.
+  // The checked config holds the step numbers in profile_step_numbers.
+  std::string profile_steps;
+  std::vector<std::string> profile_steps_list;
+  std::vector<int> profile_step_numbers;
+  // Where trace.json goes; empty = output.dir.
+  std::string profile_dir;
 };
 
 enum class Recompute { none, full, selective };

@@ -58,12 +58,21 @@ class TransportRequest {
   // Throws TransportError (timed_out()) when the operation is not done within timeout.
   void wait(std::chrono::milliseconds timeout);
   const std::string& what() const { return what_; }
+  // What the step trace records of a wait (trace.hpp): the operation, the group and the bytes.
+  void describe(const char* op, const char* group, uint64_t bytes) {
+    op_ = op;
+    group_ = group;
+    bytes_ = bytes;
+  }
 
  private:
   void release();
   std::shared_ptr<detail::TransportInstance> inst_;
   void* req_ = nullptr;
   std::string what_;
+  const char* op_ = "wait";
+  const char* group_ = "";
+  uint64_t bytes_ = 0;
 };
 
 class Communicator {
@@ -90,6 +99,8 @@ class Communicator {
   // Names this communicator in what a watched rank reports waiting for ("the data-parallel
   // group", its members' world ranks in communicator order); nothing when no launcher watches.
   void label(std::string name, std::vector<int> world_ranks);
+  // The group's short name in the step trace ("tp", "dp", "pp"; default "world"); a literal.
+  void trace_group(const char* name) { group_ = name; }
 
   // Buffers and the block split as documented in transport_v1.h.
   TransportRequest all_reduce(const void* send, void* recv, uint64_t count, DLDataType dtype,
@@ -112,6 +123,7 @@ class Communicator {
   std::shared_ptr<detail::RendezvousBridge> bridge_;
   void* comm_ = nullptr;
   int rank_ = 0, size_ = 0;
+  const char* group_ = "world";
 };
 
 class Transport {

@@ -9,6 +9,7 @@
 #include "triad/core/io/files.hpp"
 #include "triad/core/train/engine.hpp"
 #include "triad/core/train/run.hpp"
+#include "triad/core/train/trace.hpp"
 #include "triad/core/train/training_step.hpp"
 
 namespace triad {
@@ -42,6 +43,10 @@ class CheckpointSaver {
   CheckpointRank rank_;
   std::string last_;
 };
+
+// The step trace's files (training.profile_steps): each rank's part, then rank 0's merged
+// trace.json in training.profile_dir (default output.dir). Collective when a step was traced.
+void write_step_trace(const Run& run, const StepTrace& trace);
 
 // The run's closing report into `result`: the tensor group's and the data-parallel group's
 // traffic per step against their formulas (logged), the offloaded optimizer's traffic, and the
