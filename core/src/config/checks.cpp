@@ -41,6 +41,17 @@ class Checker {
   throw UserError(msg);
 }
 
+// The pieces of `text` between its commas, empty ones included ("3," is "3" and "").
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t i = 0;;) {
+    const size_t comma = text.find(',', i);
+    items.push_back(text.substr(i, comma == std::string::npos ? comma : comma - i));
+    if (comma == std::string::npos) return items;
+    i = comma + 1;
+  }
+}
+
 std::string str(int v) {
   return std::to_string(v);
 }
@@ -139,12 +150,8 @@ void check_training(const Config& c, const Checker& k) {
 // once), every one from 1 to train_iters.
 void resolve_profile_steps(TrainingConfig& t, const Checker& k) {
   std::vector<std::string> items = t.profile_steps_list;
-  for (size_t i = 0; !t.profile_steps.empty();) {  // the text: items apart by commas
-    const size_t comma = t.profile_steps.find(',', i);
-    items.push_back(t.profile_steps.substr(i, comma == std::string::npos ? comma : comma - i));
-    if (comma == std::string::npos) break;
-    i = comma + 1;
-  }
+  if (!t.profile_steps.empty())
+    for (std::string& item : comma_items(t.profile_steps)) items.push_back(std::move(item));
   std::string written = t.profile_steps;  // as given, for the message
   for (const std::string& item : t.profile_steps_list)
     written += (written.empty() ? "[" : ", ") + item;
@@ -328,14 +335,8 @@ void check_pipeline(Config& c, const Checker& k) {
   }
   const std::string pw = k.at("parallel.pipeline_partition");
   std::vector<int> counts;
-  std::string item;
   int sum = 0;
-  for (size_t i = 0; i <= p.pipeline_partition.size(); ++i) {
-    const char ch = i < p.pipeline_partition.size() ? p.pipeline_partition[i] : ',';
-    if (ch != ',') {
-      item += ch;
-      continue;
-    }
+  for (const std::string& item : comma_items(p.pipeline_partition)) {
     int count = 0;
     try {
       size_t used = 0;
@@ -349,7 +350,6 @@ void check_pipeline(Config& c, const Checker& k) {
            "', not a layer count of at least 1; give one count per stage, e.g. '2,2'");
     counts.push_back(count);
     sum += count;
-    item.clear();
   }
   if (int(counts.size()) != pp || sum != L)
     fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" + pw + ") gives " +
