@@ -533,14 +533,34 @@ std::vector<FoundPlugin> PluginLoader::discover() const {
   return found;
 }
 
-std::vector<std::string> PluginLoader::available(const std::string& kind) const {
-  std::set<std::string> names;
-  for (const auto& f : discover()) {
+namespace {
+
+// The files of `kind` among `found`, each with the name its descriptor declares; files without a
+// readable descriptor of that kind are left out. Each file is opened once.
+std::vector<std::pair<FoundPlugin, std::string>> declared_names(
+    const std::vector<FoundPlugin>& found, const std::string& kind) {
+  std::vector<std::pair<FoundPlugin, std::string>> out;
+  for (const auto& f : found) {
     if (f.kind != kind) continue;
     auto id = declared_identity(f.path);
-    if (id && id->first == f.kind && id->second == f.name) names.insert(id->second);
+    if (id && id->first == kind) out.emplace_back(f, id->second);
   }
+  return out;
+}
+
+// The names load() finds among them: those whose descriptor agrees with the file name, sorted.
+std::vector<std::string> loadable_names(
+    const std::vector<std::pair<FoundPlugin, std::string>>& declared) {
+  std::set<std::string> names;
+  for (const auto& [f, name] : declared)
+    if (name == f.name) names.insert(name);
   return {names.begin(), names.end()};
+}
+
+}  // namespace
+
+std::vector<std::string> PluginLoader::available(const std::string& kind) const {
+  return loadable_names(declared_names(discover(), kind));
 }
 
 bool plugin_override() {
@@ -592,17 +612,15 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load(const std::string& kind,
 
   std::vector<std::string> dirs;
   for (const auto& d : search_path_) dirs.push_back(d.dir);
-  auto names = available(kind);
+  const auto declared = declared_names(discover(), kind);
+  const std::vector<std::string> names = loadable_names(declared);
   std::string msg = "no " + kind + " plugin named '" + name + "' (looked for " + file +
                     " in: " + join(dirs) + ")";
   // A plugin whose file was named for something else: the one place to look for the fix.
-  for (const auto& f : discover()) {
-    if (f.kind != kind || f.name == name) continue;
-    auto id = declared_identity(f.path);
-    if (id && id->first == kind && id->second == name)
+  for (const auto& [f, declares] : declared)
+    if (f.name != name && declares == name)
       msg += "; " + f.path + " declares " + kind + " plugin '" + name +
              "' but its file name says '" + f.name + "': rename the file to " + file;
-  }
   std::string near = closest_name(name, names);
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
   msg += names.empty() ? "; no " + kind + " plugins were found there"
