@@ -60,7 +60,7 @@ MetricsLog::MetricsLog(const Run& run)
   const bool append = cfg.checkpoint.resume || run.ckpt;
   if (append) keep_metrics_until(metrics, run.start_step);
   write_file_atomic(out / "config.yaml", to_yaml(cfg));
-  jsonl_.emplace(metrics, append);
+  jsonl_.emplace(metrics, append ? RecordFile::Open::append : RecordFile::Open::truncate);
 }
 
 StepRecord MetricsLog::record(const StepOutcome& s) {

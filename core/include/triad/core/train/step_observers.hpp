@@ -27,7 +27,7 @@ class MetricsLog {
  private:
   const Run& run_;
   double flops_per_step_;
-  std::optional<LineFile> jsonl_;
+  std::optional<RecordFile> jsonl_;
 };
 
 class CheckpointSaver {
