@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks a run's TensorBoard event files against its metrics.jsonl.
 
-Usage: tensorboard_check.py EVENTS_DIR METRICS_JSONL GLOBAL_BATCH TB_INTERVAL LOG_INTERVAL [FILES]
+Usage: tensorboard_check.py [--killed] EVENTS_DIR METRICS_JSONL GLOBAL_BATCH TB_INTERVAL
+                            LOG_INTERVAL [FILES]
 
 Every file named events.out.tfevents.* in EVENTS_DIR is read record by record: the framing's two
 masked CRC-32Cs are verified with a CRC written here (not Triad's), and each record parses as an
@@ -14,7 +15,10 @@ says step by step (float32), with Megatron's tags:
   every LOG_INTERVAL steps: iteration-time (seconds), throughput (TFLOP/s per device)
   after each evaluation: lm loss validation, lm loss validation ppl (and their "vs samples")
 A step written twice (in two files) is an error. FILES, when given, is how many files there must
-be. Prints one line per file and a summary; exits 1 naming the first difference.
+be. --killed: the run was killed with kill -9, so the comparison stops at the last step both
+the events (against the iteration and against the samples) and metrics.jsonl hold whole (a torn
+last line of metrics.jsonl is skipped); every record must still verify. Prints one line per file
+and a summary; exits 1 naming the first difference.
 """
 import json
 import math
@@ -90,11 +94,16 @@ def fail(msg):
     sys.exit(1)
 
 
-def records(path):
-    """The data of each record of a TFRecord file, every CRC verified."""
+def records(path, killed):
+    """The data of each record of a TFRecord file, every CRC verified. killed: a last record
+    cut short (a write that a kill -9 stopped halfway) ends the file, as TensorBoard reads it."""
     raw = open(path, "rb").read()
     at, n = 0, 0
     while at < len(raw):
+        if killed and (len(raw) - at < 12 or
+                       len(raw) - at < 16 + struct.unpack("<Q", raw[at:at + 8])[0]):
+            print(f"{os.path.basename(path)}: the last record is cut short at byte {at}")
+            return
         if len(raw) - at < 12:
             fail(f"{path}: a torn record header at byte {at}")
         head = raw[at:at + 8]
@@ -116,13 +125,13 @@ def records(path):
 NAME = re.compile(r"^events\.out\.tfevents\.(\d+)\.(.+)\.(\d+)\.(\d+)$")
 
 
-def read_file(path, series, where):
+def read_file(path, series, where, killed):
     """Adds the file's scalars to series[tag][step]; where[tag, step] remembers the file."""
     m = NAME.match(os.path.basename(path))
     if not m or m.group(2) != socket.gethostname():
         fail(f"{path}: not named events.out.tfevents.<time>.{socket.gethostname()}.<pid>.<n>")
     count, scalars = 0, 0
-    for i, data in enumerate(records(path)):
+    for i, data in enumerate(records(path, killed)):
         ev = Event()
         ev.ParseFromString(data)
         what = ev.WhichOneof("what")
@@ -183,21 +192,52 @@ def same(got, want):
     return got == w or abs(got - w) <= 2.0 ** -23 * abs(w)
 
 
+def metrics_rows(path, killed):
+    rows = []
+    for line in open(path):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if not killed:
+                raise
+    return rows
+
+
+def cut_at_kill(series, metrics, batch):
+    """Keeps what the events and metrics.jsonl both hold whole: steps up to the last one."""
+    by_step = series.get("lm loss", {})
+    by_samples = series.get("lm loss vs samples", {})
+    last = min(max(by_step, default=0), max(by_samples, default=0) // batch,
+               max((r["step"] for r in metrics), default=0))
+    if last < 2:
+        fail(f"the killed run left {last} whole steps; want at least 2")
+    for tag, steps in series.items():
+        limit = last * batch if tag.endswith(" vs samples") else last
+        series[tag] = {s: v for s, v in steps.items() if s <= limit}
+    return [r for r in metrics if r["step"] <= last], last
+
+
 def main():
-    if len(sys.argv) not in (6, 7):
+    args = sys.argv[1:]
+    killed = "--killed" in args
+    args = [a for a in args if a != "--killed"]
+    if len(args) not in (5, 6):
         fail(__doc__.splitlines()[2])
-    folder, metrics_path = sys.argv[1], sys.argv[2]
-    batch, tb_interval, log_interval = (int(a) for a in sys.argv[3:6])
+    folder, metrics_path = args[0], args[1]
+    batch, tb_interval, log_interval = (int(a) for a in args[2:5])
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder)
                    if f.startswith("events.out.tfevents."))
-    if len(sys.argv) == 7 and len(files) != int(sys.argv[6]):
-        fail(f"{folder}: {len(files)} event files, want {sys.argv[6]}: {files}")
+    if len(args) == 6 and len(files) != int(args[5]):
+        fail(f"{folder}: {len(files)} event files, want {args[5]}: {files}")
     if not files:
         fail(f"{folder}: no event file")
     series, where = {}, {}
     for f in files:
-        read_file(f, series, where)
-    metrics = [json.loads(line) for line in open(metrics_path) if line.strip()]
+        read_file(f, series, where, killed)
+    metrics = metrics_rows(metrics_path, killed)
+    if killed:
+        metrics, last = cut_at_kill(series, metrics, batch)
+        print(f"killed: compared up to step {last}")
     want = expected(metrics, batch, tb_interval, log_interval)
     if sorted(series) != sorted(want):
         fail(f"tags {sorted(series)}, want {sorted(want)}")

@@ -8,7 +8,8 @@
 #            (float32), under Megatron's tags; no event file without the key.
 #   resume   a run stopped by training.exit_interval, then resumed from its checkpoint: a second
 #            event file beside the first, which is left byte for byte as it was; both together
-#            equal metrics.jsonl, each step once.
+#            equal metrics.jsonl, each step once. A run killed with kill -9 after a few steps:
+#            every record it wrote verifies and equals metrics.jsonl.
 #   refusal  a tensorboard_dir that is a file or lies under one, tensorboard_log_interval 0,
 #            --tensorboard-dir without a value: exit 2, one line naming the key and the value,
 #            nothing written.
@@ -39,9 +40,12 @@ must_train() {
   [[ $rc -eq 0 ]] || { cat "$2"; fail "training ($2) exited $rc"; }
 }
 event_files() { find "$1" -name 'events.out.tfevents.*'; }
-# check DIR TB_INTERVAL [FILES]: the event files of run DIR (in DIR/tb) against DIR/metrics.jsonl.
+# check [--killed] DIR TB_INTERVAL [FILES]: the event files of run DIR (in DIR/tb) against
+# DIR/metrics.jsonl (see tensorboard_check.py).
 check() {
-  "$PY" "$CHECK" "$1/tb" "$1/metrics.jsonl" 8 "$2" 2 ${3:+"$3"}
+  local killed=()
+  [[ $1 == --killed ]] && killed=(--killed) && shift
+  "$PY" "$CHECK" "${killed[@]}" "$1/tb" "$1/metrics.jsonl" 8 "$2" 2 ${3:+"$3"}
   case $? in
     0) ;;
     77) exit 77 ;;  # no python3-protobuf
@@ -84,7 +88,19 @@ section_resume() {
   [[ $(sha256sum "$first") == "$sum" ]] || fail "the resumed run changed $first"
   [[ $(event_files run/tb | wc -l) -eq 2 ]] || { ls -l run/tb; fail "want two event files after resuming"; }
   check run 1 2
-  pass "resumed after step 4: a second event file, the first unchanged, both equal metrics.jsonl"
+  # kill -9 mid-run: every record logged stays whole and verifies, and equals metrics.jsonl up
+  # to the last step both hold.
+  setsid "$LAUNCH" "$CFG" --nproc-per-node 1 "${common[@]}" --set training.train_iters=100000 \
+    --set output.dir=killed --set logging.tensorboard_dir=killed/tb >killed.log 2>&1 &
+  local job=$!
+  for _ in $(seq 3000); do
+    [[ $(wc -l <killed/metrics.jsonl 2>/dev/null || echo 0) -ge 5 ]] && break
+    sleep 0.01
+  done
+  kill -9 -- -"$job" 2>/dev/null
+  wait "$job" 2>/dev/null
+  check --killed killed 1 1
+  pass "resumed after step 4: a second event file, the first unchanged, both equal metrics.jsonl; a run killed with kill -9: what it logged reads back"
 }
 
 # refused LOG PATTERN: exit 2 with one error line matching PATTERN, nothing trained or written.
