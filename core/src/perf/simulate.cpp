@@ -142,6 +142,12 @@ PassTime chunk_time(const Setup& u, int stage, int chunk) {
   return p;
 }
 
+// ZeRO-3's all-gathers of a unit's weights per micro-batch: forward, backward, and the
+// recomputed forward.
+double gathers(const Setup& u) {
+  return u.recompute == Recompute::full ? 3 : 2;
+}
+
 // Exposed data-parallel time of a stage, and the compute it can hide behind.
 double data_parallel_time(const Setup& u, int stage, double fwd_compute, double bwd_compute,
                           double last_bwd) {
@@ -169,12 +175,14 @@ double data_parallel_time(const Setup& u, int stage, double fwd_compute, double 
     hidden_behind = bwd_compute;
     after = collective_time(link, "all_gather", grads, u.dp);
   } else {
-    const double gathers = u.recompute == Recompute::full ? 3 : 2;
-    total = u.m * (gathers * many("all_gather", units) + many("reduce_scatter", units));
+    total = u.m * (gathers(u) * many("all_gather", units) + many("reduce_scatter", units));
     hidden_behind = fwd_compute + bwd_compute;
   }
   const double hidden = u.mc.overlap_data_parallel * std::min(total, hidden_behind);
-  return total - hidden + after;
+  // ZeRO-2/3 windows: each unit's gradient window (and at stage 3 each gathered weight) is
+  // allocated and zeroed per micro-batch, fp32, at the memory bandwidth.
+  const double windows = z == 2 ? u.m * grads : z == 3 ? u.m * grads * (1 + gathers(u)) : 0.0;
+  return total - hidden + after + bytes_time(u, windows);
 }
 
 // The optimizer's step on a stage: AdamW reads the weight, its gradient and two moments and
