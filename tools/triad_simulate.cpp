@@ -1,11 +1,11 @@
 // triad-simulate CONFIG --machine M.yaml [--nodes N] [--world W] [--set key=value ...]
-//                [--grid key=v1,v2 ...] [--json]
+//                [--grid key=v1,v2 ...] [--json] [--png FILE]
 // Predicts one training step of the config's layout on a described machine without running it
 // (triad/core/perf/simulate.hpp says how): step time, samples/s, tokens/s, TFLOP/s per device
 // (Megatron's formula, and with recomputation as Megatron prints it), MFU, memory per rank and
 // whether it fits, and where the step's time goes. With --grid, every combination of the listed
 // values (any config key, and `world` / `nodes`) is one layout; they print as a table, fastest
-// first, a layout the config checks refuse as one row saying why.
+// first, a layout the config checks refuse as one row saying why; --png draws them.
 // `triad-simulate calibrate --out M.yaml` measures this machine into a description (run by
 // tools/triad_calibrate.py).
 // Exit 0, or 2 on bad input (one line on stderr).
@@ -26,6 +26,7 @@
 #include "triad/core/cli.hpp"
 #include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/io/plot.hpp"
 #include "triad/core/model/memory_plan.hpp"
 #include "triad/core/perf/simulate.hpp"
 
@@ -206,6 +207,7 @@ struct Options {
   int nodes = 1, world = 0;
   std::vector<std::string> sets, grid;
   bool json = false;
+  std::string png;
 };
 
 // A grid key the config does not have is bad input, not a refused layout.
@@ -226,6 +228,7 @@ void check_grid_keys(const Options& o, const std::vector<GridKey>& grid, int wor
 
 int run(const Options& o) {
   const triad::Machine mc = triad::load_machine(o.machine);
+  if (!o.png.empty()) triad::check_png_path(o.png);
   std::vector<GridKey> grid;
   for (const std::string& g : o.grid) grid.push_back(parse_grid(g));
   const int world = o.world > 0 ? o.world : o.nodes * mc.devices_per_node;
@@ -246,23 +249,23 @@ int run(const Options& o) {
   }
   if (std::all_of(rows.begin(), rows.end(), [](const Row& r) { return !r.refused.empty(); }))
     throw triad::UserError(rows.front().refused);
+  nlohmann::json j = {{"machine", mc.name},
+                      {"source", mc.source},
+                      {"config", o.config},
+                      {"layouts", nlohmann::json::array()}};
+  for (const Row& r : rows) j["layouts"].push_back(to_json(r));
   if (o.json) {
-    nlohmann::json j = {{"machine", mc.name},
-                        {"source", mc.source},
-                        {"config", o.config},
-                        {"layouts", nlohmann::json::array()}};
-    for (const Row& r : rows) j["layouts"].push_back(to_json(r));
     std::cout << j.dump(2) << std::endl;
-    return 0;
-  }
-  if (grid.empty()) {
+  } else if (grid.empty()) {
     print_one(rows.front(), mc);
-    return 0;
+  } else {
+    std::cout << kTool << ": " << rows.size() << " layouts of " << o.config << " on " << mc.name
+              << " (" << mc.source << ")\n";
+    print_table(rows);
   }
-  std::cout << kTool << ": " << rows.size() << " layouts of " << o.config << " on " << mc.name
-            << " (" << mc.source << ")\n";
-  print_table(rows);
-  return 0;
+  return o.png.empty()
+             ? 0
+             : triad::draw_png(kTool, "plot_simulate.py", TRIAD_PLOT_SIMULATE_SCRIPT, j, o.png);
 }
 
 // `triad-simulate calibrate ...`: the Python calibration, installed beside the tools
@@ -310,6 +313,8 @@ int main(int argc, char** argv) {
                  "predict every value: --grid parallel.tensor_model_parallel_size=1,2 "
                  "(repeatable; also world=..., nodes=...)");
   app.add_flag("--json", o.json, "print the predictions as JSON");
+  app.add_option("--png", o.png,
+                 "also draw the predictions (step time by part, fastest first) into this PNG");
   try {
     app.parse(argc, argv);
     return run(o);

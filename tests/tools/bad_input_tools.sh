@@ -423,6 +423,9 @@ simulate)
     --grid world=1,,2
   expect $T "--grid world value '0' is not a whole number of at least 1" "$BIN/$T" "$C" \
     --machine "$M" --grid world=0,1
+  expect $T "--png '$W/adir' is a folder" "$BIN/$T" "$C" --machine "$M" --png "$W/adir"
+  expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "$C" \
+    --machine "$M" --png "$W/nodir/t.png"
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2

@@ -43,6 +43,11 @@ check(len(rows) == 6, f"the grid has 6 rows (got {len(rows)})")
 check(sum("refused" in r for r in rows) == 2 and all("refused" in r for r in rows[-2:]),
       "pp 3 on 2 ranks is refused in its rows, listed last")
 
+png = os.path.join(d, "grid.png")
+rc, out, err = run([SIM, CONFIG, "--machine", machine, "--png", png] + grid, d)
+check(rc == 0 and os.path.getsize(png) > 1000 if os.path.exists(png) else False,
+      f"--png draws the grid (rc {rc}: {err.strip()})")
+
 rc, out, err = run([SIM, CONFIG, "--machine", machine, "--json"] + grid, d)
 doc = json.loads(out) if rc == 0 else {}
 ok = [x for x in doc.get("layouts", []) if "refused" not in x]
