@@ -31,7 +31,9 @@ std::pair<double, double> Link::of(const std::string& op) const {
   return it != ops.end() ? it->second : std::make_pair(bandwidth, latency);
 }
 
-double Machine::peak_for(const std::string& precision) const {
+double Machine::peak_for(const std::string& precision, bool allow_tf32) const {
+  if (precision == "fp32" && allow_tf32)
+    if (auto it = peak.find("tf32"); it != peak.end()) return it->second;
   if (auto it = peak.find(precision); it != peak.end()) return it->second;
   if (auto it = peak.find("fp32"); it != peak.end()) return it->second;
   throw UserError("machine '" + path + "': device.peak_tflops has no entry for " + precision +
@@ -132,8 +134,8 @@ void read_device(const Reader& r, const YAML::Node& d, Machine& m) {
     r.fail("device.peak_tflops", "is missing", "add e.g. '{bf16: 989, fp32: 67}'");
   for (const auto& kv : peak) {
     const std::string dt = kv.first.as<std::string>();
-    if (dt != "fp32" && dt != "bf16" && dt != "fp16")
-      r.fail("device.peak_tflops." + dt, "is not a precision", "use fp32, bf16 or fp16");
+    if (dt != "fp32" && dt != "tf32" && dt != "bf16" && dt != "fp16")
+      r.fail("device.peak_tflops." + dt, "is not a precision", "use fp32, tf32, bf16 or fp16");
     m.peak[dt] = r.positive(peak, dt, "device.peak_tflops." + dt) * 1e12;
   }
   m.efficiency = r.curve(d["efficiency"], "device.efficiency");

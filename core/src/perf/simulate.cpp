@@ -220,7 +220,7 @@ Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, con
   u.heads = cfg.model.num_attention_heads;
   u.vocab = double(plan.padded_vocab_size);
   u.act = cfg.precision == "fp32" ? 4 : 2;
-  u.peak = mc.peak_for(cfg.precision);
+  u.peak = mc.peak_for(cfg.precision, cfg.allow_tf32);
   const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
   u.share = sharers > 1 ? mc.share_efficiency / sharers : 1.0;
   u.recompute = recompute_of(cfg.training);

@@ -8,7 +8,8 @@
 //   devices_per_node: 8          # ranks a node runs without sharing a device
 //   device:
 //     memory: 80GiB              # per device (a rank's memory limit)
-//     peak_tflops: {bf16: 989, fp16: 989, fp32: 67}   # dense matrix peak; fp32 alone is enough
+//     peak_tflops: {bf16: 989, fp16: 989, tf32: 495, fp32: 67}  # dense matrix peak; fp32 alone
+//                                # is enough; tf32 is fp32 with allow_tf32
 //     efficiency: [[1e9, 0.3], [1e12, 0.75]]   # achieved share of the peak by a pass's FLOPs
 //     attention: {flash2: [[1e9, 0.2], [1e12, 0.6]]}  # per plugin, by its FLOPs (optional)
 //     memory_bandwidth_gbs: 3350 # element-wise work (layernorm, GeLU, softmax, the optimizer)
@@ -65,9 +66,10 @@ struct Machine {
   double overlap_data_parallel = 0;
   double per_step = 0, per_micro_batch = 0, per_pass = 0;  // seconds
 
-  // The dense matrix peak for a precision ("fp32", "bf16", "fp16"); fp32's when the precision
-  // has none. Throws UserError when neither is given.
-  double peak_for(const std::string& precision) const;
+  // The dense matrix peak for a precision ("fp32", "bf16", "fp16"; fp32 with allow_tf32 takes
+  // tf32's where given); fp32's when the precision has none. Throws UserError when neither is
+  // given.
+  double peak_for(const std::string& precision, bool allow_tf32 = false) const;
 };
 
 // Reads and checks a description: a missing field, a non-positive rate, an efficiency outside
