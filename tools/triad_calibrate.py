@@ -90,10 +90,11 @@ def model_of(config):
             "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
 
 
-def traced_layers(launch, config, b, work):
+def traced_layers(launch, config, b, work, threads=None):
     """Median forward / backward seconds of a block and of the head per micro-batch, and the
-    measured ms per step, from a 2-layer run of `config` at micro-batch b."""
-    out = os.path.join(work, f"trace-b{b}")
+    measured ms per step, from a 2-layer run of `config` at micro-batch b (with `threads`
+    OpenMP threads when given, else the launcher's default: every core for one rank)."""
+    out = os.path.join(work, f"trace-b{b}" + (f"-t{threads}" if threads else ""))
     sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
             "training.gradient_accumulation_steps=1", "training.train_iters=6",
             "data.kind=synthetic", "attention=naive", f"output.dir={out}",
@@ -101,7 +102,11 @@ def traced_layers(launch, config, b, work):
     cmd = [launch, config, "-q", "--profile-steps", "3-6"]
     for s in sets:
         cmd += ["--set", s]
-    run(cmd, f"the traced run at micro-batch {b}")
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    run(cmd, f"the traced run at micro-batch {b}", env)
     with open(os.path.join(out, "trace.json")) as f:
         events = json.load(f)["traceEvents"]
     spans = {}
@@ -239,6 +244,7 @@ device:
 {att}
   memory_bandwidth_gbs: {d['bw'] / 1e9:.4g}
   backward_ratio: {d['backward_ratio']:.4g}
+  share_efficiency: {d['share']:.4g}   # {d['cores']} cores x (time on all) / (time on one thread)
 links:
   intra_node: {link}, {ops}}}
   inter_node: {link}}}   # one node: the same as within it
@@ -267,11 +273,19 @@ def main(argv):
         attn = {b: attention_forward(bench_attn, sorted(set(a.attention) | {"naive"}), b, model,
                                      work) for b in a.micro_batches}
         bw = memory_bandwidth()
+        # Ranks sharing the node: each runs one thread (the launcher gives each its share of
+        # the cores); the rate a rank gets is the node's / ranks x share_efficiency, where
+        # share_efficiency = cores x (time on every core) / (time on one thread).
+        cores = len(os.sched_getaffinity(0))
+        mid = a.micro_batches[len(a.micro_batches) // 2]
+        one = traced_layers(launch, a.config, mid, work, threads=1)
+        passes = ("forward block", "backward block", "forward head", "backward head")
+        share = cores * sum(layers[mid][k] for k in passes) / sum(one[k] for k in passes)
         ops, raw_coll = collectives(bench_coll, a.ranks, work)
         dense = dense_points(model, layers, attn, bw, a.micro_batches)
         peak = max(f / sec for f, sec in dense)
         d = {"efficiency": curve([(f, f / sec) for f, sec in dense], peak), "bw": bw,
-             "peak": peak, "ops": ops}
+             "peak": peak, "ops": ops, "share": share, "cores": cores}
         h, s, heads = model["h"], model["s"], model["heads"]
         d["attention"] = {}
         for p in a.attention:
@@ -296,7 +310,7 @@ def main(argv):
         d["per_step_ms"] = 0.0
         d["raw"] = {"layers": {str(b): layers[b] for b in layers},
                     "attention_fwd_s": {str(b): attn[b] for b in attn},
-                    "memory_bandwidth": bw, "collectives": raw_coll}
+                    "one_thread": one, "memory_bandwidth": bw, "collectives": raw_coll}
         # The per-step overhead: what the calibration runs took beyond the model's prediction.
         probe = os.path.join(work, "probe.yaml")
         write_description(probe, a, d)
@@ -314,6 +328,7 @@ def main(argv):
     print(f"{TOOL}: wrote {a.out} in {time.time() - t0:.0f} s: peak {peak / 1e9:.1f} GFLOP/s, "
           f"memory {bw / 1e9:.1f} GB/s, all-reduce {ops['all_reduce'][0] / 1e9:.2f} GB/s + "
           f"{ops['all_reduce'][1] * 1e6:.1f} us, backward/forward {d['backward_ratio']:.2f}, "
+          f"sharing {d['share']:.2f}, "
           f"per-step overhead {d['per_step_ms']:.2f} ms")
     return 0
 

@@ -150,9 +150,6 @@ void read_device(const Reader& r, const YAML::Node& d, Machine& m) {
   m.memory_bandwidth = r.positive(d, "memory_bandwidth_gbs", "device.memory_bandwidth_gbs") * 1e9;
   m.backward_ratio = r.positive(d, "backward_ratio", "device.backward_ratio", 2.0);
   m.share_efficiency = r.positive(d, "share_efficiency", "device.share_efficiency", 1.0);
-  if (m.share_efficiency > 1)
-    r.fail("device.share_efficiency", "is " + d["share_efficiency"].Scalar(),
-           "give a share in (0, 1]");
 }
 
 }  // namespace

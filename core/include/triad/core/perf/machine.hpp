@@ -15,7 +15,8 @@
 //     memory_bandwidth_gbs: 3350 # element-wise work (layernorm, GeLU, softmax, the optimizer)
 //     backward_ratio: 2          # a pass's backward time / its forward's (optional, default 2)
 //     share_efficiency: 1        # ranks beyond devices_per_node share a device: each gets
-//                                # rate / sharers x this (optional, default 1)
+//                                # rate / sharers x this (optional, default 1; above 1 where a
+//                                # rank on one core of a CPU uses it better than one rank on all)
 //   links:
 //     intra_node: {bandwidth_gbs: 450, latency_us: 3}   # per direction, per device
 //     inter_node: {bandwidth_gbs: 50, latency_us: 6}
