@@ -363,8 +363,11 @@ TEST(ScheduleTool, DrawsOrSaysWhatIsMissing) {
       run_command(std::string(TRIAD_SCHEDULE_EXE) +
                       " --stages 4 --micro-batches 8 --schedule 1f1b --png " + png.string(),
                   &out);
+  // The python3 the tool runs: Debian's where there is one, else PATH's.
   std::string probe;
-  const bool matplotlib = run_command("python3 -c 'import matplotlib'", &probe) == 0;
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const bool matplotlib = run_command(python + " -c 'import matplotlib'", &probe) == 0;
   if (matplotlib) {
     EXPECT_EQ(rc, 0) << out;
     EXPECT_GT(std::filesystem::file_size(png), 1000u);
