@@ -11,6 +11,8 @@ struct LaunchArgs {
   // What each rank runs: training from a config, or (--exec) any program.
   std::string config_path;
   std::vector<std::string> sets;
+  // --deepspeed_config FILE: a --set of deepspeed_config (DeepSpeed's JSON merged into the YAML).
+  std::string deepspeed_config;
   bool dry_run = false;
   bool quiet = false;
   std::vector<std::string> exec;  // PROGRAM ARGS...; empty: train

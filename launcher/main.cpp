@@ -66,6 +66,7 @@ int run(int argc, char** argv) {
     // Checked here once, rather than failing the same way in every rank. Rank 0 alone writes
     // the output folders; every node's ranks read the data.
     const triad::Config cfg = triad::load_config(a.config_path, a.sets, plan.world_size);
+    log_import_notes(cfg);
     triad::check_runnable(cfg);
     triad::preflight(cfg);
     check_transport(cfg, plan.world_size);

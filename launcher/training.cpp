@@ -75,6 +75,10 @@ void check_transport(const Config& cfg, int world_size) {
       services.c_services());
 }
 
+void log_import_notes(const Config& cfg) {
+  for (const std::string& note : cfg.import_notes) spdlog::info("{}", note);
+}
+
 int print_dry_run(const LaunchArgs& a, int world_size) {
   Config cfg = load_config(a.config_path, a.sets, world_size);
   // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
@@ -126,6 +130,8 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   }
   const std::string refusal = runnable_refusal(cfg);
   if (!refusal.empty()) std::cout << "runs here:           no: " << refusal << "\n";
+  for (const std::string& note : cfg.import_notes)
+    std::cout << "no effect:           " << note << "\n";
   return 0;
 }
 
@@ -140,6 +146,7 @@ void check_memory(const Config& cfg, int world_size, int local_ranks) {
 int train_in_process(const LaunchArgs& a) {
   // What the run would otherwise meet only after building the model: refused here, exit 2.
   const Config cfg = load_config(a.config_path, a.sets, 1);
+  log_import_notes(cfg);
   check_runnable(cfg);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);
