@@ -18,6 +18,9 @@ void check_transport(const Config& cfg, int world_size);
 // one line with the estimate, the limit and the cheapest change that fits.
 void check_memory(const Config& cfg, int world_size, int local_ranks);
 
+// The config of a launch: CONFIG with --set and --deepspeed_config, or --megatron-args.
+Config load_launch_config(const LaunchArgs& a, int world_size);
+
 // Logs, once per job, the keys of an imported configuration (a ds_config.json) that have no
 // effect in Triad, each with why.
 void log_import_notes(const Config& cfg);

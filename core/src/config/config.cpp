@@ -37,6 +37,7 @@
 #include "paths.hpp"
 #include "reader.hpp"
 #include "schema.hpp"
+#include "triad/core/config/megatron.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {
@@ -212,6 +213,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
                    int world_size) {
   YAML::Node root = load_yaml(path);
   return read_checked(root, {}, overrides, path, world_size);
+}
+
+Config load_megatron_config(const std::vector<std::string>& args,
+                            const std::vector<std::string>& overrides, int world_size) {
+  MegatronTree t = megatron_tree(args);
+  Config c = read_checked(t.root, std::move(t.origins), overrides, kMegatronSource, world_size);
+  std::vector<std::string> notes = std::move(t.imported.no_effect);
+  for (const std::string& n : t.imported.not_carried) notes.push_back("not carried over: " + n);
+  notes.insert(notes.end(), c.import_notes.begin(), c.import_notes.end());
+  c.import_notes = std::move(notes);
+  return c;
 }
 
 void resolve_batch_sizes(TrainingConfig& t, int data_parallel_size) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -130,7 +131,11 @@ bool is_on(const json& v) {
   return !v.is_null();
 }
 
+// A whole number written as 5e8 reads 500000000.0 in JSON; Triad's counts take it as 500000000.
 std::string scalar_text(const json& v) {
+  if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+      std::fabs(v.get<double>()) < 1e15)
+    return std::to_string(static_cast<long long>(v.get<double>()));
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 

@@ -52,6 +52,10 @@ using Lookup = std::function<std::optional<std::string>(const std::string& key)>
 // or is derived). A key Triad cannot honour is a UserError naming it and the fix.
 Imported import_deepspeed(const std::string& path, const Lookup& current);
 
+// Megatron-LM / Megatron-DeepSpeed arguments; a bad argument (a flag without its value, a value
+// that is not a number) is a UserError naming it.
+Imported import_megatron(const std::vector<std::string>& args);
+
 // Adds each imported key to `root` and its source to `origins`. A key `root` already holds is a
 // UserError naming both unless the values agree, or the one in `root` came from --set (which
 // wins). `file`: the YAML file the keys already in `root` without an origin came from.
@@ -65,5 +69,16 @@ std::optional<std::string> value_in(const YAML::Node& root, const std::string& k
 // (import_deepspeed, merge_imported). Returns the keys without effect, for the log.
 std::vector<std::string> merge_deepspeed_config(YAML::Node& root, std::vector<Origin>& origins,
                                                 const std::string& file);
+
+// Megatron's arguments as a tree of Triad keys (with the --deepspeed_config among them merged
+// in), the source of each key, and what was left aside.
+struct MegatronTree {
+  YAML::Node root{YAML::NodeType::Map};
+  std::vector<Origin> origins;
+  Imported imported;
+};
+MegatronTree megatron_tree(const std::vector<std::string>& args);
+// How messages name where a key given by Megatron's arguments came from, when no argument did.
+inline constexpr const char* kMegatronSource = "--megatron-args";
 
 }  // namespace triad::config_detail
