@@ -114,5 +114,11 @@ then pass "--set wins"; else fail "--set does not win over the JSON"; fi
 if [[ $? -eq 2 && $(grep -c . err.txt) -eq 1 ]] && grep -q "missing.json" err.txt; then
   pass "missing file"; else fail "missing file: $(cat err.txt)"; fi
 
+# A FIFO is refused by name, never opened (no hang).
+mkfifo fifo.json
+timeout 20 "$LAUNCH" "$CASES/base.yaml" --deepspeed_config fifo.json --dry-run >out.txt 2>err.txt
+if [[ $? -eq 2 && $(grep -c . err.txt) -eq 1 ]] && grep -q "'fifo.json' is a FIFO" err.txt; then
+  pass "FIFO refused"; else fail "FIFO: $(cat err.txt)"; fi
+
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]
