@@ -48,7 +48,8 @@ if diff <(report a.txt) <(report b.txt) >/dev/null; then pass "--deepspeed-confi
   --nproc-per-node 2 >a.txt 2>&1
 for key in steps_per_print wall_clock_breakdown zero_optimization.contiguous_gradients; do
   n=$(grep -c "^no effect: .*json: $key: no effect in Triad (.*)" a.txt)
-  if [[ $n -eq 1 ]]; then pass "no effect: $key once"; else fail "no effect: $key listed $n times"; fi
+  if [[ $n -eq 1 ]]; then pass "no effect: $key once"; else
+    fail "no effect: $key listed $n times"; fi
 done
 
 # refused JSON WANT...: exit 2, one line on stderr "triad-launch: error: ..." holding each WANT.
@@ -88,27 +89,34 @@ refused '{"autotuning": {"enabled": true}}' 'autotuning' 'triad-autotune'
 refused '{"elasticity": {"enabled": true}}' 'elasticity'
 refused '{"sparse_attention": {"mode": "fixed"}}' 'sparse_attention' 'flash2'
 refused '{"train_batch_sise": 8}' 'train_batch_sise' "did you mean 'train_batch_size'"
-refused '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}' \
-  'global_batch_size 30' 'micro_batch_size 4' 'gradient_accumulation_steps 4' 'c.json: train_batch_size'
+refused '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 4}' 'global_batch_size 30' 'micro_batch_size 4' \
+  'gradient_accumulation_steps 4' 'c.json: train_batch_size'
 refused '{"train_batch_size": 7, "train_micro_batch_size_per_gpu": 2}' 'global_batch_size 7'
 refused '{"train_batch_size": 8, "train_batch_size": 16}' "'train_batch_size' twice"
 refused '{"train_batch_size": 8,' 'c.json' 'not valid JSON'
 refused '[1, 2]' 'c.json' 'JSON object'
 
 # A YAML key and a JSON key that disagree: one error naming both; equal values are fine.
-printf '%s\n' 'model: {num_layers: 2}' 'training: {micro_batch_size: 4}' 'deepspeed_config: c.json' >y.yaml
+printf '%s\n' 'model: {num_layers: 2}' 'training: {micro_batch_size: 4}' \
+  'deepspeed_config: c.json' >y.yaml
 echo '{"train_micro_batch_size_per_gpu": 8}' >c.json
 "$LAUNCH" y.yaml --dry-run >out.txt 2>err.txt
 rc=$?
-if [[ $rc -eq 2 && $(grep -c . err.txt) -eq 1 ]] && grep -q "training.micro_batch_size is 4 (y.yaml:2:30) but 8 (c.json: train_micro_batch_size_per_gpu)" err.txt; then
+want="training.micro_batch_size is 4 (y.yaml:2:30) but 8 (c.json: train_micro_batch_size_per_gpu)"
+if [[ $rc -eq 2 && $(grep -c . err.txt) -eq 1 ]] && grep -qF "$want" err.txt; then
   pass "conflict: $(cat err.txt)"; else fail "conflict: exit $rc: $(cat err.txt)"; fi
 echo '{"train_micro_batch_size_per_gpu": 4.0}' >c.json
 if "$LAUNCH" y.yaml --dry-run >out.txt 2>&1; then pass "equal values agree"; else
   fail "equal values: $(cat out.txt)"; fi
 # --set wins over the JSON.
 echo '{"train_micro_batch_size_per_gpu": 8}' >c.json
-if "$LAUNCH" y.yaml --dry-run --set training.micro_batch_size=2 2>&1 | grep -q '^  micro_batch_size: 2$'
-then pass "--set wins"; else fail "--set does not win over the JSON"; fi
+if "$LAUNCH" y.yaml --dry-run --set training.micro_batch_size=2 2>&1 |
+  grep -q '^  micro_batch_size: 2$'; then
+  pass "--set wins"
+else
+  fail "--set does not win over the JSON"
+fi
 # A missing file: one line naming it.
 "$LAUNCH" "$CASES/base.yaml" --deepspeed_config missing.json --dry-run >out.txt 2>err.txt
 if [[ $? -eq 2 && $(grep -c . err.txt) -eq 1 ]] && grep -q "missing.json" err.txt; then

@@ -29,7 +29,9 @@ check() {
     fail "$name: the YAML does not load: $(cat "$WORK/a.txt")"; return
   fi
   local want="layout:              world $world = $layout"
-  grep -qxF "$want" "$WORK/a.txt" || { fail "$name: layout: $(grep '^layout' "$WORK/a.txt")"; return; }
+  if ! grep -qxF "$want" "$WORK/a.txt"; then
+    fail "$name: layout: $(grep '^layout' "$WORK/a.txt")"; return
+  fi
   for kv in "micro_batch_size: $micro" "gradient_accumulation_steps: $accum" \
     "global_batch_size: $global"; do
     grep -qx "  $kv" "$WORK/a.txt" || { fail "$name: $kv: $(grep batch "$WORK/a.txt")"; return; }
@@ -40,7 +42,8 @@ check() {
   if diff <(report "$WORK/a.txt") <(report "$WORK/b.txt") >/dev/null; then
     pass "$name: --megatron-args gives the same dry run"
   else
-    fail "$name: --megatron-args differs: $(diff <(report "$WORK/a.txt") <(report "$WORK/b.txt") | head -5)"
+    fail "$name: --megatron-args differs:"
+    diff <(report "$WORK/a.txt") <(report "$WORK/b.txt") | head -5
   fi
 }
 check gpt_125m 1 "tp 1 x pp 1 x dp 1" 4 2 8
@@ -59,12 +62,14 @@ has gpt_1_3b '^attention: flash2 +# --use-flash-attn-v2$'
 has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_document\]'
 has gpt_1_3b '^  train_iters: 286103 +# --train-tokens'
 has gpt_1_3b '^#   --tensorboard-dir tensorboard/gpt_1.3B: '
-has gpt_13b_3d '^  virtual_pipeline_model_parallel_size: 2 +# --num-layers-per-virtual-pipeline-stage 5$'
+has gpt_13b_3d \
+  '^  virtual_pipeline_model_parallel_size: 2 +# --num-layers-per-virtual-pipeline-stage 5$'
 has gpt_13b_3d '^  recompute_granularity: selective +# --recompute-granularity selective$'
 has gpt_13b_3d '^  stage: 1 +# --use-distributed-optimizer'
 has gpt_13b_3d '^  position_embedding: rope +# --position-embedding-type rope$'
 has gpt_350m_zero2 '^  stage: 2 +# --zero-stage 2$'
-has gpt_350m_zero2 '^  reduce_bucket_size: 500000000 +# ds_zero2.json: zero_optimization.reduce_bucket_size$'
+has gpt_350m_zero2 \
+  '^  reduce_bucket_size: 500000000 +# ds_zero2.json: zero_optimization.reduce_bucket_size$'
 has gpt_350m_zero2 '^#   ds_zero2.json: zero_optimization.contiguous_gradients: no effect in Triad'
 has gpt_350m_zero2 '^#   --deepspeed: no effect in Triad'
 
@@ -82,11 +87,12 @@ refused() {
   fi
 }
 # shellcheck disable=SC2046
-refused 'not carried over (--strict): .*--tensorboard-dir' from-megatron --strict -- $(cat gpt_1_3b.args)
+refused 'not carried over (--strict): .*--tensorboard-dir' \
+  from-megatron --strict -- $(cat gpt_1_3b.args)
 refused '--num-layers takes one value' from-megatron -- --num-layers
 refused "model.num_layers: 'x' is not an integer (--num-layers x)" from-megatron -- --num-layers x
 refused "'abc' is not a number" from-megatron -- --lr-warmup-fraction abc
-refused 'training.micro_batch_size is 8 (--micro-batch-size 8) but 4 (ds_zero2.json: train_micro_batch_size_per_gpu)' \
+refused 'micro_batch_size is 8 (--micro-batch-size 8) but 4 (ds_zero2.json: train_micro' \
   from-megatron -- --micro-batch-size 8 --deepspeed_config ds_zero2.json
 refused 'zero_optimization.stage is 3 (--zero-stage 3) but 2 (ds_zero2.json' \
   from-megatron -- --zero-stage 3 --deepspeed_config ds_zero2.json
