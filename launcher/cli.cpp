@@ -140,6 +140,9 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
                  "record a step trace of these steps (3-4, or 3,5) into OUTPUT/trace.json "
                  "(training.profile_steps; training.profile_dir for another folder); read it "
                  "with tools/triad-trace");
+  app.add_option("--tensorboard-dir", a.tensorboard_dir,
+                 "write TensorBoard event files (Megatron's scalar tags) into this folder "
+                 "(logging.tensorboard_dir; logging.tensorboard_log_interval for how often)");
   app.add_flag("--resume", a.resume,
                "continue from the newest checkpoint in checkpoint.load (or checkpoint.save), or "
                "from the start when there is none; metrics are appended (checkpoint.resume)");
@@ -202,6 +205,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key
     a.sets.push_back("training.collective_timeout=" + std::to_string(*a.collective_timeout_s));
   if (a.profile_steps && !exec_seen) a.sets.push_back("training.profile_steps=" + *a.profile_steps);
+  if (a.tensorboard_dir && !exec_seen)
+    a.sets.push_back("logging.tensorboard_dir=" + *a.tensorboard_dir);
   if (a.resume && !exec_seen) a.sets.push_back("checkpoint.resume=true");
   if (a.overwrite && !exec_seen) a.sets.push_back("output.overwrite=true");
   return std::nullopt;

@@ -40,6 +40,8 @@ struct LaunchArgs {
   std::optional<double> collective_timeout_s;
   // --profile-steps: a --set of training.profile_steps (the steps of the step trace).
   std::optional<std::string> profile_steps;
+  // --tensorboard-dir: a --set of logging.tensorboard_dir (Megatron's --tensorboard-dir).
+  std::optional<std::string> tensorboard_dir;
   // --resume / --overwrite: checkpoint.resume / output.overwrite set to true.
   bool resume = false, overwrite = false;
   bool no_prefix = false;

@@ -32,34 +32,6 @@ namespace {
 
 using triad::MemoryEstimate;
 
-// "16GiB", "16G", "80GB", "512 MiB", "1.5e9": binary units for K/M/G/T and KiB..TiB, decimal for
-// KB..TB, bytes without a unit.
-size_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  std::string unit;
-  for (size_t i = pos; i < text.size(); ++i)
-    if (!std::isspace(static_cast<unsigned char>(text[i])))
-      unit += char(std::toupper(static_cast<unsigned char>(text[i])));
-  const std::vector<std::pair<std::string, double>> units = {
-      {"", 1},       {"B", 1},        {"K", 0x1p10},   {"KIB", 0x1p10}, {"KB", 1e3},
-      {"M", 0x1p20}, {"MIB", 0x1p20}, {"MB", 1e6},     {"G", 0x1p30},   {"GIB", 0x1p30},
-      {"GB", 1e9},   {"T", 0x1p40},   {"TIB", 0x1p40}, {"TB", 1e12}};
-  // At least a byte, and below 2^63 bytes (8 EiB): what a size_t holds, with room.
-  if (pos > 0 && value > 0)
-    for (const auto& [name, scale] : units)
-      if (unit == name && value * scale >= 1 && value * scale < 0x1p63)
-        return size_t(value * scale);
-  throw triad::UserError("--memory-per-device '" + text +
-                         "' is not a size; give a positive number with an optional unit, from 1 "
-                         "byte to 8 EiB, e.g. 80GiB, 16G, 512MiB or 40GB");
-}
-
 std::string mib(size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / (1024.0 * 1024.0));
@@ -298,7 +270,7 @@ int run(const std::string& path, int world, bool world_given, const std::vector<
   size_t& limit = v.limit;
   std::string& limit_text = v.limit_text;
   if (!memory.empty()) {
-    limit = parse_size(memory);
+    limit = triad::parse_bytes(memory, "--memory-per-device");
     limit_text = "--memory-per-device " + memory;
   } else {
     std::string how;

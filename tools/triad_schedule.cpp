@@ -6,30 +6,21 @@
 // interleaved, '.' idle); then the bubble next to its formula, the micro-batches in flight and the
 // buffers per stage. --png draws the same timeline with tools/plot_schedule.py (matplotlib).
 // Exit 0, or 2 when the plugin, the layout or the picture cannot be had (one line saying why).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <boost/dll/runtime_symbol_info.hpp>
 #include <nlohmann/json.hpp>
 
 #include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
-#include "triad/core/io/files.hpp"
+#include "triad/core/io/plot.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
 
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr const char* kTool = "triad-schedule";
 // The most (stage, micro-batch, chunk) cells a timeline is computed for: 16 stages x 512
@@ -45,44 +36,12 @@ void check_request(int p, int m, int v, const std::string& png) {
                            std::to_string(static_cast<long long>(p) * m * v) +
                            " cells, more than the " + std::to_string(kMaxCells) +
                            " a timeline is drawn for; use fewer stages or micro-batches");
-  if (png.empty()) return;
-  std::error_code ec;
-  if (fs::is_directory(png, ec))
-    throw triad::UserError("--png '" + png + "' is a folder; give a file name, e.g. " +
-                           (fs::path(png) / "schedule.png").string());
-  const fs::path folder = fs::absolute(png, ec).parent_path();
-  if (!fs::exists(folder, ec))
-    throw triad::UserError("--png '" + png + "': the folder '" + folder.string() +
-                           "' does not exist; create it or give a path in a folder that exists");
-  triad::check_output_folder("--png '" + png + "': the folder", folder.string(),
-                             "give a --png path in a folder you can write");
+  if (!png.empty()) triad::check_png_path(png);
 }
 
-// 'text' for a POSIX shell.
-std::string quoted(const std::string& text) {
-  std::string q = "'";
-  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// plot_schedule.py: installed beside the tools (<prefix>/share/triad), else in the source tree.
-std::string plot_script() {
-  try {
-    const fs::path installed = boost::dll::program_location().parent_path().parent_path().string() +
-                               "/share/triad/plot_schedule.py";
-    if (fs::is_regular_file(installed)) return installed.string();
-  } catch (const std::exception&) {
-  }
-  return TRIAD_PLOT_SCHEDULE_SCRIPT;
-}
-
-// Writes the timeline as JSON and has python3 draw it into `png`; returns the exit code.
+// Draws the timeline into `png` with plot_schedule.py; returns the exit code.
 int draw(const std::string& png, const std::string& schedule, int p, int m, int v,
          const triad::PipeTimeline& t) {
-  if (std::system("command -v python3 > /dev/null 2>&1") != 0)
-    return triad::cli::fail(kTool,
-                            "--png needs python3 with matplotlib, and python3 was not found "
-                            "(Debian: apt-get install python3-matplotlib)");
   nlohmann::json j = {{"schedule", schedule},
                       {"stages", p},
                       {"micro_batches", m},
@@ -100,20 +59,7 @@ int draw(const std::string& png, const std::string& schedule, int p, int m, int 
                           {"pass", std::string(1, b.pass)},
                           {"micro_batch", b.micro_batch},
                           {"chunk", b.chunk}});
-  const fs::path json =
-      fs::temp_directory_path() / ("triad-schedule-" + std::to_string(getpid()) + ".json");
-  std::ofstream(json) << j.dump() << "\n";
-  const std::string cmd =
-      "python3 " + quoted(plot_script()) + " " + quoted(json.string()) + " " + quoted(png);
-  const int status = std::system(cmd.c_str());
-  std::error_code ec;
-  fs::remove(json, ec);
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  if (rc == 0) std::cout << "picture: " << png << std::endl;
-  if (rc != 0 && rc != triad::kExitUserError)
-    return triad::cli::fail(kTool, "--png '" + png + "': plot_schedule.py failed (exit " +
-                                       std::to_string(rc) + "); nothing was drawn");
-  return rc;
+  return triad::draw_png(kTool, "plot_schedule.py", TRIAD_PLOT_SCHEDULE_SCRIPT, j, png);
 }
 
 int run(const std::string& schedule, int p, int m, int v, const std::string& png) {

@@ -251,6 +251,8 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
        {"precision bf16 ($F:8:12) contradicts fp16.enabled true ($F:10:12)"}},
       {"precision: fp16\nfp16:\n  enabled: false\n",
        {"precision fp16 ($F:8:12) contradicts fp16.enabled false ($F:10:12)"}},
+      {"logging:\n  tensorboard_log_interval: 0\n",
+       {"logging.tensorboard_log_interval: 0 is out of range ($F:9:", "at least 1"}},
       {"fp16:\n  loss_scale_window: 0\n", {"fp16.loss_scale_window: 0 is out of range ($F:9:"}},
       {"fp16:\n  hysteresis: 0\n", {"fp16.hysteresis: 0 is out of range"}},
       {"fp16:\n  min_loss_scale: 0\n", {"fp16.min_loss_scale: 0 is out of range"}},
@@ -333,6 +335,16 @@ TEST_F(ConfigTest, RunPaths) {
   EXPECT_NE(msg.find("output.export_hf '" + file + "/hf' cannot be created"), std::string::npos)
       << msg;
   c.output.export_hf = "";
+  c.logging.tensorboard_dir = file;
+  msg = error_of_paths(c);
+  EXPECT_NE(msg.find("logging.tensorboard_dir '" + file + "' is a regular file, not a folder"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(error_of_paths(c, /*writes_output=*/false), "");  // only rank 0's launcher writes it
+  c.logging.tensorboard_dir = (dir_ / "tb").string();
+  EXPECT_EQ(error_of_paths(c), "");
+  EXPECT_FALSE(fs::exists(dir_ / "tb")) << "the check created the TensorBoard folder";
+  c.logging.tensorboard_dir = "";
 
   const std::string fifo = (dir_ / "data.fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

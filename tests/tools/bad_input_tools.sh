@@ -5,7 +5,7 @@
 # as it was (no file created, changed or removed; a refused --to-hf or -o keeps what it holds).
 # Usage: bad_input_tools.sh SECTION BIN_DIR SOURCE_DIR WORK_DIR
 #   SECTION: schedule | config | estimate | checkpoint | preprocess | info | plugin_test |
-#            bench_collectives | study | autotune
+#            bench_collectives | study | autotune | simulate
 # The Python tools' cases all fail before any run is launched; Ctrl-C is checked against a
 # stand-in triad-launch that only waits.
 set -u
@@ -404,6 +404,50 @@ bench_collectives)
   expect $T "rank 0: no transport plugin named 'nosuch'" "$BIN/$T" -n 2 --transport nosuch
   expect $T "plugin file $W/fifo is a FIFO (named pipe)" "$BIN/$T" -n 2 --plugin "$W/fifo"
   expect $T "plugin file $W/adir is a directory" "$BIN/$T" --plugin "$W/adir"
+  ;;
+simulate)
+  T=triad-simulate C=$SRC/configs/gpt-tiny.yaml M=$SRC/configs/machines/h100-80gb-dgx.yaml
+  # Damaged machine descriptions: each breaks one rule of core/include/triad/core/perf/machine.hpp.
+  grep -v '^source:' "$M" >"$W/no-source.yaml"
+  sed 's/intra_node: {bandwidth_gbs: 450/intra_node: {bandwidth_gbs: 0/' "$M" >"$W/zero-bw.yaml"
+  sed 's/\[1.0e12, 0.72\]/[1.0e12, 1.5]/' "$M" >"$W/share.yaml"
+  sed 's/\[1.0e10, 0.4\], \[1.0e11/[1.0e12, 0.4], [1.0e11/' "$M" >"$W/order.yaml"
+  sed 's/^devices_per_node: 8/devices_per_node: 8\nspeed: 11/' "$M" >"$W/unknown.yaml"
+  sed 's/^  memory: 80GiB/  memory: lots/' "$M" >"$W/memory.yaml"
+  expect $T "config is required" "$BIN/$T"
+  expect $T "--machine is required" "$BIN/$T" "$C"
+  expect $T "machine '$W/nope.yaml' is not a file" "$BIN/$T" "$C" --machine "$W/nope.yaml"
+  expect $T "machine '$W/fifo' is not a file" "$BIN/$T" "$C" --machine "$W/fifo"
+  expect $T "machine '$W/syntax.yaml' is not YAML" "$BIN/$T" "$C" --machine "$W/syntax.yaml"
+  expect $T "machine '$W/unknown.yaml': speed is not a field" "$BIN/$T" "$C" \
+    --machine "$W/unknown.yaml"
+  expect $T "machine '$W/zero-bw.yaml': links.intra_node.bandwidth_gbs is 0; give a rate above zero" \
+    "$BIN/$T" "$C" --machine "$W/zero-bw.yaml"
+  expect $T "device.efficiency[3] has share 1.5; give a share of the peak in (0, 1]" "$BIN/$T" \
+    "$C" --machine "$W/share.yaml"
+  expect $T "device.efficiency[2] is not after the point before it" "$BIN/$T" "$C" \
+    --machine "$W/order.yaml"
+  expect $T "device.memory 'lots' is not a size" "$BIN/$T" "$C" --machine "$W/memory.yaml"
+  expect $T "machine '$W/no-source.yaml': source is missing" "$BIN/$T" "$C" \
+    --machine "$W/no-source.yaml"
+  number_flag $T --nodes "$C" --machine "$M"
+  expect $T "--world: must be a whole number of at least 1, not '0'" "$BIN/$T" "$C" \
+    --machine "$M" --world 0
+  expect $T "--nodes 3 does not divide the job's 8 ranks" "$BIN/$T" "$C" --machine "$M" \
+    --world 8 --nodes 3 --set parallel.tensor_model_parallel_size=2
+  expect $T "world size 3" "$BIN/$T" "$C" --machine "$M" --world 3 \
+    --set parallel.tensor_model_parallel_size=2
+  expect $T "--grid key 'training.micro_batch_sise' is refused: unknown key" "$BIN/$T" "$C" \
+    --machine "$M" --grid training.micro_batch_sise=1,2
+  expect $T "--grid 'training.micro_batch_size' is not key=v1,v2" "$BIN/$T" "$C" \
+    --machine "$M" --grid training.micro_batch_size
+  expect $T "--grid 'world=1,,2' has an empty value" "$BIN/$T" "$C" --machine "$M" \
+    --grid world=1,,2
+  expect $T "--grid world value '0' is not a whole number of at least 1" "$BIN/$T" "$C" \
+    --machine "$M" --grid world=0,1
+  expect $T "--png '$W/adir' is a folder" "$BIN/$T" "$C" --machine "$M" --png "$W/adir"
+  expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "$C" \
+    --machine "$M" --png "$W/nodir/t.png"
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2

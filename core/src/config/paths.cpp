@@ -140,6 +140,11 @@ void check_run_paths(const Config& c, bool writes_output) {
     check_output_folder("output.export_hf", c.output.export_hf,
                         "choose a folder you can write, e.g. output.export_hf: runs/my-run/hf "
                         "(it is written at the end of training)");
+  // TensorBoard: rank 0 adds a new event file there (never over an earlier one).
+  if (!c.logging.tensorboard_dir.empty())
+    check_output_folder("logging.tensorboard_dir", c.logging.tensorboard_dir,
+                        "choose a folder you can write, e.g. logging.tensorboard_dir: "
+                        "runs/my-run/tensorboard");
   // The step trace: every rank writes its part there, rank 0 the merged trace.json, which an
   // earlier trace's is replaced by only when asked to.
   if (!c.training.profile_step_numbers.empty() && !c.training.profile_dir.empty()) {

@@ -202,6 +202,11 @@ std::vector<Section> runtime_sections() {
            F("export_hf", TRIAD_SLOT(output.export_hf)),
            F("init_from_hf", TRIAD_SLOT(output.init_from_hf)),
        }},
+      {"logging",
+       {
+           F("tensorboard_dir", TRIAD_SLOT(logging.tensorboard_dir)),
+           F("tensorboard_log_interval", TRIAD_SLOT(logging.tensorboard_log_interval)).min(1),
+       }},
       // `device: cpu` is short for `device: {name: cpu}` (shorthand_key).
       {"device",
        {

@@ -159,13 +159,16 @@ void write_file_atomic(const fs::path& path, const std::vector<std::string_view>
   fsync_dir(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }
 
-LineFile::LineFile(const fs::path& path, bool append) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-  if (fd_ < 0)
-    throw UserError("cannot open '" + path.string() + "' for writing: " + std::strerror(errno));
+RecordFile::RecordFile(const fs::path& path, Open how, std::string key)
+    : path_(path), key_(std::move(key)) {
+  const int mode = how == Open::append ? O_APPEND : how == Open::truncate ? O_TRUNC : O_EXCL;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644);
+  if (fd_ < 0 && !(how == Open::create_new && errno == EEXIST))
+    throw UserError("cannot open '" + path.string() + "' for writing: " + std::strerror(errno) +
+                    "; make it writable or choose another " + key_);
 }
 
-void LineFile::close() {
+void RecordFile::close() {
   if (fd_ < 0) return;
   const bool synced = ::fsync(fd_) == 0;
   const int err = errno;
@@ -176,16 +179,15 @@ void LineFile::close() {
                     "' failed: " + std::strerror(synced ? errno : err));
 }
 
-LineFile::~LineFile() {
+RecordFile::~RecordFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void LineFile::write_line(const std::string& line) {
-  const std::string text = line + "\n";
-  const std::string failed = write_all(fd_, text.data(), text.size());
+void RecordFile::write(std::string_view bytes) {
+  const std::string failed = write_all(fd_, bytes.data(), bytes.size());
   if (!failed.empty())
     throw UserError("writing '" + path_.string() + "' failed: " + failed +
-                    "; free space there (or choose another output.dir) and resume");
+                    "; free space there (or choose another " + key_ + ") and resume");
 }
 
 }  // namespace triad

@@ -51,6 +51,32 @@ const char* MemoryEstimate::peak_phase() const {
   return "step";
 }
 
+size_t parse_bytes(const std::string& text, const std::string& what) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string unit;
+  for (size_t i = pos; i < text.size(); ++i)
+    if (!std::isspace(static_cast<unsigned char>(text[i])))
+      unit += char(std::toupper(static_cast<unsigned char>(text[i])));
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},       {"B", 1},        {"K", 0x1p10},   {"KIB", 0x1p10}, {"KB", 1e3},
+      {"M", 0x1p20}, {"MIB", 0x1p20}, {"MB", 1e6},     {"G", 0x1p30},   {"GIB", 0x1p30},
+      {"GB", 1e9},   {"T", 0x1p40},   {"TIB", 0x1p40}, {"TB", 1e12}};
+  // At least a byte, and below 2^63 bytes (8 EiB): what a size_t holds, with room.
+  if (pos > 0 && value > 0)
+    for (const auto& [name, scale] : units)
+      if (unit == name && value * scale >= 1 && value * scale < 0x1p63)
+        return size_t(value * scale);
+  throw UserError(what + " '" + text +
+                  "' is not a size; give a positive number with an optional unit, from 1 byte to "
+                  "8 EiB, e.g. 80GiB, 16G, 512MiB or 40GB");
+}
+
 std::string memory_text(double bytes) {
   char buf[48];
   if (bytes >= 1024.0 * 1024.0 * 1024.0)

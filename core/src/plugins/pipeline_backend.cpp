@@ -1,6 +1,7 @@
 #include "triad/core/plugins/pipeline_backend.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -236,19 +237,21 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
 
 namespace {
 
-// Every stage's stream run together, each instruction's start time on a clock where FORWARD
-// takes 1 and BACKWARD 2 and communication is free. error is "" or the first problem.
+// Every stage's stream run together, each instruction's start time on a clock where each pass
+// takes what `cost` says (unit costs: FORWARD 1, BACKWARD 2) and a message arrives its transfer
+// time after it was sent (unit costs: at once). error is "" or the first problem.
 struct Run {
   std::string error;
-  std::vector<std::vector<int>> start;  // [stage][instruction]
-  std::vector<int> clock;               // each stage's end
+  std::vector<std::vector<double>> start;  // [stage][instruction]
+  std::vector<double> clock;               // each stage's end
+  std::vector<double> busy;                // each stage's time in passes
 };
 
-Run run_together(const std::vector<PipeSchedule>& st, int v) {
+Run run_together(const std::vector<PipeSchedule>& st, int v, const PipeCosts& cost) {
   const int p = int(st.size());
   struct Message {
     int32_t micro_batch, chunk;  // the receiver's pass
-    int time;
+    double time;                 // when it arrives
   };
   // (from, to, is_grad) -> messages in the order sent
   std::map<std::tuple<int, int, bool>, std::deque<Message>> channels;
@@ -260,19 +263,21 @@ Run run_together(const std::vector<PipeSchedule>& st, int v) {
   Run r;
   r.start.resize(size_t(p));
   r.clock.assign(size_t(p), 0);
+  r.busy.assign(size_t(p), 0);
   std::vector<size_t> pc(size_t(p), 0);
   for (bool moved = true; moved && r.error.empty();) {
     moved = false;
     for (int s = 0; s < p && r.error.empty(); ++s) {
       const auto& instrs = st[size_t(s)].instrs;
-      int& clock = r.clock[size_t(s)];
+      double& clock = r.clock[size_t(s)];
       for (size_t& k = pc[size_t(s)]; k < instrs.size(); ++k) {
         const triad_pipe_instr_v1& in = instrs[k];
         const bool grad = in.op == TRIAD_PIPE_SEND_GRAD || in.op == TRIAD_PIPE_RECV_GRAD;
-        const int t0 = clock;
+        const double t0 = clock;
         if (in.op == TRIAD_PIPE_SEND_ACTIVATION || in.op == TRIAD_PIPE_SEND_GRAD) {
           const auto [to, chunk] = peer(s, in.chunk, grad ? -1 : 1);
-          channels[{s, to, grad}].push_back({in.micro_batch, chunk, clock});
+          channels[{s, to, grad}].push_back(
+              {in.micro_batch, chunk, clock + cost.transfer(s, in.chunk, grad)});
         } else if (in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD) {
           const int from = peer(s, in.chunk, grad ? 1 : -1).first;
           auto& q = channels[{from, s, grad}];
@@ -289,10 +294,10 @@ Run run_together(const std::vector<PipeSchedule>& st, int v) {
           }
           q.pop_front();
           clock = std::max(clock, msg.time);
-        } else if (in.op == TRIAD_PIPE_FORWARD) {
-          clock += 1;
-        } else if (in.op == TRIAD_PIPE_BACKWARD) {
-          clock += 2;
+        } else if (in.op == TRIAD_PIPE_FORWARD || in.op == TRIAD_PIPE_BACKWARD) {
+          const double d = cost.pass(s, in.chunk, in.op == TRIAD_PIPE_BACKWARD);
+          clock += d;
+          r.busy[size_t(s)] += d;
         }
         r.start[size_t(s)].push_back(
             in.op == TRIAD_PIPE_FORWARD || in.op == TRIAD_PIPE_BACKWARD ? t0 : clock);
@@ -341,7 +346,7 @@ std::string simulate_pipeline(const std::vector<PipeSchedule>& stages, int micro
     if (std::string e = pipe_stream_error(l, stages[size_t(s)]); !e.empty())
       return "stage " + std::to_string(s) + ": " + e;
   }
-  return run_together(stages, virtual_stages).error;
+  return run_together(stages, virtual_stages, PipeCosts{}).error;
 }
 
 PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micro_batches,
@@ -349,9 +354,9 @@ PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micr
   if (std::string e = simulate_pipeline(stages, micro_batches, virtual_stages); !e.empty())
     throw UserError("the pipeline streams cannot run: " + e);
   const int p = int(stages.size()), v = virtual_stages;
-  const Run r = run_together(stages, v);
+  const Run r = run_together(stages, v, PipeCosts{});
   PipeTimeline t;
-  t.makespan = *std::max_element(r.clock.begin(), r.clock.end());
+  t.makespan = int(std::lround(*std::max_element(r.clock.begin(), r.clock.end())));
   long long busy = 0;
   size_t width = 1;
   std::vector<std::vector<std::string>> cells(size_t(p),
@@ -368,7 +373,12 @@ PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micr
       const triad_pipe_instr_v1& in = instrs[k];
       if (in.op != TRIAD_PIPE_FORWARD && in.op != TRIAD_PIPE_BACKWARD) continue;
       const bool fwd = in.op == TRIAD_PIPE_FORWARD;
-      PipeBox b{s, r.start[size_t(s)][k], fwd ? 1 : 2, fwd ? 'F' : 'B', in.micro_batch, in.chunk};
+      PipeBox b{s,
+                int(std::lround(r.start[size_t(s)][k])),
+                fwd ? 1 : 2,
+                fwd ? 'F' : 'B',
+                in.micro_batch,
+                in.chunk};
       t.boxes.push_back(b);
       busy += b.length;
       std::string cell(1, b.pass);
@@ -388,6 +398,18 @@ PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micr
     while (!line.empty() && line.back() == ' ') line.pop_back();
     t.rows.push_back(line);
   }
+  return t;
+}
+
+PipeTiming pipeline_timing(const std::vector<PipeSchedule>& stages, int micro_batches,
+                           int virtual_stages, const PipeCosts& costs) {
+  if (std::string e = simulate_pipeline(stages, micro_batches, virtual_stages); !e.empty())
+    throw UserError("the pipeline streams cannot run: " + e);
+  const Run r = run_together(stages, virtual_stages, costs);
+  PipeTiming t;
+  t.end = r.clock;
+  t.busy = r.busy;
+  t.makespan = *std::max_element(r.clock.begin(), r.clock.end());
   return t;
 }
 

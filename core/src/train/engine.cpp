@@ -110,6 +110,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
   result.model_state_paper = run.model_state_paper;
   result.output_dir = cfg.output.dir;
   MetricsLog metrics(run);
+  TensorBoardLog tensorboard(run);
   if (run.ckpt && !run.opts.quiet)
     spdlog::info("resuming from checkpoint {} (step {}, {} samples consumed)", run.ckpt->path(),
                  run.start_step, int64_t(run.start_step) * cfg.training.global_batch_size);
@@ -131,6 +132,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
     outcome.valid_loss = trainer.evaluate_after(step);
     if (std::isfinite(outcome.valid_loss)) result.valid_loss = outcome.valid_loss;
     result.steps.push_back(metrics.record(outcome));
+    tensorboard.record(result.steps.back());
     // Megatron's --exit-interval, and a stop signal: save (when checkpoints are on) and end.
     const bool exit_now =
         outcome.stop_requested ||
@@ -144,6 +146,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
   }
   result.checkpoint = checkpoints.last();
   metrics.close();
+  tensorboard.close();
   write_step_trace(run, trace);
   finish_run(run, optimizer, result);
   return result;

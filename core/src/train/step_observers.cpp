@@ -60,7 +60,7 @@ MetricsLog::MetricsLog(const Run& run)
   const bool append = cfg.checkpoint.resume || run.ckpt;
   if (append) keep_metrics_until(metrics, run.start_step);
   write_file_atomic(out / "config.yaml", to_yaml(cfg));
-  jsonl_.emplace(metrics, append);
+  jsonl_.emplace(metrics, append ? RecordFile::Open::append : RecordFile::Open::truncate);
 }
 
 StepRecord MetricsLog::record(const StepOutcome& s) {
@@ -74,6 +74,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
   r.loss = s.loss;
   r.lr = s.lr;
   r.grad_norm = s.grad_norm;
+  r.scaled = s.scaled;
   r.skipped = s.skipped;
   r.loss_scale = s.loss_scale;
   r.ms = s.ms;
@@ -127,6 +128,49 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
 
 void MetricsLog::close() {
   if (jsonl_) jsonl_->close();
+}
+
+TensorBoardLog::TensorBoardLog(const Run& run) : run_(run) {
+  const std::string& dir = run.cfg.logging.tensorboard_dir;
+  if (!run.opts.write_output || dir.empty()) return;
+  events_.emplace(dir, "logging.tensorboard_dir");
+  if (!run.opts.quiet)
+    spdlog::info("TensorBoard: {} (tensorboard --logdir {})", events_->path().string(), dir);
+}
+
+void TensorBoardLog::record(const StepRecord& r) {
+  if (!events_) return;
+  const TrainingConfig& t = run_.cfg.training;
+  // Megatron's tags; the training scalars every tensorboard_log_interval steps, each against the
+  // iteration and (" vs samples") the samples consumed; iteration-time (seconds) and throughput
+  // (TFLOP/s per device) every log_interval steps; validation whenever the step evaluated.
+  Scalars by_step, by_samples;
+  auto both = [&](const std::string& tag, double v) {
+    by_step.emplace_back(tag, v);
+    by_samples.emplace_back(tag + " vs samples", v);
+  };
+  if (r.step % run_.cfg.logging.tensorboard_log_interval == 0) {
+    both("lm loss", r.loss);
+    both("learning-rate", r.lr);
+    both("batch-size", t.global_batch_size);
+    both("grad-norm", r.grad_norm);
+    if (r.scaled) both("loss-scale", r.loss_scale);
+    by_step.emplace_back("mem-max-allocated-bytes", double(r.peak_bytes));
+  }
+  if (r.step % t.log_interval == 0) {
+    by_step.emplace_back("iteration-time", r.ms / 1e3);
+    by_step.emplace_back("throughput", r.tflops);
+  }
+  if (std::isfinite(r.valid_loss)) {
+    both("lm loss validation", r.valid_loss);
+    both("lm loss validation ppl", std::exp(r.valid_loss));
+  }
+  events_->write_scalars(r.step, by_step);
+  events_->write_scalars(int64_t(r.step) * t.global_batch_size, by_samples);
+}
+
+void TensorBoardLog::close() {
+  if (events_) events_->close();
 }
 
 CheckpointSaver::CheckpointSaver(const Run& run) : run_(run) {

@@ -189,6 +189,14 @@ struct OutputConfig {
   std::string init_from_hf;  // start from such a folder
 };
 
+// TensorBoard event files (Megatron's --tensorboard-dir, --tensorboard-log-interval): rank 0 adds
+// one events.out.tfevents.* file per run (a resumed run adds another) with Megatron's scalar tags,
+// the step's values every tensorboard_log_interval steps; empty tensorboard_dir = none.
+struct LoggingConfig {
+  std::string tensorboard_dir;
+  int tensorboard_log_interval = 1;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -210,6 +218,7 @@ struct Config {
   PluginChoice data_parallel{"zero", {}, "data_parallel"};
   CheckpointConfig checkpoint;
   OutputConfig output;
+  LoggingConfig logging;
   std::string device = "cpu";      // cpu | cuda (device: cpu is short for device.name: cpu)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (cuda); fp16.enabled alone means fp16
   bool allow_tf32 = false;         // fp32 GEMMs on the GPU may use TF32 tensor cores

@@ -45,24 +45,33 @@ inline void write_file_atomic(const std::filesystem::path& path, std::string_vie
   write_file_atomic(path, std::vector<std::string_view>{text});
 }
 
-// A file written line by line (metrics): every write and flush is checked, and fails naming the
-// file and the reason.
-class LineFile {
+// A file written record by record (metrics lines, TensorBoard events): every write is checked,
+// fails naming the file and the reason, and is in the page cache when it returns (a run killed
+// afterwards keeps it).
+class RecordFile {
  public:
-  LineFile() = default;
-  // append: keep what is there; otherwise start empty.
-  LineFile(const std::filesystem::path& path, bool append);
-  ~LineFile();
-  LineFile(const LineFile&) = delete;
-  LineFile& operator=(const LineFile&) = delete;
+  enum class Open {
+    truncate,   // start empty
+    append,     // keep what is there
+    create_new  // a new file; an existing one is never opened (is_open() is false then)
+  };
+  RecordFile() = default;
+  // key: the config key that chose the folder, for the fix of a failed write.
+  RecordFile(const std::filesystem::path& path, Open how, std::string key = "output.dir");
+  ~RecordFile();
+  RecordFile(const RecordFile&) = delete;
+  RecordFile& operator=(const RecordFile&) = delete;
   bool is_open() const { return fd_ >= 0; }
-  // One line (a '\n' is added), on disk (in the page cache) when this returns.
-  void write_line(const std::string& line);
+  const std::filesystem::path& path() const { return path_; }
+  void write(std::string_view bytes);
+  // One line (a '\n' is added).
+  void write_line(const std::string& line) { write(line + "\n"); }
   // Flushed to the disk and closed (errors the disk reports only now, too).
   void close();
 
  private:
   std::filesystem::path path_;
+  std::string key_;
   int fd_ = -1;
 };
 

@@ -99,6 +99,11 @@ void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes);
 // its usage where that is lower. *how says which ("MemAvailable", "cgroup limit"). 0 if unknown.
 size_t host_memory_available(std::string* how = nullptr);
 
+// "16GiB", "16G", "80GB", "512 MiB", "1.5e9": binary units for K/M/G/T and KiB..TiB, decimal for
+// KB..TB, bytes without a unit; at least a byte and below 8 EiB. Throws UserError naming `what`
+// ("--memory-per-device '16X' is not a size; give ...").
+size_t parse_bytes(const std::string& text, const std::string& what);
+
 // "54.9 MiB", "3.20 GiB"
 std::string memory_text(double bytes);
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,6 +134,27 @@ struct PipeTimeline {
 };
 PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micro_batches,
                                int virtual_stages);
+// What each pass and message costs when the streams are timed: pass(stage, chunk, backward) the
+// time of one FORWARD or BACKWARD of that chunk on that stage, transfer(stage, chunk, grad) the
+// time a SEND of that chunk's activation (grad false) or gradient takes to arrive. By default
+// triad-schedule's units: forward 1, backward 2, messages free.
+struct PipeCosts {
+  std::function<double(int stage, int chunk, bool backward)> pass = [](int, int, bool b) {
+    return b ? 2.0 : 1.0;
+  };
+  std::function<double(int stage, int chunk, bool grad)> transfer = [](int, int, bool) {
+    return 0.0;
+  };
+};
+// The step's streams timed with `costs` (receives wait for their message; everything but the
+// passes and the transfers free): each stage's end and its time in passes; makespan the latest
+// end. Throws UserError as pipeline_timeline() does.
+struct PipeTiming {
+  double makespan = 0;
+  std::vector<double> end, busy;
+};
+PipeTiming pipeline_timing(const std::vector<PipeSchedule>& stages, int micro_batches,
+                           int virtual_stages, const PipeCosts& costs);
 // "0.273 of the step (formula (p-1)/(m+p-1) = 3/11 = 0.273)" ("(p-1)/(v*m+p-1)" when v > 1).
 std::string pipe_bubble_text(const PipeTimeline& t, int micro_batches, int virtual_stages);
 // "4 3 2 1"

@@ -72,6 +72,7 @@ struct StepRecord {
   double mfu = 0;     // tflops / the device's peak; 0 when the peak is unknown
   size_t peak_bytes = 0;
   double valid_loss = std::nan("");  // validation loss after this step, if it evaluated
+  bool scaled = false;               // fp16: the loss was scaled (loss_scale, skipped hold)
   bool skipped = false;              // fp16: gradients overflowed, no update
   double loss_scale = 1;             // fp16: the loss scale of the step
 };

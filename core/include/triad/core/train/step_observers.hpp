@@ -1,11 +1,12 @@
 // What a run does at step boundaries, apart from the step itself: the metrics (one log line and
-// one JSONL record per step), checkpoints, and the run's closing report (traffic against the
-// formulas, the offloaded optimizer's bytes, the Hugging Face export).
+// one JSONL record per step, TensorBoard's scalars), checkpoints, and the run's closing report
+// (traffic against the formulas, the offloaded optimizer's bytes, the Hugging Face export).
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "triad/core/io/event_file.hpp"
 #include "triad/core/io/files.hpp"
 #include "triad/core/train/engine.hpp"
 #include "triad/core/train/run.hpp"
@@ -27,7 +28,21 @@ class MetricsLog {
  private:
   const Run& run_;
   double flops_per_step_;
-  std::optional<LineFile> jsonl_;
+  std::optional<RecordFile> jsonl_;
+};
+
+class TensorBoardLog {
+ public:
+  // With logging.tensorboard_dir, rank 0 opens a new event file there (a resumed run adds one,
+  // earlier files are never opened); otherwise nothing.
+  explicit TensorBoardLog(const Run& run);
+  // The step's record (as MetricsLog::record made it) under Megatron's scalar tags.
+  void record(const StepRecord& r);
+  void close();
+
+ private:
+  const Run& run_;
+  std::optional<EventFile> events_;
 };
 
 class CheckpointSaver {

@@ -1,0 +1,24 @@
+// Pictures the C++ tools draw through a Python script (matplotlib): the --png path checked before
+// anything is computed, and the script, found installed (<prefix>/share/triad) or in the source
+// tree, run on a JSON file of what to draw.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace triad {
+
+// Refuses a --png path that cannot be written: a folder, a missing or read-only folder, a file
+// where its folder should be. Throws UserError naming the path and the fix.
+void check_png_path(const std::string& png);
+
+// Writes `data` to a temporary JSON file and runs `python3 SCRIPT JSON PNG`, SCRIPT being
+// share/triad/`script_name` beside the running program when installed, else `source_path`.
+// Returns the exit code: 0 drawn ("picture: PNG" printed), 2 when the script refused (its own
+// line on stderr), or 2 after one line "TOOL: error: ..." when python3 is missing or the script
+// failed.
+int draw_png(const std::string& tool, const std::string& script_name,
+             const std::string& source_path, const nlohmann::json& data, const std::string& png);
+
+}  // namespace triad

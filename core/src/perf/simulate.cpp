@@ -1,0 +1,308 @@
+#include "triad/core/perf/simulate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "triad/core/error.hpp"
+#include "triad/core/model/memory_plan.hpp"
+#include "triad/core/model/param_spec.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
+#include "triad/core/train/engine.hpp"
+
+namespace triad {
+
+double collective_time(const Link& link, const std::string& op, double bytes, int n) {
+  if (n <= 1) return 0;
+  const auto [bw, alpha] = link.of(op);
+  const double ring = double(n - 1) / n;
+  if (op == "all_reduce") return 2 * (n - 1) * alpha + 2 * ring * bytes / bw;
+  if (op == "all_gather" || op == "reduce_scatter") return (n - 1) * alpha + ring * bytes / bw;
+  return alpha + bytes / bw;  // p2p
+}
+
+namespace {
+
+// The layout and the machine as the model sees them.
+struct Setup {
+  Setup(const Config& c, const Machine& machine) : cfg(c), mc(machine) {}
+  const Config& cfg;
+  const Machine& mc;
+  int tp = 1, pp = 1, dp = 1, v = 1, m = 1, world = 1, per_node = 1;
+  double b = 1, s = 1, h = 1, heads = 1, vocab = 1;  // vocab: padded
+  double act = 4;                                    // bytes of an activation element
+  double peak = 0;                                   // FLOP/s of the whole device
+  double share = 1;  // a rank's share of its device (ranks beyond devices_per_node share one)
+  TensorShards shards;
+  Recompute recompute = Recompute::none;
+  std::vector<int> layers;           // per stage
+  std::vector<size_t> stage_params;  // elements per rank, per stage
+  const Link& group_link(int size, int stride) const {
+    return size * stride <= per_node ? mc.intra_node : mc.inter_node;
+  }
+  const Link& tp_link() const { return group_link(tp, 1); }
+  const Link& dp_link() const { return group_link(dp, tp); }
+  const Link& pp_link() const { return group_link(pp, tp * dp); }
+};
+
+// One pass of one piece of a stage: its compute (FLOPs and element-wise work) and its
+// tensor-parallel collectives, forward and backward (recomputation included in the backward).
+struct PassTime {
+  double fwd = 0, fwd_comm = 0, bwd = 0, bwd_comm = 0;
+  void add(const PassTime& o) {
+    fwd += o.fwd, fwd_comm += o.fwd_comm, bwd += o.bwd, bwd_comm += o.bwd_comm;
+  }
+};
+
+double flops_time(const Setup& u, double flops, const Curve& curve) {
+  if (flops <= 0) return 0;
+  return flops / (u.peak * curve.at(flops) * u.share);
+}
+
+double bytes_time(const Setup& u, double bytes) {
+  return bytes / (u.mc.memory_bandwidth * u.share);
+}
+
+// A transformer block on one rank, per micro-batch.
+PassTime block_time(const Setup& u) {
+  const double tokens = u.b * u.s, h = u.h;
+  const double ta = u.shards.attention, tm = u.shards.mlp;
+  // qkv and the projection (8·t·h² over the attention split), fc and its projection (16·t·h²).
+  const double dense = 8 * tokens * h * h / ta + 16 * tokens * h * h / tm;
+  // QKᵀ and PV as the plugin computes them: the flash plugins skip the causal mask's empty
+  // half, the naive one computes the whole score matrix (its element-wise softmax and the
+  // scores' traffic are in its curve, as calibrate measures it).
+  const std::string& plugin = u.cfg.attention.name;
+  const bool skips_masked = plugin == "flash1" || plugin == "flash2";
+  const double attn = (skips_masked ? 2 : 4) * u.b * u.s * u.s * h / ta;
+  const auto it = u.mc.attention.find(plugin);
+  const Curve& attn_curve = it != u.mc.attention.end() ? it->second : u.mc.efficiency;
+  // Element-wise bytes: two layernorms and two residual adds (10h), the MLP's bias and GeLU
+  // (12h over its split), the attention's biases (4h over its split).
+  const double elementwise = tokens * u.act * (10 * h + 12 * h / tm + 4 * h / ta);
+  const double attn_t = flops_time(u, attn, attn_curve);
+  PassTime p;
+  p.fwd = flops_time(u, dense, u.mc.efficiency) + bytes_time(u, elementwise) + attn_t;
+  // Per split part one all-reduce of the (b, s, h) activations forward and one backward; with
+  // sequence parallelism an all-gather and a reduce-scatter (the same time), and a whole part
+  // half of that (its input gathered, its output's gradient too).
+  const double msg = tokens * h * u.act;
+  const double ar = collective_time(u.tp_link(), "all_reduce", msg, u.tp);
+  auto part = [&](double ways) {
+    return ways > 1 ? ar : u.cfg.parallel.sequence_parallel ? ar / 2 : 0.0;
+  };
+  p.fwd_comm = part(ta) + part(tm);
+  p.bwd = u.mc.backward_ratio * p.fwd;
+  p.bwd_comm = p.fwd_comm;
+  if (u.recompute == Recompute::full) {
+    p.bwd += p.fwd;
+    p.bwd_comm += p.fwd_comm;
+  } else if (u.recompute == Recompute::selective) {
+    p.bwd += attn_t;
+  }
+  return p;
+}
+
+// The word and position embedding (first stage).
+PassTime embedding_time(const Setup& u) {
+  const double tokens = u.b * u.s, msg = tokens * u.h * u.act;
+  PassTime p;
+  p.fwd = bytes_time(u, 3 * msg);
+  p.bwd = bytes_time(u, 3 * msg);
+  if (u.shards.vocab > 1) p.fwd_comm = collective_time(u.tp_link(), "all_reduce", msg, u.tp);
+  return p;
+}
+
+// The final layernorm, the LM head and the cross-entropy (last stage).
+PassTime head_time(const Setup& u) {
+  const double tokens = u.b * u.s, tv = u.shards.vocab;
+  const double logits = tokens * u.vocab / tv;
+  PassTime p;
+  p.fwd = flops_time(u, 2 * tokens * u.h * u.vocab / tv, u.mc.efficiency) +
+          bytes_time(u, logits * 4 * 3 + tokens * u.h * u.act * 2);
+  p.bwd = u.mc.backward_ratio * p.fwd;
+  if (tv > 1) {
+    // Vocab-parallel cross-entropy: the max, the sum of exponentials and the target logit per
+    // token forward; the head input's gradient all-reduced backward.
+    p.fwd_comm = 3 * collective_time(u.tp_link(), "all_reduce", tokens * 4, u.tp);
+    p.bwd_comm = collective_time(u.tp_link(), "all_reduce", tokens * u.h * u.act, u.tp);
+  }
+  return p;
+}
+
+// One chunk of one stage: its blocks, and the embedding / head where it holds them.
+PassTime chunk_time(const Setup& u, int stage, int chunk) {
+  const int blocks = u.layers[size_t(stage)] / u.v;
+  PassTime p;
+  const PassTime blk = block_time(u);
+  for (int i = 0; i < blocks; ++i) p.add(blk);
+  if (stage == 0 && chunk == 0) p.add(embedding_time(u));
+  if (stage == u.pp - 1 && chunk == u.v - 1) p.add(head_time(u));
+  return p;
+}
+
+// ZeRO-3's all-gathers of a unit's weights per micro-batch: forward, backward, and the
+// recomputed forward.
+double gathers(const Setup& u) {
+  return u.recompute == Recompute::full ? 3 : 2;
+}
+
+// Exposed data-parallel time of a stage, and the compute it can hide behind.
+double data_parallel_time(const Setup& u, int stage, double fwd_compute, double bwd_compute,
+                          double last_bwd) {
+  if (u.dp <= 1) return 0;
+  const double psi = double(u.stage_params[size_t(stage)]), grads = psi * 4;
+  const Link& link = u.dp_link();
+  const int z = u.cfg.zero_optimization.stage;
+  // Units: the stage's blocks, and its embedding and head.
+  const double units = u.layers[size_t(stage)] + (stage == 0 ? 1 : 0) + (stage == u.pp - 1 ? 1 : 0);
+  auto many = [&](const char* op, double count) {
+    // `count` collectives sharing `grads` bytes: each pays its latency.
+    const auto [bw, alpha] = link.of(op);
+    const double steps = std::string(op) == "all_reduce" ? 2.0 * (u.dp - 1) : u.dp - 1.0;
+    return collective_time(link, op, grads, u.dp) + (count - 1) * steps * alpha;
+  };
+  double hidden_behind = 0, total = 0, after = 0;
+  if (z <= 1) {
+    const double buckets =
+        std::ceil(psi / double(std::max<int64_t>(1, u.cfg.zero_optimization.reduce_bucket_size)));
+    total = many("all_reduce", buckets);
+    hidden_behind = u.cfg.zero_optimization.overlap_comm ? last_bwd : 0;
+    if (z == 1) after = collective_time(link, "all_gather", grads, u.dp);
+  } else if (z == 2) {
+    total = u.m * many("reduce_scatter", units);
+    hidden_behind = bwd_compute;
+    after = collective_time(link, "all_gather", grads, u.dp);
+  } else {
+    total = u.m * (gathers(u) * many("all_gather", units) + many("reduce_scatter", units));
+    hidden_behind = fwd_compute + bwd_compute;
+  }
+  const double hidden = u.mc.overlap_data_parallel * std::min(total, hidden_behind);
+  // ZeRO-2/3 windows: each unit's gradient window (and at stage 3 each gathered weight) is
+  // allocated and zeroed per micro-batch, fp32, at the memory bandwidth.
+  const double windows = z == 2 ? u.m * grads : z == 3 ? u.m * grads * (1 + gathers(u)) : 0.0;
+  return total - hidden + after + bytes_time(u, windows);
+}
+
+// The optimizer's step on a stage: AdamW reads the weight, its gradient and two moments and
+// writes three of them (fp32, 28 bytes an element), plus the compute copy in mixed precision;
+// offloaded, the gradients go down and the weights come up over the host link.
+double optimizer_time(const Setup& u, int stage) {
+  const double psi = double(u.stage_params[size_t(stage)]);
+  const double owned = u.cfg.zero_optimization.stage >= 1 ? psi / u.dp : psi;
+  const double bytes = owned * (28 + (u.act < 4 ? 2 : 0));
+  if (u.cfg.zero_optimization.offload_optimizer.device == "cpu" &&
+      u.cfg.zero_optimization.stage >= 1) {
+    const double link =
+        u.cfg.device == "cpu" ? 0 : 2 * collective_time(u.mc.host, "p2p", owned * 4, 2);
+    return bytes / u.mc.host_memory_bandwidth + link;
+  }
+  return bytes_time(u, bytes);
+}
+
+Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, const RunPlan& plan) {
+  Setup u(cfg, mc);
+  const auto& par = cfg.parallel;
+  u.tp = par.tensor_model_parallel_size;
+  u.pp = par.pipeline_model_parallel_size;
+  u.dp = std::max(1, par.data_parallel_size);
+  u.v = par.virtual_pipeline_model_parallel_size;
+  u.m = cfg.training.gradient_accumulation_steps;
+  u.world = world;
+  if (nodes < 1 || world % nodes != 0)
+    throw UserError("--nodes " + std::to_string(nodes) + " does not divide the job's " +
+                    std::to_string(world) + " ranks evenly; give a number of nodes that does");
+  u.per_node = world / nodes;
+  u.b = cfg.training.micro_batch_size;
+  u.s = cfg.model.seq_length;
+  u.h = cfg.model.hidden_size;
+  u.heads = cfg.model.num_attention_heads;
+  u.vocab = double(plan.padded_vocab_size);
+  u.act = cfg.precision == "fp32" ? 4 : 2;
+  u.peak = mc.peak_for(cfg.precision, cfg.allow_tf32);
+  const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
+  u.share = sharers > 1 ? mc.share_efficiency / sharers : 1.0;
+  u.recompute = recompute_of(cfg.training);
+  u.layers = plan.stage_layers;
+  u.stage_params = plan.stage_params;
+  Placement place;
+  place.tp_size = u.tp;
+  place.split = planned_splits(cfg);
+  u.shards = tensor_shards(place);
+  return u;
+}
+
+}  // namespace
+
+Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
+  const RunPlan plan = plan_run(cfg);
+  const Setup u = make_setup(cfg, world, nodes, mc, plan);
+  PluginLoader loader;
+  CoreServices services(1, nullptr);
+  auto plugin = loader.load("pipeline", cfg.pipeline.name);
+  PipelineBackend pipeline(
+      plugin, resolve_params(plugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
+      services.c_services());
+  const std::vector<PipeSchedule> streams = pipeline.schedules(u.pp, u.m, u.v);
+
+  std::vector<std::vector<PassTime>> chunks(size_t(u.pp));
+  for (int st = 0; st < u.pp; ++st)
+    for (int c = 0; c < u.v; ++c) chunks[size_t(st)].push_back(chunk_time(u, st, c));
+  PipeCosts costs;
+  costs.pass = [&](int st, int c, bool backward) {
+    const PassTime& p = chunks[size_t(st)][size_t(c)];
+    return (backward ? p.bwd + p.bwd_comm : p.fwd + p.fwd_comm) + mc.per_pass;
+  };
+  const double msg = u.b * u.s * u.h * u.act;
+  costs.transfer = [&](int, int, bool) { return collective_time(u.pp_link(), "p2p", msg, 2); };
+  const PipeTiming timing = pipeline_timing(streams, u.m, u.v, costs);
+
+  Prediction pr;
+  pr.world = world;
+  pr.nodes = nodes;
+  const double other = mc.per_step + mc.per_micro_batch * u.m;
+  double step = 0;
+  for (int st = 0; st < u.pp; ++st) {
+    StepBreakdown b;
+    double fwd = 0, bwd = 0, last_bwd = 0;
+    for (const PassTime& p : chunks[size_t(st)]) {
+      fwd += p.fwd * u.m;
+      bwd += p.bwd * u.m;
+      last_bwd += p.bwd;
+      b.tensor += (p.fwd_comm + p.bwd_comm) * u.m;
+    }
+    b.compute = timing.busy[size_t(st)] - b.tensor;
+    b.pipeline = timing.end[size_t(st)] - timing.busy[size_t(st)];
+    b.data_parallel = data_parallel_time(u, st, fwd, bwd, last_bwd);
+    b.optimizer = optimizer_time(u, st);
+    b.other = other;
+    if (b.total() > step) {
+      step = b.total();
+      pr.breakdown = b;
+      pr.slowest_stage = st;
+    }
+  }
+  pr.step_s = step;
+  const double samples = cfg.training.global_batch_size;
+  pr.samples_per_s = samples / step;
+  pr.tokens_per_s = pr.samples_per_s * cfg.model.seq_length;
+  const double flops = model_flops_per_step(cfg.model, cfg.training.global_batch_size);
+  pr.tflops = flops / step / world / 1e12;
+  // Megatron prints recomputation's extra forward in its TFLOP/s: 4/3 of the model's with full
+  // recomputation; selective adds the attention products' forward.
+  double hw = flops;
+  if (u.recompute == Recompute::full) hw = flops * 4.0 / 3.0;
+  if (u.recompute == Recompute::selective)
+    hw += 4.0 * samples * u.s * u.s * u.h * cfg.model.num_layers;
+  pr.tflops_hw = hw / step / world / 1e12;
+  pr.mfu = pr.tflops * 1e12 / u.peak;
+  const bool with_host = cfg.device == "cpu";
+  pr.memory = double(peak_per_rank(plan.stage_memory, with_host));
+  const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
+  pr.memory_limit = mc.memory / sharers;
+  pr.fits = pr.memory <= pr.memory_limit;
+  return pr;
+}
+
+}  // namespace triad

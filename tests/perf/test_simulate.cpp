@@ -1,0 +1,199 @@
+// The performance model: machine descriptions (read, refused), the timed pipeline streams, the
+// ring collectives, and predictions of a 2-stage pipeline and a 2-rank data-parallel step on a
+// toy machine against the same steps computed by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "triad/core/config/config.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/perf/machine.hpp"
+#include "triad/core/perf/simulate.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
+#include "triad/core/train/engine.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using triad::PipeSchedule;
+
+fs::path scratch() {
+  const fs::path d =
+      fs::temp_directory_path() /
+      ("triad-test-simulate-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::create_directories(d);
+  return d;
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const fs::path p = scratch() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// A toy machine: 1 TFLOP/s at every size, memory and the host so fast that element-wise work
+// and the optimizer cost nothing measurable, links of 1 GB/s and 10 µs, no overheads.
+const char* kToy = R"(name: toy
+source: a test's own numbers
+devices_per_node: 2
+device:
+  memory: 1TiB
+  peak_tflops: {fp32: 1}
+  efficiency: [[1, 1.0]]
+  memory_bandwidth_gbs: 1.0e15
+links:
+  intra_node: {bandwidth_gbs: 1, latency_us: 10}
+  inter_node: {bandwidth_gbs: 1, latency_us: 10}
+  host: {bandwidth_gbs: 1}
+)";
+
+// A 2-layer GPT (h 64, 2 heads, 32 tokens, vocabulary 256), micro-batch 2, 2 micro-batches.
+std::string toy_config(const std::string& parallel) {
+  return write("toy-" + std::to_string(parallel.size()) + ".yaml",
+               "model: {num_layers: 2, hidden_size: 64, num_attention_heads: 2, seq_length: 32, "
+               "vocab_size: 256}\n"
+               "training: {train_iters: 1, micro_batch_size: 2, gradient_accumulation_steps: 2}\n" +
+                   parallel);
+}
+
+TEST(Curve, InterpolatesInLogAndHoldsItsEnds) {
+  triad::Curve c{{{1e6, 0.2}, {1e8, 0.6}}};
+  EXPECT_DOUBLE_EQ(c.at(1e3), 0.2);
+  EXPECT_DOUBLE_EQ(c.at(1e6), 0.2);
+  EXPECT_NEAR(c.at(1e7), 0.4, 1e-12);
+  EXPECT_DOUBLE_EQ(c.at(1e9), 0.6);
+}
+
+TEST(Collectives, RingAllReduceAndGather) {
+  triad::Link l;
+  l.bandwidth = 1e9;
+  l.latency = 1e-6;
+  // 4 ranks, 4 MB: 2(n-1) = 6 latencies and 2(n-1)/n = 1.5 times the bytes.
+  EXPECT_DOUBLE_EQ(triad::collective_time(l, "all_reduce", 4e6, 4), 6e-6 + 6e-3);
+  EXPECT_DOUBLE_EQ(triad::collective_time(l, "all_gather", 4e6, 4), 3e-6 + 3e-3);
+  EXPECT_DOUBLE_EQ(triad::collective_time(l, "p2p", 4e6, 2), 1e-6 + 4e-3);
+  EXPECT_EQ(triad::collective_time(l, "all_reduce", 4e6, 1), 0.0);
+  l.ops["all_reduce"] = {2e9, 0.0};  // a calibrated collective of its own
+  EXPECT_DOUBLE_EQ(triad::collective_time(l, "all_reduce", 4e6, 4), 3e-3);
+}
+
+// Two stages, two micro-batches, all forwards then all backwards; stage 0's passes take 1 and 2,
+// stage 1's 3 and 4, a message 0.5.
+TEST(PipelineTiming, HandComputedTwoStages) {
+  enum { L = TRIAD_PIPE_LOAD_MICRO_BATCH, F = TRIAD_PIPE_FORWARD, B = TRIAD_PIPE_BACKWARD };
+  enum { SA = TRIAD_PIPE_SEND_ACTIVATION, RA = TRIAD_PIPE_RECV_ACTIVATION };
+  enum { SG = TRIAD_PIPE_SEND_GRAD, RG = TRIAD_PIPE_RECV_GRAD };
+  const triad_pipe_instr_v1 end[] = {{TRIAD_PIPE_REDUCE_TIED_GRADS, -1, -1, 0},
+                                     {TRIAD_PIPE_REDUCE_GRADS, -1, -1, 0},
+                                     {TRIAD_PIPE_OPTIMIZER_STEP, -1, -1, 0}};
+  PipeSchedule s0{2,
+                  {{L, 0, 0, 0},
+                   {F, 0, 0, 0},
+                   {SA, 0, 0, 0},
+                   {L, 1, 1, 0},
+                   {F, 1, 1, 0},
+                   {SA, 1, 1, 0},
+                   {RG, 0, 0, 0},
+                   {B, 0, 0, 0},
+                   {RG, 1, 1, 0},
+                   {B, 1, 1, 0}}};
+  PipeSchedule s1{2,
+                  {{L, 0, 0, 0},
+                   {RA, 0, 0, 0},
+                   {F, 0, 0, 0},
+                   {L, 1, 1, 0},
+                   {RA, 1, 1, 0},
+                   {F, 1, 1, 0},
+                   {B, 0, 0, 0},
+                   {SG, 0, 0, 0},
+                   {B, 1, 1, 0},
+                   {SG, 1, 1, 0}}};
+  for (auto* s : {&s0, &s1}) s->instrs.insert(s->instrs.end(), std::begin(end), std::end(end));
+  triad::PipeCosts costs;
+  costs.pass = [](int stage, int, bool backward) {
+    return stage == 0 ? (backward ? 2.0 : 1.0) : (backward ? 4.0 : 3.0);
+  };
+  costs.transfer = [](int, int, bool) { return 0.5; };
+  const triad::PipeTiming t = triad::pipeline_timing({s0, s1}, 2, 1, costs);
+  // Stage 0: F0 0-1 (arrives 1.5), F1 1-2 (2.5). Stage 1: F0 1.5-4.5, F1 4.5-7.5, B0 7.5-11.5
+  // (its gradient arrives 12), B1 11.5-15.5 (16). Stage 0: B0 12-14, B1 16-18.
+  EXPECT_DOUBLE_EQ(t.makespan, 18.0);
+  EXPECT_DOUBLE_EQ(t.end[0], 18.0);
+  EXPECT_DOUBLE_EQ(t.end[1], 15.5);
+  EXPECT_DOUBLE_EQ(t.busy[0], 6.0);
+  EXPECT_DOUBLE_EQ(t.busy[1], 14.0);
+  // The unit costs are triad-schedule's timeline.
+  EXPECT_EQ(triad::pipeline_timeline({s0, s1}, 2, 1).makespan, 9);
+}
+
+// The toy GPT's passes on the toy machine: a block's forward is 24·t·h² + 4·b·s²·h FLOPs, the
+// head's 2·t·h·V, each at 1 TFLOP/s; backward twice the forward; element-wise work is free.
+constexpr double kTokens = 2 * 32, kH = 64;
+constexpr double kBlock = (24 * kTokens * kH * kH + 4 * 2 * 32.0 * 32 * kH) / 1e12;
+constexpr double kHead = 2 * kTokens * kH * 256 / 1e12;
+
+TEST(Predict, TwoStagePipelineByHand) {
+  const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
+  const triad::Config cfg = triad::load_config(
+      toy_config("parallel: {pipeline_model_parallel_size: 2}\npipeline: gpipe\n"), {}, 2);
+  const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+  // GPipe, as triad-schedule prints it: every forward, then the backwards last micro-batch first.
+  const double f0 = kBlock, b0 = 2 * f0, f1 = kBlock + kHead, b1 = 2 * f1;
+  const double msg = 10e-6 + kTokens * kH * 4 / 1e9;
+  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
+  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
+  const double s0_b1 = s1_b1 + msg + b0, s0_b0 = std::max(s0_b1, s1_b0 + msg) + b0;
+  const double step = s0_b0;
+  EXPECT_NEAR(p.step_s, step, step * 1e-9);
+  EXPECT_EQ(p.slowest_stage, 0);
+  EXPECT_NEAR(p.breakdown.compute, 2 * (f0 + b0), 1e-9 * step);
+  EXPECT_NEAR(p.breakdown.pipeline, step - 2 * (f0 + b0), 1e-9 * step);
+  EXPECT_EQ(p.breakdown.data_parallel, 0.0);
+  EXPECT_NEAR(p.samples_per_s, 4 / step, 1e-9 * 4 / step);
+}
+
+TEST(Predict, DataParallelRingAllReduceByHand) {
+  const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
+  const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 2);
+  const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+  const double psi = double(triad::plan_run(cfg).stage_params[0]);
+  // Two micro-batches of two blocks and the head, forward and backward; then one bucket's ring
+  // all-reduce of the fp32 gradients over 2 ranks: 2 latencies and the bytes once, none hidden
+  // (the machine overlaps nothing).
+  const double compute = 2 * 3 * (2 * kBlock + kHead);
+  const double all_reduce = 2 * 10e-6 + psi * 4 / 1e9;
+  EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
+  EXPECT_NEAR(p.breakdown.data_parallel, all_reduce, 1e-9 * all_reduce);
+  EXPECT_NEAR(p.step_s, compute + all_reduce, 1e-6 * (compute + all_reduce));
+}
+
+TEST(Machine, RefusesWhatIsMissingOrWrong) {
+  const std::string base = kToy;
+  auto refused = [&](const std::string& text, const std::string& want) {
+    const std::string path = write("bad.yaml", text);
+    try {
+      triad::load_machine(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const triad::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = base;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  refused(replaced("source: a test's own numbers\n", ""), "source is missing");
+  refused(replaced("latency_us: 10}\n  inter", "latency_us: -1}\n  inter"),
+          "links.intra_node.latency_us is -1; give a rate above zero");
+  refused(replaced("[[1, 1.0]]", "[[1, 0]]"), "device.efficiency[0] has share 0");
+  refused(replaced("{fp32: 1}", "{fp8: 1}"), "device.peak_tflops.fp8 is not a precision");
+  refused(replaced("devices_per_node: 2", "devices_per_node: 2.5"),
+          "devices_per_node is not whole");
+  refused(replaced("  host: {bandwidth_gbs: 1}\n", ""), "links.host is missing");
+}
+
+}  // namespace

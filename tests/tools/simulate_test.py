@@ -1,0 +1,85 @@
+"""triad-simulate end to end: calibrate this machine on configs/gpt-tiny.yaml (two micro-batch
+sizes, naive and flash2), then predict with the description it wrote: one layout's report, a
+--grid over ranks, ZeRO stage and pipeline stages as a table, fastest first, and as JSON whose
+breakdown adds up to each step; a refused layout is a row, not the end of the grid. The shipped
+datasheet descriptions load and predict the published layouts (configs/published/). Bad input to
+calibrate is one line and exit 2. No time is asserted: the machine is shared.
+    simulate_test.py BIN_DIR SOURCE_DIR
+"""
+import json
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import check, check_bad_input, finish, run, scratch  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+SRC = os.path.abspath(sys.argv[2])
+SIM = os.path.join(BIN, "triad-simulate")
+CONFIG = os.path.join(SRC, "configs", "gpt-tiny.yaml")
+d = scratch("triad-simulate-test-")
+machine = os.path.join(d, "machine.yaml")
+
+rc, out, err = run([SIM, "calibrate", "--out", machine, "--config", CONFIG,
+                    "--micro-batches", "2,8", "--attention", "naive,flash2"], d)
+check(rc == 0, f"calibrate exits 0 (got {rc}: {err.strip()[-300:]})")
+check(os.path.isfile(machine) and "wrote" in out, "calibrate wrote the description")
+text = open(machine).read() if os.path.isfile(machine) else ""
+for key in ("peak_tflops", "efficiency", "flash2", "memory_bandwidth_gbs", "all_reduce",
+            "per_step_ms", "calibrated on"):
+    check(key in text, f"the description holds {key}")
+
+rc, out, err = run([SIM, CONFIG, "--machine", machine], d)
+check(rc == 0 and "step:" in out and "where the step goes" in out,
+      f"one layout's report (rc {rc}: {err.strip()})")
+
+grid = ["--world", "2", "--grid", "zero_optimization.stage=0,3",
+        "--grid", "parallel.pipeline_model_parallel_size=1,2,3"]
+rc, out, err = run([SIM, CONFIG, "--machine", machine] + grid, d)
+check(rc == 0, f"the grid exits 0 (rc {rc}: {err.strip()})")
+rows = [l for l in out.splitlines() if l[:4].strip().isdigit()]
+check(len(rows) == 6, f"the grid has 6 rows (got {len(rows)})")
+check(sum("refused" in r for r in rows) == 2 and all("refused" in r for r in rows[-2:]),
+      "pp 3 on 2 ranks is refused in its rows, listed last")
+
+png = os.path.join(d, "grid.png")
+rc, out, err = run([SIM, CONFIG, "--machine", machine, "--png", png] + grid, d)
+check(rc == 0 and os.path.getsize(png) > 1000 if os.path.exists(png) else False,
+      f"--png draws the grid (rc {rc}: {err.strip()})")
+
+rc, out, err = run([SIM, CONFIG, "--machine", machine, "--json"] + grid, d)
+doc = json.loads(out) if rc == 0 else {}
+ok = [x for x in doc.get("layouts", []) if "refused" not in x]
+check(len(ok) == 4, f"JSON: 4 predicted layouts (got {len(ok)})")
+for x in ok:
+    parts = sum(x["breakdown_ms"].values())
+    check(abs(parts - x["ms_per_step"]) <= 1e-6 * x["ms_per_step"],
+          f"{x['layout']}: the breakdown adds up to the step ({parts:.4f} vs {x['ms_per_step']:.4f})")
+    check(x["samples_per_s"] > 0 and x["memory_per_rank_bytes"] > 0, f"{x['layout']}: rates")
+dp = {x["layout"]: x["breakdown_ms"]["data_parallel"] for x in ok}
+check(dp["zero_optimization.stage=3,parallel.pipeline_model_parallel_size=1"] >
+      dp["zero_optimization.stage=0,parallel.pipeline_model_parallel_size=1"] > 0,
+      "ZeRO-3's data-parallel time exceeds ZeRO-0's at dp 2 (it gathers the weights too)")
+
+for name, nodes in (("bloom-176b", 48), ("megatron-gpt-175b", 8)):
+    cfg = os.path.join(SRC, "configs", "published", name + ".yaml")
+    rc, out, err = run([SIM, cfg, "--machine",
+                        os.path.join(SRC, "configs", "machines", "a100-80gb-dgx.yaml"),
+                        "--nodes", str(nodes), "--json"], d)
+    x = json.loads(out)["layouts"][0] if rc == 0 else {}
+    check(rc == 0 and 50 < x.get("tflops_per_device", 0) < 312,
+          f"{name} on {nodes} DGX A100 nodes: a TFLOP/s between 50 and the peak "
+          f"({x.get('tflops_per_device')}; {err.strip()})")
+
+for args, names, what in (
+        (["--out", machine], ["exists", "--overwrite"], "an existing --out"),
+        (["--out", d], ["is a folder"], "--out a folder"),
+        (["--out", os.path.join(d, "x.yaml"), "--micro-batches", "4"], ["at least two sizes"],
+         "one micro-batch size"),
+        (["--out", os.path.join(d, "x.yaml"), "--config", os.path.join(d, "nope.yaml")],
+         ["nope.yaml"], "a missing config")):
+    rc, out, err = run([SIM, "calibrate"] + args, d)
+    check_bad_input("triad-simulate calibrate", rc, err, names, what)
+check(not os.path.exists(os.path.join(d, "x.yaml")), "nothing written by refused calibrations")
+finish("simulate_test", d)

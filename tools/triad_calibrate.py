@@ -1,0 +1,337 @@
+"""triad-simulate calibrate --out MACHINE.yaml [--config CONFIG] [--micro-batches 1,4,16]
+                         [--attention naive,flash2] [--ranks 2] [--overwrite]
+
+Measures this machine into a machine description for triad-simulate (the format:
+core/include/triad/core/perf/machine.hpp; configs/machines/README.md says where each number of
+the shipped ones comes from). What it runs, each through Triad's own programs:
+
+- the config cut to 2 layers, a few steps traced (--profile-steps) at each micro-batch size, with
+  the naive attention: each block's and the head's forward and backward time per micro-batch;
+- bench-attention at the config's heads, head size and sequence length, per attention plugin and
+  micro-batch size: the attention's own forward time;
+- a streamed add of large arrays (NumPy): the memory bandwidth;
+- triad-bench-collectives on --ranks ranks of this node: each collective's latency and bandwidth
+  (least squares over sizes, ring accounting);
+
+then fits the description: the peak is the fastest dense rate seen, the efficiency curve each
+pass's dense rate over it by the pass's FLOPs (attention and element-wise time taken out), each
+attention plugin's curve by its FLOPs, the backward / forward ratio, and the per-step overhead
+(measured step less the model's prediction of the calibration runs). Ranks beyond one per node
+share the node's cores: devices_per_node is 1.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path[:0] = [os.path.dirname(os.path.realpath(__file__))]
+import triad_experiments as tx  # noqa: E402
+
+TOOL = "triad-simulate calibrate"
+HERE = os.path.dirname(os.path.realpath(__file__))
+
+
+def parse_args(argv):
+    p = tx.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[1])
+    p.add_argument("--out", required=True, help="the machine description to write (YAML)")
+    default = os.path.normpath(os.path.join(HERE, "..", "configs", "gpt-tiny.yaml"))
+    p.add_argument("--config", default=default if os.path.isfile(default) else None,
+                   help="the model whose width, heads and sequence are measured (default: "
+                        "configs/gpt-tiny.yaml)")
+    p.add_argument("--micro-batches", default="1,4,16",
+                   help="micro-batch sizes to measure (comma-separated; default 1,4,16)")
+    p.add_argument("--attention", default="naive,flash2",
+                   help="attention plugins to measure (comma-separated; default naive,flash2)")
+    p.add_argument("--ranks", type=int, default=2, help="ranks for the collectives (default 2)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    a = p.parse_args(argv)
+    if a.config is None:
+        raise tx.BadInput("--config is required here (no configs/gpt-tiny.yaml beside this tool)")
+    tx.check_input_file(a.config, "config", "give a Triad YAML config")
+    try:
+        a.micro_batches = sorted({int(x) for x in a.micro_batches.split(",") if x.strip()})
+    except ValueError:
+        raise tx.BadInput(f"--micro-batches '{a.micro_batches}' is not a comma-separated list of "
+                          f"whole numbers, e.g. 1,4,16")
+    if not a.micro_batches or a.micro_batches[0] < 1 or len(a.micro_batches) < 2:
+        raise tx.BadInput("--micro-batches needs at least two sizes of 1 or more, e.g. 1,4,16")
+    a.attention = [x.strip() for x in a.attention.split(",") if x.strip()]
+    if not a.attention:
+        raise tx.BadInput("--attention needs at least one plugin, e.g. naive,flash2")
+    if not 2 <= a.ranks <= 64:
+        raise tx.BadInput(f"--ranks {a.ranks} is outside 2..64; give e.g. --ranks 2")
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    if os.path.isdir(a.out):
+        raise tx.BadInput(f"--out '{a.out}' is a folder; give a file name, e.g. "
+                          f"{os.path.join(a.out, 'machine.yaml')}")
+    tx.check_output_folder("--out", out_dir)
+    if os.path.exists(a.out) and not a.overwrite:
+        raise tx.BadInput(f"--out '{a.out}' exists; give another name or --overwrite")
+    return a
+
+
+def run(cmd, what, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if r.returncode != 0:
+        raise tx.BadInput(f"{what} failed (exit {r.returncode}): "
+                          f"{tx.error_line(r.stderr + r.stdout)}")
+    return r.stdout
+
+
+def model_of(config):
+    """The config's model section as the launcher resolves it (its --dry-run's config.yaml is not
+    written, so read the YAML and let the dry run check it)."""
+    doc = tx.load_yaml(config, "config", "give a Triad YAML config") or {}
+    m = doc.get("model") or {}
+    return {"h": int(m.get("hidden_size", 128)), "heads": int(m.get("num_attention_heads", 4)),
+            "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
+
+
+def traced_layers(launch, config, b, work, threads=None):
+    """Median forward / backward seconds of a block and of the head per micro-batch, and the
+    measured ms per step, from a 2-layer run of `config` at micro-batch b (with `threads`
+    OpenMP threads when given, else the launcher's default: every core for one rank)."""
+    out = os.path.join(work, f"trace-b{b}" + (f"-t{threads}" if threads else ""))
+    sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
+            "training.gradient_accumulation_steps=1", "training.train_iters=6",
+            "data.kind=synthetic", "attention=naive", f"output.dir={out}",
+            "output.overwrite=true", "training.eval_interval=0"]
+    cmd = [launch, config, "-q", "--profile-steps", "3-6"]
+    for s in sets:
+        cmd += ["--set", s]
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    run(cmd, f"the traced run at micro-batch {b}", env)
+    with open(os.path.join(out, "trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    spans = {}
+    for e in events:
+        if e.get("ph") == "X":
+            name = " ".join(w for w in e["name"].split() if not w.isdigit())
+            spans.setdefault(name, []).append(e["dur"] * 1e-6)
+    need = ("forward block", "backward block", "forward head", "backward head", "step")
+    missing = [n for n in need if n not in spans]
+    if missing:
+        raise tx.BadInput(f"the traced run at micro-batch {b} has no '{missing[0]}' span; "
+                          f"rebuild Triad (its trace lacks spans this calibration reads)")
+    med = {n: statistics.median(spans[n]) for n in need}
+    steps = [r["ms_per_step"] for r in tx.read_metrics(out)[2:]]
+    med["ms_per_step"] = statistics.median(steps)
+    return med
+
+
+def attention_forward(bench, plugins, b, model, work):
+    """{plugin: forward seconds} of causal attention at (b, heads, s, h/heads)."""
+    path = os.path.join(work, f"attention-b{b}.json")
+    run([bench, "--plugins", ",".join(plugins), "--T", str(model["s"]),
+         "--D", str(model["h"] // model["heads"]), "--batch", str(b),
+         "--heads", str(model["heads"]), "--repeats", "5", "--json", path],
+        f"bench-attention at micro-batch {b}")
+    with open(path) as f:
+        doc = json.load(f)
+    rows = doc.get("results", doc) if isinstance(doc, dict) else doc
+    out = {}
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, dict) and r.get("causal"):
+            out[r["plugin"]] = r["fwd_ms"] * 1e-3
+    missing = [p for p in plugins if p not in out]
+    if missing:
+        raise tx.BadInput(f"bench-attention measured no causal '{missing[0]}'; check "
+                          f"--attention names installed attention plugins (triad-info)")
+    return out
+
+
+def memory_bandwidth():
+    """Bytes per second of a streamed add (two 64 MiB arrays read, one written), best of 5."""
+    import numpy as np
+    n = 16 << 20
+    a, b, c = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
+    best = None
+    for _ in range(5):
+        t0 = time.perf_counter()
+        np.add(a, b, out=c)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return 3 * 4 * n / best
+
+
+def collectives(bench, ranks, work):
+    """{op: (bandwidth B/s, latency s)} fitted to time = steps·α + volume·size/β."""
+    path = os.path.join(work, "collectives.json")
+    run([bench, "-n", str(ranks), "-b", "4K", "-e", "8M", "-f", "4", "-w", "3", "-i", "20",
+         "--json", path], "triad-bench-collectives")
+    with open(path) as f:
+        rows = json.load(f)
+    names = {"allreduce": "all_reduce", "allgather": "all_gather",
+             "reducescatter": "reduce_scatter"}
+    fit = {}
+    n = ranks
+    for op, name in names.items():
+        pts = [(r["size"], r["time_us"] * 1e-6) for r in rows if r["op"] == op]
+        steps = 2 * (n - 1) if op == "allreduce" else n - 1
+        vol = (2 if op == "allreduce" else 1) * (n - 1) / n
+        # time = steps·α + vol·size·(1/β): least squares in (α, 1/β), both kept positive.
+        xs = [(steps, vol * s) for s, _ in pts]
+        sxx = sum(a * a for a, _ in xs)
+        sxy = sum(a * b for a, b in xs)
+        syy = sum(b * b for _, b in xs)
+        sxt = sum(a * t for (a, _), (_, t) in zip(xs, pts))
+        syt = sum(b * t for (_, b), (_, t) in zip(xs, pts))
+        det = sxx * syy - sxy * sxy
+        alpha = (sxt * syy - syt * sxy) / det if det else 0
+        inv_bw = (sxx * syt - sxy * sxt) / det if det else 0
+        if alpha <= 0:
+            alpha = 1e-7
+        if inv_bw <= 0:
+            big = max(pts)
+            inv_bw = big[1] / (vol * big[0])
+        fit[name] = (1 / inv_bw, alpha)
+    return fit, rows
+
+
+def dense_points(model, layers, attn, bw, work_b):
+    """(flops, seconds) of the dense part of each measured pass: a block's forward less its
+    attention and element-wise time, the head's forward less its element-wise time."""
+    h, s, v = model["h"], model["s"], model["vocab"]
+    pts = []
+    for b in work_b:
+        t = b * s
+        whole = layers[b]["forward block"]
+        block = whole - attn[b]["naive"] - t * 4 * 26 * h / bw
+        # A block whose attention measured apart takes most of its time is noise (a busy
+        # machine): the head alone speaks for that size.
+        if block > 0.25 * whole:
+            pts.append((24 * t * h * h, block))
+        vp = (v + 127) // 128 * 128
+        head = layers[b]["forward head"] - (t * vp * 12 + t * h * 8) / bw
+        pts.append((2 * t * h * vp, head))
+    return pts
+
+
+def curve(points, peak):
+    """[[flops, share]] ascending, shares in (0, 1], one point per distinct size."""
+    out = {}
+    for flops, rate in points:
+        out[flops] = min(1.0, max(1e-4, rate / peak))
+    return [[float(f), round(out[f], 4)] for f in sorted(out)]
+
+
+def write_description(path, a, d):
+    eff = ", ".join(f"[{f:.4g}, {s}]" for f, s in d["efficiency"])
+    att = "\n".join(f"    {p}: [" + ", ".join(f"[{f:.4g}, {s}]" for f, s in c) + "]"
+                    for p, c in d["attention"].items())
+    ops = ", ".join(f"{op}: {{bandwidth_gbs: {bw / 1e9:.4g}, latency_us: {lat * 1e6:.4g}}}"
+                    for op, (bw, lat) in d["ops"].items())
+    p2p_bw, p2p_lat = d["ops"]["all_gather"]
+    link = f"{{bandwidth_gbs: {p2p_bw / 1e9:.4g}, latency_us: {p2p_lat * 1e6:.4g}"
+    text = f"""# Measured by `triad-simulate calibrate` on {d['host']}, {d['date']}.
+# Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans);
+# attention: bench-attention, causal, per plugin; memory: a streamed add (NumPy);
+# collectives: triad-bench-collectives on {a.ranks} ranks, least squares over 4 KiB..8 MiB.
+name: {d['name']}
+source: "calibrated on {d['host']} ({d['cpu']}), {d['date']}"
+devices_per_node: 1          # one CPU node: ranks on it share its cores
+device:
+  memory: {d['memory']}
+  peak_tflops: {{fp32: {d['peak'] / 1e12:.6g}}}   # the fastest dense rate measured
+  efficiency: [{eff}]
+  attention:
+{att}
+  memory_bandwidth_gbs: {d['bw'] / 1e9:.4g}
+  backward_ratio: {d['backward_ratio']:.4g}
+  share_efficiency: {d['share']:.4g}   # {d['cores']} cores x (time on all) / (time on one thread)
+links:
+  intra_node: {link}, {ops}}}
+  inter_node: {link}}}   # one node: the same as within it
+  host: {{bandwidth_gbs: {d['bw'] / 1e9:.4g}}}   # a CPU's host is itself
+overheads: {{per_step_ms: {d['per_step_ms']:.4g}}}
+calibration: {json.dumps(d['raw'])}
+"""
+    with tx.atomic_file(path) as f:
+        f.write(text)
+
+
+def main(argv):
+    a = parse_args(argv)
+    launch, simulate = tx.find_program("triad-launch"), tx.find_program("triad-simulate")
+    bench_attn, bench_coll = tx.find_program("bench-attention"), tx.find_program(
+        "triad-bench-collectives")
+    model = model_of(a.config)
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"{TOOL}: warning: load average {load:.1f}: other work shares this machine, and "
+              f"the description will say it is slower than it is; calibrate an idle machine",
+              file=sys.stderr)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="triad-calibrate-") as work:
+        layers = {b: traced_layers(launch, a.config, b, work) for b in a.micro_batches}
+        attn = {b: attention_forward(bench_attn, sorted(set(a.attention) | {"naive"}), b, model,
+                                     work) for b in a.micro_batches}
+        bw = memory_bandwidth()
+        # Ranks sharing the node: each runs one thread (the launcher gives each its share of
+        # the cores); the rate a rank gets is the node's / ranks x share_efficiency, where
+        # share_efficiency = cores x (time on every core) / (time on one thread).
+        cores = len(os.sched_getaffinity(0))
+        mid = a.micro_batches[len(a.micro_batches) // 2]
+        one = traced_layers(launch, a.config, mid, work, threads=1)
+        passes = ("forward block", "backward block", "forward head", "backward head")
+        share = cores * sum(layers[mid][k] for k in passes) / sum(one[k] for k in passes)
+        ops, raw_coll = collectives(bench_coll, a.ranks, work)
+        dense = dense_points(model, layers, attn, bw, a.micro_batches)
+        peak = max(f / sec for f, sec in dense)
+        d = {"efficiency": curve([(f, f / sec) for f, sec in dense], peak), "bw": bw,
+             "peak": peak, "ops": ops, "share": share, "cores": cores}
+        h, s, heads = model["h"], model["s"], model["heads"]
+        d["attention"] = {}
+        for p in a.attention:
+            per = 2 if p.startswith("flash") else 4  # the flash plugins skip the masked half
+            d["attention"][p] = curve([(per * b * s * s * h, per * b * s * s * h / attn[b][p])
+                                       for b in a.micro_batches], peak)
+        d["backward_ratio"] = statistics.median(
+            (layers[b]["backward block"] + layers[b]["backward head"]) /
+            (layers[b]["forward block"] + layers[b]["forward head"]) for b in a.micro_batches)
+        uname = os.uname()
+        d["host"] = uname.nodename
+        d["cpu"] = uname.machine
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if names:
+            d["cpu"] = f"{names[0]}, {len(names)} CPUs"
+        d["date"] = time.strftime("%Y-%m-%d")
+        d["name"] = os.path.splitext(os.path.basename(a.out))[0]
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        d["memory"] = f"{kib // 1024}MiB"
+        d["per_step_ms"] = 0.0
+        d["raw"] = {"layers": {str(b): layers[b] for b in layers},
+                    "attention_fwd_s": {str(b): attn[b] for b in attn},
+                    "one_thread": one, "memory_bandwidth": bw, "collectives": raw_coll}
+        # The per-step overhead: what the calibration runs took beyond the model's prediction.
+        probe = os.path.join(work, "probe.yaml")
+        write_description(probe, a, d)
+        over = []
+        for b in a.micro_batches:
+            pred = json.loads(run([simulate, a.config, "--machine", probe, "--json",
+                                   "--set", "model.num_layers=2", "--set",
+                                   f"training.micro_batch_size={b}", "--set",
+                                   "training.gradient_accumulation_steps=1", "--set",
+                                   "attention=naive", "--set", "data.kind=synthetic"],
+                                  "triad-simulate on the calibration runs"))
+            over.append(layers[b]["ms_per_step"] - pred["layouts"][0]["ms_per_step"])
+        d["per_step_ms"] = max(0.0, statistics.median(over))
+        write_description(a.out, a, d)
+    print(f"{TOOL}: wrote {a.out} in {time.time() - t0:.0f} s: peak {peak / 1e9:.1f} GFLOP/s, "
+          f"memory {bw / 1e9:.1f} GB/s, all-reduce {ops['all_reduce'][0] / 1e9:.2f} GB/s + "
+          f"{ops['all_reduce'][1] * 1e6:.1f} us, backward/forward {d['backward_ratio']:.2f}, "
+          f"sharing {d['share']:.2f}, "
+          f"per-step overhead {d['per_step_ms']:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    tx.run_main(TOOL, lambda: main(sys.argv[1:]))
