@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # triad-config from-megatron on the argument lists of Megatron(-DeepSpeed) GPT pretraining scripts
-# (tests/tools/megatron/*.args: GPT-2 125M, GPT-3 1.3B with a data blend and TensorBoard flags, a
+# (tests/tools/megatron/*.args: GPT-2 125M, GPT-3 1.3B with a data blend and TensorBoard, a
 # 13B-style tp 4 x pp 4 interleaved layout, a 350M --deepspeed ZeRO-2 job with its ds_config.json):
 # the YAML loads, every key line names its argument, and triad-launch --dry-run of it has the
 # layout and batch sizes the arguments say; triad-launch --megatron-args gives the same dry run;
@@ -61,7 +61,8 @@ has gpt_125m '^  path: data/meg-gpt2_text_document +# --data-path'
 has gpt_1_3b '^attention: flash2 +# --use-flash-attn-v2$'
 has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_document\]'
 has gpt_1_3b '^  train_iters: 286103 +# --train-tokens'
-has gpt_1_3b '^#   --tensorboard-dir tensorboard/gpt_1.3B: '
+has gpt_1_3b '^  tensorboard_dir: tensorboard/gpt_1.3B +# --tensorboard-dir tensorboard/gpt_1.3B$'
+has gpt_1_3b '^#   --log-timers-to-tensorboard: no effect in Triad '
 has gpt_13b_3d \
   '^  virtual_pipeline_model_parallel_size: 2 +# --num-layers-per-virtual-pipeline-stage 5$'
 has gpt_13b_3d '^  recompute_granularity: selective +# --recompute-granularity selective$'
@@ -87,8 +88,8 @@ refused() {
   fi
 }
 # shellcheck disable=SC2046
-refused 'not carried over (--strict): .*--tensorboard-dir' \
-  from-megatron --strict -- $(cat gpt_1_3b.args)
+refused 'not carried over (--strict): --rampup-batch-size 32 32 2000000: ' \
+  from-megatron --strict -- $(cat gpt_1_3b.args) --rampup-batch-size 32 32 2000000
 refused '--num-layers takes one value' from-megatron -- --num-layers
 refused "model.num_layers: 'x' is not an integer (--num-layers x)" from-megatron -- --num-layers x
 refused "'abc' is not a number" from-megatron -- --lr-warmup-fraction abc

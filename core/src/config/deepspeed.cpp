@@ -45,7 +45,9 @@ const std::vector<Rule>& rules() {
       {"activation_checkpointing", false,
        "it tunes how DeepSpeed recomputes; whether Triad recomputes is "
        "training.recompute_granularity (Megatron's --checkpoint-activations)"},
-      {"tensorboard", false, "Triad logs every step to OUTPUT/metrics.jsonl"},
+      {"tensorboard", false,
+       "Triad's TensorBoard files (Megatron's tags) are logging.tensorboard_dir "
+       "(--tensorboard-dir)"},
       {"wandb", false, "Triad logs every step to OUTPUT/metrics.jsonl"},
       {"csv_monitor", false, "Triad logs every step to OUTPUT/metrics.jsonl"},
       {"comet", false, "Triad logs every step to OUTPUT/metrics.jsonl"},

@@ -66,6 +66,8 @@ const std::vector<KeyRow>& key_table() {
       {"fp16.consecutive_hysteresis", "fp16.consecutive_hysteresis", ""},
       {"fp16.min_loss_scale", "fp16.min_loss_scale", "--min-loss-scale"},
       {"bf16.enabled", "bf16.enabled", "--bf16"},
+      {"logging.tensorboard_dir", "", "--tensorboard-dir"},
+      {"logging.tensorboard_log_interval", "", "--tensorboard-log-interval"},
       {"checkpoint.save", "", "--save"},
       {"checkpoint.save_interval", "", "--save-interval"},
       {"checkpoint.load", "", "--load"},
