@@ -97,6 +97,12 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   app.name("triad-launch");
   app.add_option("config", a.config_path, "YAML config file");
   app.add_option("--set", a.sets, "override a key: --set training.train_iters=10 (repeatable)");
+  app.add_option("--megatron-args", a.megatron_args,
+                 "Megatron(-DeepSpeed)'s arguments in one quoted text, instead of a CONFIG (see "
+                 "triad-config from-megatron)");
+  app.add_option("--deepspeed_config,--deepspeed-config", a.deepspeed_config,
+                 "DeepSpeed's ds_config.json, read into the config (deepspeed_config: in YAML); "
+                 "a key it gives with another value than the YAML is an error");
   app.add_flag("--dry-run", a.dry_run,
                "print the resolved config, parameter count, memory per rank and FLOPs per step");
   app.add_flag("-q,--quiet", a.quiet, "no per-step lines, only the summary");
@@ -178,15 +184,24 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   if (exec_seen) {
     if (a.exec.empty())
       throw UserError("--exec needs a program: triad-launch [options] --exec PROGRAM [ARGS...]");
-    if (!a.config_path.empty() || !a.sets.empty() || a.dry_run || a.quiet || a.worker)
+    if (!a.config_path.empty() || !a.sets.empty() || a.dry_run || a.quiet || a.worker ||
+        !a.deepspeed_config.empty() || !a.megatron_args.empty())
       throw UserError("--exec runs '" + a.exec[0] +
-                      "' instead of training, so a CONFIG, --set, --dry-run or --quiet before "
+                      "' instead of training, so a CONFIG, --megatron-args, --set, "
+                      "--deepspeed_config, --dry-run or --quiet before "
                       "it has no meaning; drop them (or drop --exec to train)");
-  } else if (a.config_path.empty()) {
+  } else if (!a.config_path.empty() && !a.megatron_args.empty()) {
+    throw UserError("both a CONFIG ('" + a.config_path +
+                    "') and --megatron-args are given; give one of them (triad-config "
+                    "from-megatron prints the YAML the arguments make)");
+  } else if (a.config_path.empty() && a.megatron_args.empty()) {
     throw UserError(
-        "no CONFIG given; use 'triad-launch [options] CONFIG' to train or 'triad-launch "
+        "no CONFIG given; use 'triad-launch [options] CONFIG' (or --megatron-args \"ARGS\") to "
+        "train or 'triad-launch "
         "[options] --exec PROGRAM [ARGS...]' to run a program per rank (see --help)");
   }
+  if (!a.deepspeed_config.empty() && !exec_seen)
+    a.sets.push_back("deepspeed_config=" + a.deepspeed_config);
   if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key
     a.sets.push_back("training.collective_timeout=" + std::to_string(*a.collective_timeout_s));
   if (a.profile_steps && !exec_seen) a.sets.push_back("training.profile_steps=" + *a.profile_steps);

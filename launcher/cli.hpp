@@ -11,6 +11,11 @@ struct LaunchArgs {
   // What each rank runs: training from a config, or (--exec) any program.
   std::string config_path;
   std::vector<std::string> sets;
+  // --deepspeed_config FILE: a --set of deepspeed_config (DeepSpeed's JSON merged into the YAML).
+  std::string deepspeed_config;
+  // --megatron-args "ARGS": Megatron(-DeepSpeed)'s arguments instead of a CONFIG (the YAML that
+  // triad-config from-megatron prints, never written).
+  std::string megatron_args;
   bool dry_run = false;
   bool quiet = false;
   std::vector<std::string> exec;  // PROGRAM ARGS...; empty: train

@@ -65,7 +65,8 @@ int run(int argc, char** argv) {
     }
     // Checked here once, rather than failing the same way in every rank. Rank 0 alone writes
     // the output folders; every node's ranks read the data.
-    const triad::Config cfg = triad::load_config(a.config_path, a.sets, plan.world_size);
+    const triad::Config cfg = load_launch_config(a, plan.world_size);
+    log_import_notes(cfg);
     triad::check_runnable(cfg);
     triad::preflight(cfg);
     check_transport(cfg, plan.world_size);
@@ -76,7 +77,11 @@ int run(int argc, char** argv) {
     check_memory(cfg, plan.world_size, int(plan.ranks.size()));
     collective_timeout = cfg.training.collective_timeout;
     program.path = self_executable();
-    program.argv = {program.path, "--worker", a.config_path};
+    program.argv = {program.path, "--worker"};
+    if (a.megatron_args.empty())
+      program.argv.push_back(a.config_path);
+    else
+      program.argv.push_back("--megatron-args=" + a.megatron_args);
     for (const auto& s : a.sets) program.argv.push_back("--set=" + s);
     if (a.quiet) program.argv.push_back("--quiet");
   } else {

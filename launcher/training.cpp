@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "triad/core/config/config.hpp"
+#include "triad/core/config/megatron.hpp"
 #include "triad/core/dist/dist_env.hpp"
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/dist/transport.hpp"
@@ -75,14 +76,25 @@ void check_transport(const Config& cfg, int world_size) {
       services.c_services());
 }
 
+Config load_launch_config(const LaunchArgs& a, int world_size) {
+  if (a.megatron_args.empty()) return load_config(a.config_path, a.sets, world_size);
+  return load_megatron_config(split_arguments(a.megatron_args), a.sets, world_size);
+}
+
+void log_import_notes(const Config& cfg) {
+  for (const std::string& note : cfg.import_notes) spdlog::info("{}", note);
+}
+
 int print_dry_run(const LaunchArgs& a, int world_size) {
-  Config cfg = load_config(a.config_path, a.sets, world_size);
+  Config cfg = load_launch_config(a, world_size);
   // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
   preflight(cfg);
   check_transport(cfg, world_size);
   const RunPlan p = plan_run(cfg);
   const auto& par = cfg.parallel;
-  std::cout << "# resolved config (" << a.config_path << ")\n" << to_yaml(cfg) << "\n";
+  std::cout << "# resolved config ("
+            << (a.megatron_args.empty() ? a.config_path : "--megatron-args") << ")\n"
+            << to_yaml(cfg) << "\n";
   std::cout << "layout:              world " << world_size << " = tp "
             << par.tensor_model_parallel_size << " x pp " << par.pipeline_model_parallel_size
             << " x dp " << par.data_parallel_size
@@ -126,6 +138,8 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   }
   const std::string refusal = runnable_refusal(cfg);
   if (!refusal.empty()) std::cout << "runs here:           no: " << refusal << "\n";
+  for (const std::string& note : cfg.import_notes)
+    std::cout << "no effect:           " << note << "\n";
   return 0;
 }
 
@@ -139,7 +153,8 @@ void check_memory(const Config& cfg, int world_size, int local_ranks) {
 
 int train_in_process(const LaunchArgs& a) {
   // What the run would otherwise meet only after building the model: refused here, exit 2.
-  const Config cfg = load_config(a.config_path, a.sets, 1);
+  const Config cfg = load_launch_config(a, 1);
+  log_import_notes(cfg);
   check_runnable(cfg);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);
@@ -151,7 +166,7 @@ int train_in_process(const LaunchArgs& a) {
 int train_as_worker(const LaunchArgs& a) {
   const DistEnv dist = DistEnv::from_environment();
   triad::attach_rank_status_from_env();  // the launcher's watch (rank_status.hpp)
-  return train(a, load_config(a.config_path, a.sets, dist.world_size), dist);
+  return train(a, load_launch_config(a, dist.world_size), dist);
 }
 
 }  // namespace triad::launch

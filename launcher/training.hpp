@@ -18,6 +18,13 @@ void check_transport(const Config& cfg, int world_size);
 // one line with the estimate, the limit and the cheapest change that fits.
 void check_memory(const Config& cfg, int world_size, int local_ranks);
 
+// The config of a launch: CONFIG with --set and --deepspeed_config, or --megatron-args.
+Config load_launch_config(const LaunchArgs& a, int world_size);
+
+// Logs, once per job, the keys of an imported configuration (a ds_config.json) that have no
+// effect in Triad, each with why.
+void log_import_notes(const Config& cfg);
+
 // Prints the resolved config and the cost of one step for a world of world_size ranks.
 int print_dry_run(const LaunchArgs& args, int world_size);
 // The whole job in this process (world of one).

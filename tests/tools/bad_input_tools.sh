@@ -4,7 +4,7 @@
 # with "TOOL: error:" and names the flag, key or path, and must leave the scratch folder exactly
 # as it was (no file created, changed or removed; a refused --to-hf or -o keeps what it holds).
 # Usage: bad_input_tools.sh SECTION BIN_DIR SOURCE_DIR WORK_DIR
-#   SECTION: schedule | estimate | checkpoint | preprocess | info | plugin_test |
+#   SECTION: schedule | config | estimate | checkpoint | preprocess | info | plugin_test |
 #            bench_collectives | study | autotune | simulate
 # The Python tools' cases all fail before any run is launched; Ctrl-C is checked against a
 # stand-in triad-launch that only waits.
@@ -132,6 +132,28 @@ schedule)
     "${S[@]}" --png "$W/file.txt/t.png"
   expect $T "--png '/sys/t.png': the folder '/sys' is not writable" "$BIN/$T" "${S[@]}" \
     --png /sys/t.png
+  ;;
+config)
+  T=triad-config
+  expect $T "subcommand is required" "$BIN/$T"
+  expect $T "needs Megatron's arguments after --" "$BIN/$T" from-megatron
+  expect $T "not expected: --bogus" "$BIN/$T" from-megatron --bogus -- --num-layers 2
+  expect $T "--num-layers takes one value" "$BIN/$T" from-megatron -- --num-layers
+  expect $T "model.num_layers: 'two' is not an integer (--num-layers two)" "$BIN/$T" \
+    from-megatron -- --num-layers two
+  expect $T "model.num_layers: 0 is out of range (--num-layers 0)" "$BIN/$T" \
+    from-megatron -- --num-layers 0
+  expect $T "--lr-warmup-fraction x: 'x' is not a number" "$BIN/$T" \
+    from-megatron -- --lr-warmup-fraction x
+  expect $T "not carried over (--strict): --swiglu" "$BIN/$T" from-megatron --strict -- --swiglu
+  expect $T "DeepSpeed config '$W/nope.json' cannot be opened" "$BIN/$T" \
+    from-megatron -- --deepspeed_config "$W/nope.json"
+  expect $T "DeepSpeed config '$W/adir' is a directory" "$BIN/$T" \
+    from-megatron -- --deepspeed_config "$W/adir"
+  expect $T "DeepSpeed config '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" \
+    from-megatron -- --deepspeed_config "$W/fifo"
+  expect $T "DeepSpeed config '$W/file.txt' is not valid JSON" "$BIN/$T" \
+    from-megatron -- --deepspeed_config "$W/file.txt"
   ;;
 estimate)
   T=triad-estimate C=$SRC/configs/gpt-tiny.yaml

@@ -41,17 +41,6 @@ class Checker {
   throw UserError(msg);
 }
 
-// The pieces of `text` between its commas, empty ones included ("3," is "3" and "").
-std::vector<std::string> comma_items(const std::string& text) {
-  std::vector<std::string> items;
-  for (size_t i = 0;;) {
-    const size_t comma = text.find(',', i);
-    items.push_back(text.substr(i, comma == std::string::npos ? comma : comma - i));
-    if (comma == std::string::npos) return items;
-    i = comma + 1;
-  }
-}
-
 std::string str(int v) {
   return std::to_string(v);
 }
@@ -151,7 +140,7 @@ void check_training(const Config& c, const Checker& k) {
 void resolve_profile_steps(TrainingConfig& t, const Checker& k) {
   std::vector<std::string> items = t.profile_steps_list;
   if (!t.profile_steps.empty())
-    for (std::string& item : comma_items(t.profile_steps)) items.push_back(std::move(item));
+    for (std::string& item : split_on(t.profile_steps, ',')) items.push_back(std::move(item));
   std::string written = t.profile_steps;  // as given, for the message
   for (const std::string& item : t.profile_steps_list)
     written += (written.empty() ? "[" : ", ") + item;
@@ -336,7 +325,7 @@ void check_pipeline(Config& c, const Checker& k) {
   const std::string pw = k.at("parallel.pipeline_partition");
   std::vector<int> counts;
   int sum = 0;
-  for (const std::string& item : comma_items(p.pipeline_partition)) {
+  for (const std::string& item : split_on(p.pipeline_partition, ',')) {
     int count = 0;
     try {
       size_t used = 0;
@@ -380,6 +369,21 @@ void check_layout(Config& c, const Checker& k, int world_size) {
   p.data_parallel_size = dp;
 }
 
+// Where the batch sizes were given, for their messages: the file, or each place when one came
+// from elsewhere (a ds_config.json, Megatron's arguments, --set).
+std::string batch_source(const Checker& k, const Locator& loc) {
+  std::string places;
+  bool elsewhere = false;
+  for (const char* key : {"training.global_batch_size", "training.micro_batch_size",
+                          "training.gradient_accumulation_steps"}) {
+    if (!k.given(key)) continue;
+    const std::string at = k.at(key);
+    elsewhere = elsewhere || !at.starts_with(loc.file() + ":");
+    places += (places.empty() ? "" : ", ") + at;
+  }
+  return elsewhere ? places : loc.file();
+}
+
 }  // namespace
 
 void check_config(Config& c, const Given& given, const Locator& loc, int world_size) {
@@ -397,7 +401,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_tensor_parallel(c, k);
   check_pipeline(c, k);
   check_layout(c, k, world_size);
-  resolve_batch_sizes(c.training, c.parallel, world_size, loc.file());
+  resolve_batch_sizes(c.training, c.parallel, world_size, batch_source(k, loc));
 }
 
 }  // namespace triad::config_detail

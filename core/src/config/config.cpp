@@ -22,7 +22,8 @@
 // (DeepSpeed's {stage, reduce_bucket_size, overlap_comm}), the plugin choices attention and
 // transport (each a plugin name, or {name: ..., <plugin parameters>}), output, device ({name,
 // gemm}; `device: cpu` is short for {name: cpu}); top-level keys: precision, allow_tf32,
-// peak_tflops. The schema itself is config/schema.cpp.
+// peak_tflops, and deepspeed_config (a ds_config.json merged in first: deepspeed.cpp). The schema
+// itself is config/schema.cpp.
 
 #include "triad/core/config/config.hpp"
 
@@ -31,10 +32,12 @@
 #include <filesystem>
 
 #include "checks.hpp"
+#include "import.hpp"
 #include "overrides.hpp"
 #include "paths.hpp"
 #include "reader.hpp"
 #include "schema.hpp"
+#include "triad/core/config/megatron.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad {
@@ -188,16 +191,38 @@ void emit_plugin_choice(YAML::Emitter& e, std::string_view key, const PluginChoi
   e << YAML::EndMap;
 }
 
+// The overrides, then a deepspeed_config the tree names, then the keys read and checked.
+// `origins`: where keys already in `root` came from when not from `file`.
+Config read_checked(YAML::Node& root, std::vector<Origin> origins,
+                    const std::vector<std::string>& overrides, const std::string& file,
+                    int world_size) {
+  for (Origin& o : apply_overrides(root, overrides)) origins.push_back(std::move(o));
+  std::vector<std::string> notes = merge_deepspeed_config(root, origins, file);
+  Locator loc(file, std::move(origins));
+  Config c;
+  Given given = read_config(root, loc, c);
+  check_config(c, given, loc, world_size);
+  c.source_path = file;
+  c.import_notes = std::move(notes);
+  return c;
+}
+
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size) {
   YAML::Node root = load_yaml(path);
-  Locator loc(path, apply_overrides(root, overrides));
-  Config c;
-  Given given = read_config(root, loc, c);
-  check_config(c, given, loc, world_size);
-  c.source_path = path;
+  return read_checked(root, {}, overrides, path, world_size);
+}
+
+Config load_megatron_config(const std::vector<std::string>& args,
+                            const std::vector<std::string>& overrides, int world_size) {
+  MegatronTree t = megatron_tree(args);
+  Config c = read_checked(t.root, std::move(t.origins), overrides, kMegatronSource, world_size);
+  std::vector<std::string> notes = std::move(t.imported.no_effect);
+  for (const std::string& n : t.imported.not_carried) notes.push_back("not carried over: " + n);
+  notes.insert(notes.end(), c.import_notes.begin(), c.import_notes.end());
+  c.import_notes = std::move(notes);
   return c;
 }
 

@@ -115,7 +115,7 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
     YAML::Node old = child_of(cur, last);
     if (old.IsMap() && child_of(old, bare).IsScalar() &&
         child_of(old, bare).Scalar() == value.Scalar()) {
-      origins.push_back({key, arg});
+      origins.push_back({key, "--set '" + arg + "'"});
       return;
     }
     if (old.IsMap() && find_plugin_choice(last))
@@ -139,7 +139,7 @@ void apply_one(YAML::Node& root, const std::string& arg, std::vector<Origin>& or
     for (const auto& [k, v] : kept) m[k] = v;
     cur[last] = m;
   }
-  origins.push_back({key, arg});
+  origins.push_back({key, "--set '" + arg + "'"});
 }
 
 }  // namespace

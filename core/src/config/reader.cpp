@@ -21,11 +21,6 @@ std::string join(const std::vector<std::string_view>& names) {
   return out;
 }
 
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
 const char* kind_of(const YAML::Node& n) {
   if (n.IsMap()) return "a map";
   if (n.IsSequence()) return "a list";
@@ -399,12 +394,12 @@ class Reader {
 std::string Locator::where(const std::string& key_path, const YAML::Mark& mark) const {
   for (auto o = overrides_.rbegin(); o != overrides_.rend(); ++o) {
     const std::string& p = o->key_path;
-    if (key_path == p || key_path.starts_with(p + ".")) return "--set '" + o->arg + "'";
+    if (key_path == p || key_path.starts_with(p + ".")) return o->where;
   }
   if (mark.is_null()) {
     // A section an override created to hold its key.
     for (auto o = overrides_.rbegin(); o != overrides_.rend(); ++o)
-      if (o->key_path.starts_with(key_path + ".")) return "--set '" + o->arg + "'";
+      if (o->key_path.starts_with(key_path + ".")) return o->where;
     return file_;
   }
   return file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);

@@ -13,14 +13,15 @@
 
 namespace triad::config_detail {
 
-// One --set argument and the key path it wrote (as the user spelled it).
+// A key path (as the user spelled it) written by something other than the YAML file, and how
+// messages name that source: "--set 'a.b=c'", "ds_config.json: train_batch_size".
 struct Origin {
   std::string key_path;
-  std::string arg;
+  std::string where;
 };
 
 // Turns a key path and a YAML mark into the place a user should look: "file:line:column"
-// (1-based), "--set 'a.b=c'", or the file alone for values it never wrote.
+// (1-based), "--set 'a.b=c'" (an Origin's where), or the file alone for values it never wrote.
 class Locator {
  public:
   Locator(std::string file, std::vector<Origin> overrides)

@@ -1,6 +1,7 @@
 #include "schema.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace triad::config_detail {
@@ -303,6 +304,21 @@ std::vector<std::string_view> names_of(const Section& s) {
     out.insert(out.end(), f.aliases.begin(), f.aliases.end());
   }
   return out;
+}
+
+std::vector<std::string> split_on(const std::string& text, char sep) {
+  std::vector<std::string> items;
+  for (size_t i = 0;;) {
+    const size_t at = text.find(sep, i);
+    items.push_back(text.substr(i, at == std::string::npos ? at : at - i));
+    if (at == std::string::npos) return items;
+    i = at + 1;
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 std::string format_double(double v) {

@@ -69,6 +69,12 @@ std::string closest(std::string_view word, const std::vector<std::string_view>& 
 // 1.1 readers see a float ("0.003", "1.0e-08", "10000.0").
 std::string format_double(double v);
 
+// The pieces of `text` between its `sep`s, empty ones included ("3," is "3" and "").
+std::vector<std::string> split_on(const std::string& text, char sep);
+
+// `s` in lower case (ASCII): text keys with choices take them in any case.
+std::string lower(std::string s);
+
 // Every name (canonical and aliases) a section accepts, for suggestions.
 std::vector<std::string_view> names_of(const Section& s);
 

@@ -226,10 +226,16 @@ struct Config {
   std::string source_path;         // the YAML file it was read from
   // device.gemm: the library of the CPU device's GEMMs, onednn | openblas (cuda: cuBLAS).
   std::string device_gemm = "onednn";
+  // Keys of an imported configuration (deepspeed_config: a ds_config.json, or Megatron's
+  // arguments) accepted without effect in Triad, each "SOURCE: no effect in Triad (WHY)"; the
+  // launcher logs them once.
+  std::vector<std::string> import_notes;
 };
 
 // Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear
-// message (file, line:column, key path, value, and the fix) on any problem.
+// message (file, line:column, key path, value, and the fix) on any problem. A top-level
+// deepspeed_config: FILE (or --set deepspeed_config=FILE) merges DeepSpeed's JSON into the YAML
+// first: a key both give with different values is an error naming both; --set wins over either.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size = 1);
 

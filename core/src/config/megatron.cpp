@@ -1,0 +1,376 @@
+// Megatron-LM / Megatron-DeepSpeed's command line in Triad's keys (import.hpp): the arguments of
+// their GPT pretraining scripts. Each argument is applied (the shared key table, or a rule
+// below), accepted without effect (why), or not carried over (why; --strict refuses those).
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "import.hpp"
+#include "schema.hpp"
+#include "triad/core/error.hpp"
+
+namespace triad::config_detail {
+namespace {
+
+// Arguments that change nothing in Triad, and why.
+const std::map<std::string_view, std::string_view>& without_effect() {
+  static const std::map<std::string_view, std::string_view> m = {
+      {"--deepspeed", "Triad is the runtime"},
+      {"--deepspeed-activation-checkpointing",
+       "Triad recomputes as --checkpoint-activations / --recompute-granularity say"},
+      {"--no-pipeline-parallel", "the pipeline is --pipeline-model-parallel-size"},
+      {"--distributed-backend", "Triad's transport: section chooses (nccl on GPUs)"},
+      {"--data-impl", "Triad reads Megatron's mmap .bin/.idx"},
+      {"--dataloader-type", "Triad reads samples in order (data.shuffle for a shuffle)"},
+      {"--num-workers", "Triad reads data in the training process"},
+      {"--vocab-file", "the data is already tokenized (.bin/.idx)"},
+      {"--merge-file", "the data is already tokenized (.bin/.idx)"},
+      {"--data-cache-path", "Triad keeps no index cache"},
+      {"--override-opt_param-scheduler", "the schedule is the config's"},
+      {"--use-checkpoint-opt_param-scheduler", "a resumed run continues the config's schedule"},
+      {"--no-load-optim", "Triad's checkpoints always hold the optimizer"},
+      {"--no-load-rng", "Triad's data order follows the step"},
+      {"--no-masked-softmax-fusion", "a kernel choice"},
+      {"--no-bias-gelu-fusion", "a kernel choice"},
+      {"--no-bias-dropout-fusion", "a kernel choice"},
+      {"--no-gradient-accumulation-fusion", "a kernel choice"},
+      {"--no-persist-layer-norm", "a kernel choice"},
+      {"--no-async-tensor-model-parallel-allreduce", "a scheduling choice"},
+      {"--apply-query-key-layer-scaling", "no effect on the math in fp32 softmax"},
+      {"--no-query-key-layer-scaling", "no effect on the math in fp32 softmax"},
+      {"--attention-softmax-in-fp32", "Triad's softmax is fp32"},
+      {"--accumulate-allreduce-grads-in-fp32", "Triad accumulates gradients in fp32"},
+      {"--use-contiguous-buffers-in-local-ddp", "Triad's gradients live in one flat arena"},
+      {"--DDP-impl", "Triad's data parallelism is the zero plugin"},
+      {"--optimizer", "Triad trains with AdamW (Megatron's adam is AdamW)"},
+      {"--cpu-optimizer", "offload is zero_optimization.offload_optimizer (ds_config)"},
+      {"--cpu-torch-adam", "offload is zero_optimization.offload_optimizer (ds_config)"},
+      {"--partition-activations", "Triad keeps activations whole"},
+      {"--contigious-checkpointing", "a memory layout choice"},
+      {"--checkpoint-in-cpu", "Triad keeps recompute inputs on the device"},
+      {"--synchronize-each-layer", "a debugging switch"},
+      {"--profile-backward", "a debugging switch"},
+      {"--log-params-norm", "Triad logs the gradient norm"},
+      {"--log-num-zeros-in-grad", "Triad logs the gradient norm"},
+      {"--timing-log-level", "Triad's step trace is --profile-steps"},
+      {"--exit-duration-in-mins", "stop with SIGTERM; Triad saves and exits"},
+      {"--exit-signal-handler", "Triad always saves on SIGTERM/SIGINT"},
+      {"--universal-checkpoint", "Triad's checkpoints load into any layout"},
+      {"--data-parallel-random-init", "every rank starts from the same weights"},
+      {"--normalization", "LayerNorm is Triad's (RMSNorm is not carried)"},
+      {"--world-size", "the launcher sets the world"},
+      {"--local_rank", "the launcher sets the rank"},
+      {"--use-dataset-only", "a Megatron-DeepSpeed data switch"},
+      {"--tensorboard-queue-size", "Triad writes each record as its step ends"},
+      {"--log-timers-to-tensorboard", "Triad always writes iteration-time"},
+      {"--log-batch-size-to-tensorboard", "Triad always writes batch-size"},
+      {"--log-validation-ppl-to-tensorboard", "Triad always writes lm loss validation ppl"},
+      {"--log-memory-to-tensorboard", "Triad always writes mem-max-allocated-bytes"},
+  };
+  return m;
+}
+
+// Arguments Triad cannot honour, and why.
+const std::map<std::string_view, std::string_view>& not_carried_reasons() {
+  static const std::map<std::string_view, std::string_view> m = {
+      {"--log-optimizer-states-to-tensorboard",
+       "Triad's TensorBoard files hold no optimizer states"},
+      {"--wandb-project", "Triad writes OUTPUT/metrics.jsonl"},
+      {"--rampup-batch-size", "Triad's global batch is fixed for a run"},
+      {"--swiglu", "Triad's MLP is GPT-2's GELU"},
+      {"--untie-embeddings-and-output-weights", "Triad ties the LM head to the embedding"},
+      {"--disable-bias-linear", "Triad's linear layers have biases"},
+      {"--num-key-value-heads", "Triad's attention is multi-head (no grouped queries)"},
+      {"--group-query-attention", "Triad's attention is multi-head (no grouped queries)"},
+      {"--num-query-groups", "Triad's attention is multi-head (no grouped queries)"},
+      {"--no-save-optim", "Triad's checkpoints always hold the optimizer"},
+      {"--finetune", "start from a checkpoint with checkpoint.load (step and optimizer kept)"},
+      {"--fp16-lm-cross-entropy", "Triad's loss is fp32"},
+  };
+  return m;
+}
+
+// The number an argument gives; `src` is the argument with its value, for the message.
+double to_number(const std::string& src, const std::string& text) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v))
+    throw UserError("Megatron argument " + src + ": '" + text +
+                    "' is not a number; give a number such as 1000 or 0.5");
+  return v;
+}
+
+bool is_flag_name(const std::string& a) {
+  return a.size() > 2 && a.starts_with("--");
+}
+
+class MegatronReader {
+ public:
+  explicit MegatronReader(const std::vector<std::string>& args) : args_(args) {}
+
+  Imported read() {
+    // Megatron trains on GPUs; --set device=cpu plans the same job on the CPU.
+    set("device.name", YAML::Node("cuda"), "(no argument: Megatron trains on GPUs)");
+    while (i_ < args_.size()) one();
+    derive();
+    for (const auto& [key, k] : keys_) out_.keys.push_back(k);
+    return std::move(out_);
+  }
+
+ private:
+  // The argument at i_, with its value (from --flag=value or the next argument) when it takes
+  // one.
+  void one() {
+    std::string arg = args_[i_++];
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); eq != std::string::npos && is_flag_name(arg)) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    if (!is_flag_name(arg)) {
+      out_.not_carried.push_back(arg + ": not an argument (arguments start with --)");
+      return;
+    }
+    std::vector<std::string> values;
+    if (inline_value) values.push_back(*inline_value);
+    while (!inline_value && i_ < args_.size() && !is_flag_name(args_[i_]))
+      values.push_back(args_[i_++]);
+    apply(arg, values);
+  }
+
+  std::string source(const std::string& arg, const std::vector<std::string>& values) const {
+    std::string s = arg;
+    for (const std::string& v : values) s += " " + v;
+    return s;
+  }
+
+  void set(const std::string& key, const YAML::Node& value, const std::string& src) {
+    keys_[key] = ImportedKey{key, value, src};
+  }
+
+  std::string value_of(const std::string& arg, const std::vector<std::string>& values) const {
+    if (values.size() != 1)
+      throw UserError(
+          "Megatron argument " + arg + " takes one value, got " + std::to_string(values.size()) +
+          (values.empty() ? "" : " (" + source(arg, values) + ")") + "; write " + arg + " VALUE");
+    return values[0];
+  }
+
+  void not_carried(const std::string& arg, const std::vector<std::string>& values,
+                   std::string_view why) {
+    out_.not_carried.push_back(source(arg, values) + ": " + std::string(why));
+  }
+
+  void apply(const std::string& arg, const std::vector<std::string>& values) {
+    if (table_row(arg, values) || special(arg, values) || derived_later(arg, values)) return;
+    if (auto it = without_effect().find(arg); it != without_effect().end()) {
+      out_.no_effect.push_back(source(arg, values) + ": no effect in Triad (" +
+                               std::string(it->second) + ")");
+    } else if (auto nc = not_carried_reasons().find(arg); nc != not_carried_reasons().end()) {
+      not_carried(arg, values, nc->second);
+    } else {
+      not_carried(arg, values, "not an argument Triad knows");
+    }
+  }
+
+  // A row of the shared key table: a bool key is a flag, any other takes one value (a text key
+  // with choices takes one of them, in any case).
+  bool table_row(const std::string& arg, const std::vector<std::string>& values) {
+    const std::string name = arg == "--encoder-seq-length" ? "--seq-length" : arg;
+    for (const KeyRow& row : key_table()) {
+      if (row.megatron != name) continue;
+      const std::string key(row.triad);
+      const size_t dot = key.rfind('.');
+      const Field* f = find_field(*find_section(key.substr(0, dot)), key.substr(dot + 1));
+      Config scratch;
+      if (std::holds_alternative<bool*>(f->slot(scratch))) {
+        if (!values.empty()) not_carried(arg, values, "a switch takes no value");
+        set(key, YAML::Node("true"), arg);
+        return true;
+      }
+      std::string v = value_of(arg, values);
+      if (!f->choices.empty()) {
+        bool ok = false;
+        for (std::string_view c : f->choices) ok = ok || c == lower(v);
+        if (!ok) {
+          std::string list;
+          for (std::string_view c : f->choices) list += (list.empty() ? "" : ", ") + std::string(c);
+          not_carried(arg, values, "Triad's " + key + " is one of " + list);
+          return true;
+        }
+        v = lower(v);
+      }
+      set(key, YAML::Node(v), source(arg, values));
+      return true;
+    }
+    return false;
+  }
+
+  bool special(const std::string& arg, const std::vector<std::string>& values);
+  bool derived_later(const std::string& arg, const std::vector<std::string>& values);
+  void derive();
+  double number(const std::string& key) const;
+
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+  std::map<std::string, ImportedKey> keys_;
+  std::map<std::string, std::pair<std::string, std::string>> later_;  // arg -> (value, source)
+  Imported out_;
+};
+
+bool MegatronReader::special(const std::string& arg, const std::vector<std::string>& values) {
+  const std::string src = source(arg, values);
+  if (arg == "--data-path" || arg == "--train-data-path") {
+    if (values.empty())
+      throw UserError("Megatron argument " + arg + " needs a path; write " + arg + " PREFIX");
+    YAML::Node path;
+    if (values.size() == 1) {
+      path = YAML::Node(values[0]);
+    } else {
+      for (const std::string& v : values) path.push_back(v);
+    }
+    set("data.kind", YAML::Node("indexed"), src);
+    set("data.path", path, src);
+  } else if (arg == "--valid-data-path") {
+    set("data.valid_path", YAML::Node(value_of(arg, values)), src);
+  } else if (arg == "--tokenizer-type") {
+    if (value_of(arg, values) != "GPT2BPETokenizer")
+      not_carried(arg, values, "give model.vocab_size for this tokenizer's vocabulary");
+    else
+      set("model.vocab_size", YAML::Node("50257"), src);
+  } else if (arg == "--vocab-size") {
+    set("model.vocab_size", YAML::Node(value_of(arg, values)), src);
+  } else if (arg == "--use-flash-attn" || arg == "--use-flash-attn-v2" ||
+             arg == "--use-flash-attn-triton") {
+    set("attention", YAML::Node("flash2"), src);
+  } else if (arg == "--use-rotary-position-embeddings") {
+    set("model.position_embedding", YAML::Node("rope"), src);
+  } else if (arg == "--position-embedding-type") {
+    const std::string v = value_of(arg, values);
+    if (v == "rope" || v == "learned_absolute")
+      set("model.position_embedding", YAML::Node(v == "rope" ? "rope" : "learned"), src);
+    else
+      not_carried(arg, values, "Triad's positions are learned or rope");
+  } else if (arg == "--use-distributed-optimizer") {
+    set("zero_optimization.stage", YAML::Node("1"), src + " (its optimizer shards are ZeRO-1)");
+  } else if (arg == "--initial-loss-scale") {
+    const double v = to_number(src, value_of(arg, values));
+    const double p = std::log2(v);
+    if (v > 0 && p == std::floor(p))
+      set("fp16.initial_scale_power", YAML::Node(std::to_string(static_cast<int>(p))), src);
+    else
+      not_carried(arg, values, "Triad's initial scale is a power of 2 (fp16.initial_scale_power)");
+  } else if (arg == "--attention-dropout" || arg == "--hidden-dropout") {
+    if (to_number(src, value_of(arg, values)) != 0)
+      not_carried(arg, values, "Triad trains without dropout (as with 0)");
+    else
+      out_.no_effect.push_back(src + ": no effect in Triad (Triad trains without dropout)");
+  } else if (arg == "--deepspeed_config" || arg == "--deepspeed-config") {
+    out_.deepspeed_config = value_of(arg, values);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Arguments whose Triad key needs others (the global batch, the sequence length, the layers):
+// kept until every argument is read.
+bool MegatronReader::derived_later(const std::string& arg, const std::vector<std::string>& values) {
+  static const std::set<std::string> names = {
+      "--train-samples",         "--train-tokens",
+      "--lr-decay-samples",      "--lr-warmup-samples",
+      "--lr-decay-tokens",       "--lr-warmup-tokens",
+      "--lr-warmup-fraction",    "--ffn-hidden-size",
+      "--recompute-method",      "--recompute-num-layers",
+      "--checkpoint-num-layers", "--num-layers-per-virtual-pipeline-stage"};
+  if (!names.count(arg)) return false;
+  later_[arg] = {value_of(arg, values), source(arg, values)};
+  return true;
+}
+
+double MegatronReader::number(const std::string& key) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return 0;
+  double v = 0;
+  const std::string& text = it->second.value.Scalar();
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size() ? v : 0;
+}
+
+void MegatronReader::derive() {
+  const double gbs = number("training.global_batch_size"), seq = number("model.seq_length");
+  // Samples and tokens become steps of the global batch, as Megatron counts them without ramp-up.
+  auto steps = [&](const std::string& arg, const std::string& key, double per_step,
+                   const std::string& need) {
+    auto it = later_.find(arg);
+    if (it == later_.end()) return;
+    const double v = to_number(it->second.second, it->second.first);
+    if (per_step <= 0) {
+      not_carried(it->second.second, {}, "needs " + need + " to become steps");
+      return;
+    }
+    set(key, YAML::Node(std::to_string(static_cast<long long>(std::ceil(v / per_step)))),
+        it->second.second + " / " + std::to_string(static_cast<long long>(per_step)) + " per step");
+  };
+  steps("--train-samples", "training.train_iters", gbs, "--global-batch-size");
+  steps("--train-tokens", "training.train_iters", gbs * seq,
+        "--global-batch-size and --seq-length");
+  steps("--lr-decay-samples", "lr_schedule.lr_decay_iters", gbs, "--global-batch-size");
+  steps("--lr-warmup-samples", "lr_schedule.lr_warmup_iters", gbs, "--global-batch-size");
+  steps("--lr-decay-tokens", "lr_schedule.lr_decay_iters", gbs * seq,
+        "--global-batch-size and --seq-length");
+  steps("--lr-warmup-tokens", "lr_schedule.lr_warmup_iters", gbs * seq,
+        "--global-batch-size and --seq-length");
+  if (auto it = later_.find("--lr-warmup-fraction"); it != later_.end()) {
+    const double fraction = to_number(it->second.second, it->second.first);
+    const double decay = keys_.count("lr_schedule.lr_decay_iters")
+                             ? number("lr_schedule.lr_decay_iters")
+                             : number("training.train_iters");
+    if (decay > 0)
+      set("lr_schedule.lr_warmup_iters",
+          YAML::Node(std::to_string(static_cast<long long>(fraction * decay))),
+          it->second.second + " × " + std::to_string(static_cast<long long>(decay)) + " steps");
+    else
+      not_carried(it->second.second, {}, "needs --lr-decay-iters or --train-iters");
+  }
+  if (auto it = later_.find("--ffn-hidden-size"); it != later_.end()) {
+    if (to_number(it->second.second, it->second.first) == 4 * number("model.hidden_size"))
+      out_.no_effect.push_back(it->second.second + ": no effect in Triad (4 × hidden, as Triad)");
+    else
+      not_carried(it->second.second, {}, "Triad's MLP is 4 × --hidden-size wide");
+  }
+  const auto method = later_.find("--recompute-method");
+  for (const char* n : {"--recompute-num-layers", "--checkpoint-num-layers"}) {
+    auto it = later_.find(n);
+    if (it == later_.end()) continue;
+    if (it->second.first == "1" && (method == later_.end() || method->second.first == "uniform"))
+      out_.no_effect.push_back(it->second.second +
+                               ": no effect in Triad (one layer at a time, as Triad)");
+    else
+      not_carried(it->second.second, {}, "Triad recomputes each layer from its own input");
+  }
+  if (method != later_.end() && method->second.first == "block")
+    not_carried(method->second.second, {}, "Triad recomputes every layer (uniform, 1 layer)");
+  else if (method != later_.end())
+    out_.no_effect.push_back(method->second.second + ": no effect in Triad (each layer, as Triad)");
+  if (auto it = later_.find("--num-layers-per-virtual-pipeline-stage"); it != later_.end()) {
+    const double per = to_number(it->second.second, it->second.first),
+                 layers = number("model.num_layers"),
+                 pp = std::max(1.0, number("parallel.pipeline_model_parallel_size"));
+    const double v = layers / (pp * per);
+    if (per > 0 && v >= 1 && v == std::floor(v))
+      set("parallel.virtual_pipeline_model_parallel_size",
+          YAML::Node(std::to_string(static_cast<long long>(v))), it->second.second);
+    else
+      not_carried(it->second.second, {}, "needs --num-layers a multiple of it × pipeline stages");
+  }
+}
+
+}  // namespace
+
+Imported import_megatron(const std::vector<std::string>& args) {
+  return MegatronReader(args).read();
+}
+
+}  // namespace triad::config_detail

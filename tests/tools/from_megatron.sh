@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# triad-config from-megatron on the argument lists of Megatron(-DeepSpeed) GPT pretraining scripts
+# (tests/tools/megatron/*.args: GPT-2 125M, GPT-3 1.3B with a data blend and TensorBoard, a
+# 13B-style tp 4 x pp 4 interleaved layout, a 350M --deepspeed ZeRO-2 job with its ds_config.json):
+# the YAML loads, every key line names its argument, and triad-launch --dry-run of it has the
+# layout and batch sizes the arguments say; triad-launch --megatron-args gives the same dry run;
+# --strict refuses what is not carried over; bad arguments are one line, exit 2.
+# Usage: from_megatron.sh BIN_DIR CASES_DIR WORK_DIR
+set -u
+BIN=$(cd "$1" && pwd) CASES=$(cd "$2" && pwd) WORK=$3
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
+cd "$CASES" || exit 1  # the .args name ds_zero2.json relative to here, as a script's folder would
+fails=0 passes=0
+pass() { echo "PASS $1"; passes=$((passes + 1)); }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+report() { grep -v '^#\|^runs here\|^no effect' "$1"; }
+
+# check NAME WORLD LAYOUT MICRO ACCUMULATION GLOBAL
+check() {
+  local name=$1 world=$2 layout=$3 micro=$4 accum=$5 global=$6 y=$WORK/$1.yaml
+  # shellcheck disable=SC2046  # one argument per word of the fixture
+  if ! "$BIN/triad-config" from-megatron -- $(cat "$name.args") >"$y" 2>"$WORK/err.txt"; then
+    fail "$name: from-megatron: $(cat "$WORK/err.txt")"; return
+  fi
+  local bare
+  bare=$(grep -v '^ *#' "$y" | grep -v '^[a-z0-9_]*:$' | grep -vc ' # ')
+  if [[ $bare -ne 0 ]]; then fail "$name: $bare key lines without the argument they came from"; fi
+  if ! "$BIN/triad-launch" "$y" --dry-run --nproc-per-node "$world" >"$WORK/a.txt" 2>&1; then
+    fail "$name: the YAML does not load: $(cat "$WORK/a.txt")"; return
+  fi
+  local want="layout:              world $world = $layout"
+  if ! grep -qxF "$want" "$WORK/a.txt"; then
+    fail "$name: layout: $(grep '^layout' "$WORK/a.txt")"; return
+  fi
+  for kv in "micro_batch_size: $micro" "gradient_accumulation_steps: $accum" \
+    "global_batch_size: $global"; do
+    grep -qx "  $kv" "$WORK/a.txt" || { fail "$name: $kv: $(grep batch "$WORK/a.txt")"; return; }
+  done
+  pass "$name: $layout, micro $micro x accumulation $accum = global $global"
+  "$BIN/triad-launch" --megatron-args "$(cat "$name.args")" --dry-run --nproc-per-node "$world" \
+    >"$WORK/b.txt" 2>&1
+  if diff <(report "$WORK/a.txt") <(report "$WORK/b.txt") >/dev/null; then
+    pass "$name: --megatron-args gives the same dry run"
+  else
+    fail "$name: --megatron-args differs:"
+    diff <(report "$WORK/a.txt") <(report "$WORK/b.txt") | head -5
+  fi
+}
+check gpt_125m 1 "tp 1 x pp 1 x dp 1" 4 2 8
+check gpt_1_3b 8 "tp 1 x pp 1 x dp 8" 2 32 512
+check gpt_13b_3d 32 "tp 4 x pp 4 x dp 2, sequence parallel" 1 512 1024
+check gpt_350m_zero2 8 "tp 1 x pp 1 x dp 8" 4 8 256
+
+# What each script asked for beyond the layout, in the YAML.
+has() {
+  if grep -qE "$2" "$WORK/$1.yaml"; then pass "$1: /$2/"; else fail "$1: lacks /$2/"; fi
+}
+has gpt_125m '^  lr_warmup_iters: 3200 +# --lr-warmup-fraction .01'
+has gpt_125m '^  enabled: true +# --fp16$'
+has gpt_125m '^  path: data/meg-gpt2_text_document +# --data-path'
+has gpt_1_3b '^attention: flash2 +# --use-flash-attn-v2$'
+has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_document\]'
+has gpt_1_3b '^  train_iters: 286103 +# --train-tokens'
+has gpt_1_3b '^  tensorboard_dir: tensorboard/gpt_1.3B +# --tensorboard-dir tensorboard/gpt_1.3B$'
+has gpt_1_3b '^#   --log-timers-to-tensorboard: no effect in Triad '
+has gpt_13b_3d \
+  '^  virtual_pipeline_model_parallel_size: 2 +# --num-layers-per-virtual-pipeline-stage 5$'
+has gpt_13b_3d '^  recompute_granularity: selective +# --recompute-granularity selective$'
+has gpt_13b_3d '^  stage: 1 +# --use-distributed-optimizer'
+has gpt_13b_3d '^  position_embedding: rope +# --position-embedding-type rope$'
+has gpt_350m_zero2 '^  stage: 2 +# --zero-stage 2$'
+has gpt_350m_zero2 \
+  '^  reduce_bucket_size: 500000000 +# ds_zero2.json: zero_optimization.reduce_bucket_size$'
+has gpt_350m_zero2 '^#   ds_zero2.json: zero_optimization.contiguous_gradients: no effect in Triad'
+has gpt_350m_zero2 '^#   --deepspeed: no effect in Triad'
+
+# refused WANT ARGS...: exit 2, one stderr line "triad-config: error: ..." holding WANT, no stdout.
+refused() {
+  local want=$1
+  shift
+  "$BIN/triad-config" "$@" >"$WORK/out.txt" 2>"$WORK/err.txt"
+  local rc=$?
+  if [[ $rc -eq 2 && $(grep -c . "$WORK/err.txt") -eq 1 && ! -s "$WORK/out.txt" ]] &&
+    grep -q "^triad-config: error: .*$want" "$WORK/err.txt"; then
+    pass "refused $*: $(cat "$WORK/err.txt")"
+  else
+    fail "$*: exit $rc: $(cat "$WORK/err.txt" "$WORK/out.txt" | head -3)"
+  fi
+}
+# shellcheck disable=SC2046
+refused 'not carried over (--strict): --rampup-batch-size 32 32 2000000: ' \
+  from-megatron --strict -- $(cat gpt_1_3b.args) --rampup-batch-size 32 32 2000000
+refused '--num-layers takes one value' from-megatron -- --num-layers
+refused "model.num_layers: 'x' is not an integer (--num-layers x)" from-megatron -- --num-layers x
+refused "'abc' is not a number" from-megatron -- --lr-warmup-fraction abc
+refused 'micro_batch_size is 8 (--micro-batch-size 8) but 4 (ds_zero2.json: train_micro' \
+  from-megatron -- --micro-batch-size 8 --deepspeed_config ds_zero2.json
+refused 'zero_optimization.stage is 3 (--zero-stage 3) but 2 (ds_zero2.json' \
+  from-megatron -- --zero-stage 3 --deepspeed_config ds_zero2.json
+refused 'needs Megatron.s arguments after --' from-megatron
+refused 'subcommand' --strict
+# shellcheck disable=SC2046
+if "$BIN/triad-config" from-megatron --strict -- $(cat gpt_125m.args) >/dev/null; then
+  pass "--strict passes a list it carries whole"; else fail "--strict refused gpt_125m"; fi
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
