@@ -5,10 +5,12 @@ Measures this machine into a machine description for triad-simulate (the format:
 core/include/triad/core/perf/machine.hpp; configs/machines/README.md says where each number of
 the shipped ones comes from). What it runs, each through Triad's own programs:
 
-- the config cut to 2 layers, a few steps traced (--profile-steps) at each micro-batch size, with
-  the naive attention: each block's and the head's forward and backward time per micro-batch;
-- bench-attention at the config's heads, head size and sequence length, per attention plugin and
-  micro-batch size: the attention's own forward time;
+- the config cut to 2 layers, a few steps traced (--profile-steps) at each micro-batch size and
+  with each attention plugin: each block's and the head's forward and backward time per
+  micro-batch (and once on one thread, for ranks that share the node);
+- bench-attention at the config's heads, head size and sequence length per micro-batch size:
+  the naive attention's own forward time (another plugin's is that plus the difference of the
+  two plugins' traced blocks);
 - a streamed add of large arrays (NumPy): the memory bandwidth;
 - triad-bench-collectives on --ranks ranks of this node: each collective's latency and bandwidth
   (least squares over sizes, ring accounting);
@@ -90,14 +92,14 @@ def model_of(config):
             "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
 
 
-def traced_layers(launch, config, b, work, threads=None):
+def traced_layers(launch, config, b, work, threads=None, attention="naive"):
     """Median forward / backward seconds of a block and of the head per micro-batch, and the
     measured ms per step, from a 2-layer run of `config` at micro-batch b (with `threads`
     OpenMP threads when given, else the launcher's default: every core for one rank)."""
-    out = os.path.join(work, f"trace-b{b}" + (f"-t{threads}" if threads else ""))
+    out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-t{threads}" if threads else ""))
     sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
             "training.gradient_accumulation_steps=1", "training.train_iters=6",
-            "data.kind=synthetic", "attention=naive", f"output.dir={out}",
+            "data.kind=synthetic", f"attention={attention}", f"output.dir={out}",
             "output.overwrite=true", "training.eval_interval=0"]
     cmd = [launch, config, "-q", "--profile-steps", "3-6"]
     for s in sets:
@@ -270,8 +272,18 @@ def main(argv):
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="triad-calibrate-") as work:
         layers = {b: traced_layers(launch, a.config, b, work) for b in a.micro_batches}
-        attn = {b: attention_forward(bench_attn, sorted(set(a.attention) | {"naive"}), b, model,
-                                     work) for b in a.micro_batches}
+        # Each other plugin's blocks traced too: its attention takes what naive's takes plus
+        # the difference of the two blocks (the rest of the block is the same work).
+        others = {p: {b: traced_layers(launch, a.config, b, work, attention=p)
+                      for b in a.micro_batches} for p in a.attention if p != "naive"}
+        # (bench-attention is given every plugin: with naive alone it crashes as it exits.)
+        attn = {b: {"naive": attention_forward(bench_attn, sorted(set(a.attention) | {"naive"}),
+                                               b, model, work)["naive"]}
+                for b in a.micro_batches}
+        for p, runs in others.items():
+            for b in a.micro_batches:
+                delta = runs[b]["forward block"] - layers[b]["forward block"]
+                attn[b][p] = max(0.05 * attn[b]["naive"], attn[b]["naive"] + delta)
         bw = memory_bandwidth()
         # Ranks sharing the node: each runs one thread (the launcher gives each its share of
         # the cores); the rate a rank gets is the node's / ranks x share_efficiency, where
@@ -310,6 +322,7 @@ def main(argv):
         d["per_step_ms"] = 0.0
         d["raw"] = {"layers": {str(b): layers[b] for b in layers},
                     "attention_fwd_s": {str(b): attn[b] for b in attn},
+                    "other_attention": {p: {str(b): r[b] for b in r} for p, r in others.items()},
                     "one_thread": one, "memory_bandwidth": bw, "collectives": raw_coll}
         # The per-step overhead: what the calibration runs took beyond the model's prediction.
         probe = os.path.join(work, "probe.yaml")
