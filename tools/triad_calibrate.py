@@ -5,17 +5,16 @@ Measures this machine into a machine description for triad-simulate (the format:
 core/include/triad/core/perf/machine.hpp; configs/machines/README.md says where each number of
 the shipped ones comes from). What it runs, each through Triad's own programs:
 
-- the config cut to 2 layers, a few steps traced (--profile-steps) at each micro-batch size, with
-  the naive attention: each block's and the head's forward and backward time per micro-batch;
-- bench-attention at the config's heads, head size and sequence length, per attention plugin and
-  micro-batch size: the attention's own forward time;
+- the config cut to 2 layers, ten steps traced (--profile-steps) at each micro-batch size and
+  with each attention plugin: each block's and the head's forward and backward time per
+  micro-batch; once more with a rank on each core, for ranks that share the node;
 - a streamed add of large arrays (NumPy): the memory bandwidth;
 - triad-bench-collectives on --ranks ranks of this node: each collective's latency and bandwidth
   (least squares over sizes, ring accounting);
 
-then fits the description: the peak is the fastest dense rate seen, the efficiency curve each
-pass's dense rate over it by the pass's FLOPs (attention and element-wise time taken out), each
-attention plugin's curve by its FLOPs, the backward / forward ratio, and the per-step overhead
+then fits the description: the peak is the fastest rate seen, per attention plugin the curve of
+a whole block's rate over it by its FLOPs and its backward / forward ratio, the head's curve
+for other products, and the per-step overhead
 (measured step less the model's prediction of the calibration runs). Ranks beyond one per node
 share the node's cores: devices_per_node is 1.
 """
@@ -56,7 +55,7 @@ def parse_args(argv):
     except ValueError:
         raise tx.BadInput(f"--micro-batches '{a.micro_batches}' is not a comma-separated list of "
                           f"whole numbers, e.g. 1,4,16")
-    if not a.micro_batches or a.micro_batches[0] < 1 or len(a.micro_batches) < 2:
+    if len(a.micro_batches) < 2 or a.micro_batches[0] < 1:
         raise tx.BadInput("--micro-batches needs at least two sizes of 1 or more, e.g. 1,4,16")
     a.attention = [x.strip() for x in a.attention.split(",") if x.strip()]
     if not a.attention:
@@ -90,16 +89,21 @@ def model_of(config):
             "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
 
 
-def traced_layers(launch, config, b, work, threads=None):
+def traced_layers(launch, config, b, work, threads=None, attention="naive", seq=None, ranks=1,
+                  extra=()):
     """Median forward / backward seconds of a block and of the head per micro-batch, and the
     measured ms per step, from a 2-layer run of `config` at micro-batch b (with `threads`
-    OpenMP threads when given, else the launcher's default: every core for one rank)."""
-    out = os.path.join(work, f"trace-b{b}" + (f"-t{threads}" if threads else ""))
-    sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
-            "training.gradient_accumulation_steps=1", "training.train_iters=6",
-            "data.kind=synthetic", "attention=naive", f"output.dir={out}",
-            "output.overwrite=true", "training.eval_interval=0"]
-    cmd = [launch, config, "-q", "--profile-steps", "3-6"]
+    OpenMP threads when given, else the launcher's default: every core for one rank; with
+    sequence length `seq` when given)."""
+    out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-t{threads}" if threads else "")
+                       + (f"-s{seq}" if seq else "") + (f"-r{ranks}" if ranks > 1 else "")
+                       + "".join("-" + x.replace("=", "-") for x in extra))
+    sets = ([f"model.seq_length={seq}", f"model.max_position_embeddings={seq}"] if seq else [])
+    sets += ["model.num_layers=2", f"training.micro_batch_size={b}",
+            "training.gradient_accumulation_steps=1", "training.train_iters=12",
+            "data.kind=synthetic", f"attention={attention}", f"output.dir={out}",
+            "output.overwrite=true", "training.eval_interval=0"] + list(extra)
+    cmd = [launch, "--nproc-per-node", str(ranks), config, "-q", "--profile-steps", "3-12"]
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ)
@@ -123,27 +127,6 @@ def traced_layers(launch, config, b, work, threads=None):
     steps = [r["ms_per_step"] for r in tx.read_metrics(out)[2:]]
     med["ms_per_step"] = statistics.median(steps)
     return med
-
-
-def attention_forward(bench, plugins, b, model, work):
-    """{plugin: forward seconds} of causal attention at (b, heads, s, h/heads)."""
-    path = os.path.join(work, f"attention-b{b}.json")
-    run([bench, "--plugins", ",".join(plugins), "--T", str(model["s"]),
-         "--D", str(model["h"] // model["heads"]), "--batch", str(b),
-         "--heads", str(model["heads"]), "--repeats", "5", "--json", path],
-        f"bench-attention at micro-batch {b}")
-    with open(path) as f:
-        doc = json.load(f)
-    rows = doc.get("results", doc) if isinstance(doc, dict) else doc
-    out = {}
-    for r in rows if isinstance(rows, list) else []:
-        if isinstance(r, dict) and r.get("causal"):
-            out[r["plugin"]] = r["fwd_ms"] * 1e-3
-    missing = [p for p in plugins if p not in out]
-    if missing:
-        raise tx.BadInput(f"bench-attention measured no causal '{missing[0]}'; check "
-                          f"--attention names installed attention plugins (triad-info)")
-    return out
 
 
 def memory_bandwidth():
@@ -194,25 +177,6 @@ def collectives(bench, ranks, work):
     return fit, rows
 
 
-def dense_points(model, layers, attn, bw, work_b):
-    """(flops, seconds) of the dense part of each measured pass: a block's forward less its
-    attention and element-wise time, the head's forward less its element-wise time."""
-    h, s, v = model["h"], model["s"], model["vocab"]
-    pts = []
-    for b in work_b:
-        t = b * s
-        whole = layers[b]["forward block"]
-        block = whole - attn[b]["naive"] - t * 4 * 26 * h / bw
-        # A block whose attention measured apart takes most of its time is noise (a busy
-        # machine): the head alone speaks for that size.
-        if block > 0.25 * whole:
-            pts.append((24 * t * h * h, block))
-        vp = (v + 127) // 128 * 128
-        head = layers[b]["forward head"] - (t * vp * 12 + t * h * 8) / bw
-        pts.append((2 * t * h * vp, head))
-    return pts
-
-
 def curve(points, peak):
     """[[flops, share]] ascending, shares in (0, 1], one point per distinct size."""
     out = {}
@@ -223,15 +187,16 @@ def curve(points, peak):
 
 def write_description(path, a, d):
     eff = ", ".join(f"[{f:.4g}, {s}]" for f, s in d["efficiency"])
-    att = "\n".join(f"    {p}: [" + ", ".join(f"[{f:.4g}, {s}]" for f, s in c) + "]"
-                    for p, c in d["attention"].items())
+    blocks = "\n".join(
+        f"    {p}: {{efficiency: [" + ", ".join(f"[{f:.4g}, {s}]" for f, s in b["efficiency"])
+        + f"], backward_ratio: {b['backward_ratio']:.4g}}}" for p, b in d["blocks"].items())
     ops = ", ".join(f"{op}: {{bandwidth_gbs: {bw / 1e9:.4g}, latency_us: {lat * 1e6:.4g}}}"
                     for op, (bw, lat) in d["ops"].items())
     p2p_bw, p2p_lat = d["ops"]["all_gather"]
     link = f"{{bandwidth_gbs: {p2p_bw / 1e9:.4g}, latency_us: {p2p_lat * 1e6:.4g}"
     text = f"""# Measured by `triad-simulate calibrate` on {d['host']}, {d['date']}.
 # Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans);
-# attention: bench-attention, causal, per plugin; memory: a streamed add (NumPy);
+# blocks: per attention plugin; memory: a streamed add (NumPy);
 # collectives: triad-bench-collectives on {a.ranks} ranks, least squares over 4 KiB..8 MiB.
 name: {d['name']}
 source: "calibrated on {d['host']} ({d['cpu']}), {d['date']}"
@@ -239,12 +204,14 @@ devices_per_node: 1          # one CPU node: ranks on it share its cores
 device:
   memory: {d['memory']}
   peak_tflops: {{fp32: {d['peak'] / 1e12:.6g}}}   # the fastest dense rate measured
-  efficiency: [{eff}]
-  attention:
-{att}
+  efficiency: [{eff}]   # the LM head's product, by its FLOPs
+  blocks:   # whole blocks per attention plugin, forward by FLOPs; backward / forward
+{blocks}
   memory_bandwidth_gbs: {d['bw'] / 1e9:.4g}
-  backward_ratio: {d['backward_ratio']:.4g}
-  share_efficiency: {d['share']:.4g}   # {d['cores']} cores x (time on all) / (time on one thread)
+  backward_ratio: {d['backward_ratio']:.4g}   # the head's
+  cores: {d['cores']}
+  waiting_share: {d['waiting']:.3g}   # fitted to a run with two ranks per core
+  share_efficiency: {d['share']:.4g}   # cores x (time, one rank) / (time, a rank per core)
 links:
   intra_node: {link}, {ops}}}
   inter_node: {link}}}   # one node: the same as within it
@@ -256,11 +223,34 @@ calibration: {json.dumps(d['raw'])}
         f.write(text)
 
 
+def fit_waiting(simulate, a, d, probe, b, sets, measured_ms):
+    """The waiting_share in [0, 1] at which the model predicts the crowded run's step (bisection;
+    the prediction grows with it)."""
+    def predicted(w):
+        d["waiting"] = w
+        write_description(probe, a, d)
+        cmd = [simulate, a.config, "--machine", probe, "--json", "--world",
+               str(2 * d["cores"])]
+        for x in ["model.num_layers=2", f"training.micro_batch_size={b}", "attention=naive",
+                  "data.kind=synthetic"] + list(sets):
+            cmd += ["--set", x]
+        return json.loads(run(cmd, "triad-simulate on the crowded run"))["layouts"][0][
+            "ms_per_step"]
+    lo, hi = 0.0, 1.0
+    if predicted(lo) >= measured_ms:
+        return lo
+    if predicted(hi) <= measured_ms:
+        return hi
+    for _ in range(10):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted(mid) < measured_ms else (lo, mid)
+    return (lo + hi) / 2
+
+
 def main(argv):
     a = parse_args(argv)
     launch, simulate = tx.find_program("triad-launch"), tx.find_program("triad-simulate")
-    bench_attn, bench_coll = tx.find_program("bench-attention"), tx.find_program(
-        "triad-bench-collectives")
+    bench_coll = tx.find_program("triad-bench-collectives")
     model = model_of(a.config)
     load = os.getloadavg()[0]
     if load > 0.5:
@@ -269,32 +259,53 @@ def main(argv):
               file=sys.stderr)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="triad-calibrate-") as work:
-        layers = {b: traced_layers(launch, a.config, b, work) for b in a.micro_batches}
-        attn = {b: attention_forward(bench_attn, sorted(set(a.attention) | {"naive"}), b, model,
-                                     work) for b in a.micro_batches}
+        # Per attention plugin, whole blocks at each micro-batch: forward by their FLOPs (the
+        # dense products, 24·t·h², and the attention's as the plugin does them), backward over
+        # forward; the head (2·t·h·V) gives the curve of other products.
+        plugins = sorted(set(a.attention) | {"naive"})
+        runs = {p: {b: traced_layers(launch, a.config, b, work, attention=p)
+                    for b in a.micro_batches} for p in plugins}
+        layers = runs["naive"]
         bw = memory_bandwidth()
-        # Ranks sharing the node: each runs one thread (the launcher gives each its share of
-        # the cores); the rate a rank gets is the node's / ranks x share_efficiency, where
-        # share_efficiency = cores x (time on every core) / (time on one thread).
+        # Ranks sharing the node: one per core, data-parallel, each on one thread (as the
+        # launcher gives them), all computing at once; the rate a rank gets is the node's /
+        # ranks x share_efficiency, where share_efficiency = cores x (a block's time with one
+        # rank on every core) / (its time with a rank on each core).
         cores = len(os.sched_getaffinity(0))
-        mid = a.micro_batches[len(a.micro_batches) // 2]
-        one = traced_layers(launch, a.config, mid, work, threads=1)
+        mid = a.micro_batches[-1]  # the largest: where a block is mostly products
         passes = ("forward block", "backward block", "forward head", "backward head")
-        share = cores * sum(layers[mid][k] for k in passes) / sum(one[k] for k in passes)
+        ratios = []  # three alternated pairs, their median: one pair scatters by a fifth
+        for i in range(3):
+            alone = traced_layers(launch, a.config, mid, work, extra=[f"training.seed={i + 2}"])
+            shared = traced_layers(launch, a.config, mid, work, ranks=cores,
+                                   extra=[f"training.seed={i + 2}"])
+            ratios.append(sum(alone[k] for k in passes) / sum(shared[k] for k in passes))
+        share = cores * statistics.median(ratios)
+        # Twice as many ranks as cores, as a 2-stage pipeline: how much of a core a waiting rank
+        # keeps (fitted below against the model's prediction of this run).
+        crowd_sets = ("parallel.pipeline_model_parallel_size=2",
+                      "training.gradient_accumulation_steps=4")
+        crowd = traced_layers(launch, a.config, mid, work, ranks=2 * cores, extra=crowd_sets)
         ops, raw_coll = collectives(bench_coll, a.ranks, work)
-        dense = dense_points(model, layers, attn, bw, a.micro_batches)
-        peak = max(f / sec for f, sec in dense)
-        d = {"efficiency": curve([(f, f / sec) for f, sec in dense], peak), "bw": bw,
-             "peak": peak, "ops": ops, "share": share, "cores": cores}
-        h, s, heads = model["h"], model["s"], model["heads"]
-        d["attention"] = {}
-        for p in a.attention:
-            per = 2 if p.startswith("flash") else 4  # the flash plugins skip the masked half
-            d["attention"][p] = curve([(per * b * s * s * h, per * b * s * s * h / attn[b][p])
-                                       for b in a.micro_batches], peak)
+        h, s = model["h"], model["s"]
+        vp = (model["vocab"] + 127) // 128 * 128
+
+        def block_flops(p, b):
+            per = 2 if p in ("flash1", "flash2") else 4  # the flash plugins skip the masked half
+            return 24 * b * s * h * h + per * b * s * s * h
+
+        blocks = {p: [(block_flops(p, b), block_flops(p, b) / runs[p][b]["forward block"])
+                      for b in a.micro_batches] for p in plugins}
+        head = [(2 * b * s * h * vp, 2 * b * s * h * vp / layers[b]["forward head"])
+                for b in a.micro_batches]
+        peak = max(r for pts in list(blocks.values()) + [head] for _, r in pts)
+        d = {"efficiency": curve(head, peak), "bw": bw, "peak": peak, "ops": ops,
+             "share": share, "cores": cores, "waiting": 0.0}
+        d["blocks"] = {p: {"efficiency": curve(blocks[p], peak), "backward_ratio": statistics.median(
+            runs[p][b]["backward block"] / runs[p][b]["forward block"] for b in a.micro_batches)}
+            for p in plugins}
         d["backward_ratio"] = statistics.median(
-            (layers[b]["backward block"] + layers[b]["backward head"]) /
-            (layers[b]["forward block"] + layers[b]["forward head"]) for b in a.micro_batches)
+            layers[b]["backward head"] / layers[b]["forward head"] for b in a.micro_batches)
         uname = os.uname()
         d["host"] = uname.nodename
         d["cpu"] = uname.machine
@@ -309,8 +320,8 @@ def main(argv):
         d["memory"] = f"{kib // 1024}MiB"
         d["per_step_ms"] = 0.0
         d["raw"] = {"layers": {str(b): layers[b] for b in layers},
-                    "attention_fwd_s": {str(b): attn[b] for b in attn},
-                    "one_thread": one, "memory_bandwidth": bw, "collectives": raw_coll}
+                    "plugins": {p: {str(b): r[b] for b in r} for p, r in runs.items()},
+                    "sharing_ratios": ratios, "memory_bandwidth": bw, "collectives": raw_coll}
         # The per-step overhead: what the calibration runs took beyond the model's prediction.
         probe = os.path.join(work, "probe.yaml")
         write_description(probe, a, d)
@@ -324,11 +335,12 @@ def main(argv):
                                   "triad-simulate on the calibration runs"))
             over.append(layers[b]["ms_per_step"] - pred["layouts"][0]["ms_per_step"])
         d["per_step_ms"] = max(0.0, statistics.median(over))
+        d["waiting"] = fit_waiting(simulate, a, d, probe, mid, crowd_sets, crowd["ms_per_step"])
         write_description(a.out, a, d)
     print(f"{TOOL}: wrote {a.out} in {time.time() - t0:.0f} s: peak {peak / 1e9:.1f} GFLOP/s, "
           f"memory {bw / 1e9:.1f} GB/s, all-reduce {ops['all_reduce'][0] / 1e9:.2f} GB/s + "
           f"{ops['all_reduce'][1] * 1e6:.1f} us, backward/forward {d['backward_ratio']:.2f}, "
-          f"sharing {d['share']:.2f}, "
+          f"sharing {d['share']:.2f}, waiting {d['waiting']:.2f}, "
           f"per-step overhead {d['per_step_ms']:.2f} ms")
     return 0
 

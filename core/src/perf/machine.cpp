@@ -126,7 +126,8 @@ class Reader {
 void read_device(const Reader& r, const YAML::Node& d, Machine& m) {
   r.known(d, "device",
           {"memory", "peak_tflops", "efficiency", "attention", "memory_bandwidth_gbs",
-           "backward_ratio", "share_efficiency"});
+           "backward_ratio", "attention_backward_ratio", "blocks", "cores",
+           "waiting_share", "share_efficiency"});
   if (!d["memory"]) r.fail("device.memory", "is missing", "add e.g. 'memory: 80GiB'");
   m.memory = double(parse_bytes(d["memory"].Scalar(), "machine '" + m.path + "': device.memory"));
   const YAML::Node peak = d["peak_tflops"];
@@ -150,6 +151,32 @@ void read_device(const Reader& r, const YAML::Node& d, Machine& m) {
   m.memory_bandwidth = r.positive(d, "memory_bandwidth_gbs", "device.memory_bandwidth_gbs") * 1e9;
   m.backward_ratio = r.positive(d, "backward_ratio", "device.backward_ratio", 2.0);
   m.share_efficiency = r.positive(d, "share_efficiency", "device.share_efficiency", 1.0);
+  m.cores = r.positive(d, "cores", "device.cores", 1.0);
+  if (const YAML::Node w = d["waiting_share"]) {
+    m.waiting_share = r.number(w, "device.waiting_share");
+    if (m.waiting_share < 0 || m.waiting_share > 1)
+      r.fail("device.waiting_share", "is " + w.Scalar(), "give a share from 0 to 1");
+  }
+  if (const YAML::Node b = d["blocks"]) {
+    if (!b.IsMap())
+      r.fail("device.blocks", "is not a mapping",
+             "give {plugin: {efficiency: [[flops, share]], backward_ratio: r}}");
+    for (const auto& kv : b) {
+      const std::string name = kv.first.as<std::string>(), key = "device.blocks." + name;
+      r.known(kv.second, key, {"efficiency", "backward_ratio"});
+      m.blocks[name] = {r.curve(kv.second["efficiency"], key + ".efficiency"),
+                        r.positive(kv.second, "backward_ratio", key + ".backward_ratio", 2.0)};
+    }
+  }
+  if (const YAML::Node a = d["attention_backward_ratio"]) {
+    if (!a.IsMap())
+      r.fail("device.attention_backward_ratio", "is not a mapping", "give {plugin: ratio}");
+    for (const auto& kv : a) {
+      const std::string name = kv.first.as<std::string>();
+      m.attention_backward_ratio[name] =
+          r.positive(a, name, "device.attention_backward_ratio." + name);
+    }
+  }
 }
 
 }  // namespace

@@ -81,9 +81,21 @@ PassTime block_time(const Setup& u) {
   // Element-wise bytes: two layernorms and two residual adds (10h), the MLP's bias and GeLU
   // (12h over its split), the attention's biases (4h over its split).
   const double elementwise = tokens * u.act * (10 * h + 12 * h / tm + 4 * h / ta);
-  const double attn_t = flops_time(u, attn, attn_curve);
+  double attn_t = flops_time(u, attn, attn_curve);
+  const double rest_t = flops_time(u, dense, u.mc.efficiency) + bytes_time(u, elementwise);
+  const auto own = u.mc.attention_backward_ratio.find(plugin);
+  const double attn_ratio =
+      own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
   PassTime p;
-  p.fwd = flops_time(u, dense, u.mc.efficiency) + bytes_time(u, elementwise) + attn_t;
+  p.fwd = rest_t + attn_t;
+  double bwd = u.mc.backward_ratio * rest_t + attn_ratio * attn_t;
+  if (const auto blk = u.mc.blocks.find(plugin); blk != u.mc.blocks.end()) {
+    // Measured whole blocks: the forward by all its FLOPs; the attention's part in proportion.
+    const double flops = dense + attn;
+    p.fwd = flops_time(u, flops, blk->second.efficiency);
+    attn_t = p.fwd * attn / flops;
+    bwd = blk->second.backward_ratio * p.fwd;
+  }
   // Per split part one all-reduce of the (b, s, h) activations forward and one backward; with
   // sequence parallelism an all-gather and a reduce-scatter (the same time), and a whole part
   // half of that (its input gathered, its output's gradient too).
@@ -93,7 +105,7 @@ PassTime block_time(const Setup& u) {
     return ways > 1 ? ar : u.cfg.parallel.sequence_parallel ? ar / 2 : 0.0;
   };
   p.fwd_comm = part(ta) + part(tm);
-  p.bwd = u.mc.backward_ratio * p.fwd;
+  p.bwd = bwd;
   p.bwd_comm = p.fwd_comm;
   if (u.recompute == Recompute::full) {
     p.bwd += p.fwd;
@@ -201,7 +213,9 @@ double optimizer_time(const Setup& u, int stage) {
   return bytes_time(u, bytes);
 }
 
-Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, const RunPlan& plan) {
+// busy: the share of the step the ranks spend computing (1 until a first estimate says).
+Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, const RunPlan& plan,
+                 double busy) {
   Setup u(cfg, mc);
   const auto& par = cfg.parallel;
   u.tp = par.tensor_model_parallel_size;
@@ -221,8 +235,11 @@ Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, con
   u.vocab = double(plan.padded_vocab_size);
   u.act = cfg.precision == "fp32" ? 4 : 2;
   u.peak = mc.peak_for(cfg.precision, cfg.allow_tf32);
+  // Ranks sharing a device: those busy at once split its cores (a rank waiting for a message or
+  // a stage waiting for its turn leaves them to the others).
   const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
-  u.share = sharers > 1 ? mc.share_efficiency / sharers : 1.0;
+  u.share =
+      sharers > 1 ? mc.share_efficiency / std::max(mc.cores, std::max(1.0, sharers * busy)) : 1.0;
   u.recompute = recompute_of(cfg.training);
   u.layers = plan.stage_layers;
   u.stage_params = plan.stage_params;
@@ -233,19 +250,17 @@ Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, con
   return u;
 }
 
-}  // namespace
+// One step of the layout with the ranks' sharing of their device as `u` says: the step's time,
+// its breakdown on the last stage to finish, and the share of the step the ranks compute
+// (passes and the optimizer, averaged over the stages).
+struct StepTime {
+  double step = 0, busy = 1;
+  int slowest = 0;
+  StepBreakdown breakdown;
+};
 
-Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
-  const RunPlan plan = plan_run(cfg);
-  const Setup u = make_setup(cfg, world, nodes, mc, plan);
-  PluginLoader loader;
-  CoreServices services(1, nullptr);
-  auto plugin = loader.load("pipeline", cfg.pipeline.name);
-  PipelineBackend pipeline(
-      plugin, resolve_params(plugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
-      services.c_services());
-  const std::vector<PipeSchedule> streams = pipeline.schedules(u.pp, u.m, u.v);
-
+StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
+  const Machine& mc = u.mc;
   std::vector<std::vector<PassTime>> chunks(size_t(u.pp));
   for (int st = 0; st < u.pp; ++st)
     for (int c = 0; c < u.v; ++c) chunks[size_t(st)].push_back(chunk_time(u, st, c));
@@ -258,11 +273,9 @@ Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
   costs.transfer = [&](int, int, bool) { return collective_time(u.pp_link(), "p2p", msg, 2); };
   const PipeTiming timing = pipeline_timing(streams, u.m, u.v, costs);
 
-  Prediction pr;
-  pr.world = world;
-  pr.nodes = nodes;
+  StepTime out;
   const double other = mc.per_step + mc.per_micro_batch * u.m;
-  double step = 0;
+  double computing = 0;
   for (int st = 0; st < u.pp; ++st) {
     StepBreakdown b;
     double fwd = 0, bwd = 0, last_bwd = 0;
@@ -277,12 +290,50 @@ Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
     b.data_parallel = data_parallel_time(u, st, fwd, bwd, last_bwd);
     b.optimizer = optimizer_time(u, st);
     b.other = other;
-    if (b.total() > step) {
-      step = b.total();
-      pr.breakdown = b;
-      pr.slowest_stage = st;
+    computing += b.compute + b.optimizer;
+    if (b.total() > out.step) {
+      out.step = b.total();
+      out.breakdown = b;
+      out.slowest = st;
     }
   }
+  out.busy = out.step > 0 ? std::min(1.0, computing / u.pp / out.step) : 1.0;
+  return out;
+}
+
+}  // namespace
+
+Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
+  const RunPlan plan = plan_run(cfg);
+  const Setup first = make_setup(cfg, world, nodes, mc, plan, 1.0);
+  PluginLoader loader;
+  CoreServices services(1, nullptr);
+  auto plugin = loader.load("pipeline", cfg.pipeline.name);
+  PipelineBackend pipeline(
+      plugin, resolve_params(plugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
+      services.c_services());
+  const std::vector<PipeSchedule> streams = pipeline.schedules(first.pp, first.m, first.v);
+  // Ranks sharing a device compute faster when fewer of them compute at once: the share of the
+  // step they compute and the step's time settle together (a few rounds; the first assumes
+  // they always compute).
+  StepTime t = step_time(first, streams);
+  double busy = 1.0;
+  for (int round = 0; round < 16 && first.per_node > mc.devices_per_node; ++round) {
+    // A waiting rank keeps waiting_share of a core (a transport that polls spins on it).
+    const double wanted = t.busy + mc.waiting_share * (1 - t.busy);
+    busy = 0.5 * (busy + wanted);  // damped, so that the rounds do not swing
+    const StepTime next = step_time(make_setup(cfg, world, nodes, mc, plan, busy), streams);
+    const bool settled = std::abs(next.step - t.step) <= 1e-4 * t.step;
+    t = next;
+    if (settled) break;
+  }
+  const Setup& u = first;
+  const double step = t.step;
+  Prediction pr;
+  pr.world = world;
+  pr.nodes = nodes;
+  pr.breakdown = t.breakdown;
+  pr.slowest_stage = t.slowest;
   pr.step_s = step;
   const double samples = cfg.training.global_batch_size;
   pr.samples_per_s = samples / step;

@@ -14,6 +14,17 @@
 //     attention: {flash2: [[1e9, 0.2], [1e12, 0.6]]}  # per plugin, by its FLOPs (optional)
 //     memory_bandwidth_gbs: 3350 # element-wise work (layernorm, GeLU, softmax, the optimizer)
 //     backward_ratio: 2          # a pass's backward time / its forward's (optional, default 2)
+//     attention_backward_ratio: {naive: 2.5}  # the attention's own, per plugin (optional,
+//                                # default backward_ratio)
+//     blocks:                    # measured (calibrate), per attention plugin: a whole block's
+//       naive: {efficiency: [[2.5e7, 0.6], [4e8, 0.9]], backward_ratio: 1.8}   # forward by its
+//                                # FLOPs (dense and attention together; element-wise work in
+//                                # it), its backward / forward; where given, it replaces the
+//                                # split into products, attention and element-wise work
+//     cores: 1                   # ranks sharing a device run on this many cores side by side
+//                                # (a CPU node's cores; optional, default 1)
+//     waiting_share: 0           # the share of a core a rank keeps while it waits for a message
+//                                # or its turn (0: none, 1: it spins; optional, default 0)
 //     share_efficiency: 1        # ranks beyond devices_per_node share a device: each gets
 //                                # rate / sharers x this (optional, default 1; above 1 where a
 //                                # rank on one core of a CPU uses it better than one rank on all)
@@ -62,6 +73,14 @@ struct Machine {
   double memory_bandwidth = 0;             // bytes per second
   double host_memory_bandwidth = 0;        // bytes per second
   double backward_ratio = 2;
+  std::map<std::string, double> attention_backward_ratio;  // plugin -> its own ratio
+  struct Block {
+    Curve efficiency;
+    double backward_ratio = 2;
+  };
+  std::map<std::string, Block> blocks;  // plugin -> a whole block, measured
+  double cores = 1;
+  double waiting_share = 0;
   double share_efficiency = 1;
   Link intra_node, inter_node, host;
   double overlap_data_parallel = 0;
