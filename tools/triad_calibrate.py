@@ -89,17 +89,14 @@ def model_of(config):
             "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
 
 
-def traced_layers(launch, config, b, work, threads=None, attention="naive", seq=None, ranks=1,
-                  extra=()):
+def traced_layers(launch, config, b, work, attention="naive", ranks=1, extra=()):
     """Median forward / backward seconds of a block and of the head per micro-batch, and the
-    measured ms per step, from a 2-layer run of `config` at micro-batch b (with `threads`
-    OpenMP threads when given, else the launcher's default: every core for one rank; with
-    sequence length `seq` when given)."""
-    out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-t{threads}" if threads else "")
-                       + (f"-s{seq}" if seq else "") + (f"-r{ranks}" if ranks > 1 else "")
+    measured ms per step, from a 2-layer run of `config` at micro-batch b on `ranks` ranks with
+    the `extra` overrides (OpenMP threads as the launcher gives them: every core for one rank,
+    one each for a rank per core)."""
+    out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-r{ranks}" if ranks > 1 else "")
                        + "".join("-" + x.replace("=", "-") for x in extra))
-    sets = ([f"model.seq_length={seq}", f"model.max_position_embeddings={seq}"] if seq else [])
-    sets += ["model.num_layers=2", f"training.micro_batch_size={b}",
+    sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
             "training.gradient_accumulation_steps=1", "training.train_iters=12",
             "data.kind=synthetic", f"attention={attention}", f"output.dir={out}",
             "output.overwrite=true", "training.eval_interval=0"] + list(extra)
@@ -108,8 +105,6 @@ def traced_layers(launch, config, b, work, threads=None, attention="naive", seq=
         cmd += ["--set", s]
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
     run(cmd, f"the traced run at micro-batch {b}", env)
     with open(os.path.join(out, "trace.json")) as f:
         events = json.load(f)["traceEvents"]

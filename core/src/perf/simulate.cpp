@@ -33,7 +33,8 @@ struct Setup {
   double b = 1, s = 1, h = 1, heads = 1, vocab = 1;  // vocab: padded
   double act = 4;                                    // bytes of an activation element
   double peak = 0;                                   // FLOP/s of the whole device
-  double share = 1;  // a rank's share of its device (ranks beyond devices_per_node share one)
+  int sharers = 1;   // ranks per device (more than one where ranks outnumber devices_per_node)
+  double share = 1;  // a rank's share of its device's rate
   TensorShards shards;
   Recompute recompute = Recompute::none;
   std::vector<int> layers;           // per stage
@@ -237,16 +238,14 @@ Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, con
   u.peak = mc.peak_for(cfg.precision, cfg.allow_tf32);
   // Ranks sharing a device: those busy at once split its cores (a rank waiting for a message or
   // a stage waiting for its turn leaves them to the others).
-  const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
-  u.share =
-      sharers > 1 ? mc.share_efficiency / std::max(mc.cores, std::max(1.0, sharers * busy)) : 1.0;
+  u.sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
+  u.share = u.sharers > 1
+                ? mc.share_efficiency / std::max(mc.cores, std::max(1.0, u.sharers * busy))
+                : 1.0;
   u.recompute = recompute_of(cfg.training);
   u.layers = plan.stage_layers;
   u.stage_params = plan.stage_params;
-  Placement place;
-  place.tp_size = u.tp;
-  place.split = planned_splits(cfg);
-  u.shards = tensor_shards(place);
+  u.shards = plan.shards;
   return u;
 }
 
@@ -318,7 +317,7 @@ Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
   // they always compute).
   StepTime t = step_time(first, streams);
   double busy = 1.0;
-  for (int round = 0; round < 16 && first.per_node > mc.devices_per_node; ++round) {
+  for (int round = 0; round < 16 && first.sharers > 1; ++round) {
     // A waiting rank keeps waiting_share of a core (a transport that polls spins on it).
     const double wanted = t.busy + mc.waiting_share * (1 - t.busy);
     busy = 0.5 * (busy + wanted);  // damped, so that the rounds do not swing
@@ -350,8 +349,7 @@ Prediction predict(const Config& cfg, int world, int nodes, const Machine& mc) {
   pr.mfu = pr.tflops * 1e12 / u.peak;
   const bool with_host = cfg.device == "cpu";
   pr.memory = double(peak_per_rank(plan.stage_memory, with_host));
-  const int sharers = (u.per_node + mc.devices_per_node - 1) / mc.devices_per_node;
-  pr.memory_limit = mc.memory / sharers;
+  pr.memory_limit = mc.memory / u.sharers;
   pr.fits = pr.memory <= pr.memory_limit;
   return pr;
 }

@@ -44,7 +44,8 @@ RunPlan plan_run(const Config& cfg) {
   p.activation_bytes = e.activations + e.workspace + e.buffers();
   p.peak_bytes = e.total();
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
-  p.tensor_traffic = tensor_traffic_formula(cfg, 0, tensor_shards(place));
+  p.shards = tensor_shards(place);
+  p.tensor_traffic = tensor_traffic_formula(cfg, 0, p.shards);
   return p;
 }
 

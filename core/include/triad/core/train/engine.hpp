@@ -29,6 +29,7 @@ struct RunPlan {
   size_t params_per_rank = 0;  // a tensor-parallel rank's slice, vocabulary padded
   int64_t padded_vocab_size = 0;
   TensorTraffic tensor_traffic;      // per step per rank (Megatron's formula), stage 0
+  TensorShards shards;               // which parts the tensor plugin's plan splits
   std::vector<int> stage_layers;     // per pipeline stage
   std::vector<size_t> stage_params;  // per rank of each pipeline stage
   std::vector<size_t> stage_bytes;   // per rank of each stage: its estimated peak
