@@ -1,6 +1,8 @@
 // The Blas handles and the fully connected layer: out = inp @ weight^T + bias through cuBLASLt
 // (bias fused as its BIAS epilogue); backward accumulates with beta = 1, and the bias gradient
-// is a deterministic column sum (the BGRADB epilogue overwrites, and the contract is +=).
+// is a deterministic column sum (the BGRADB epilogue overwrites, and the contract is +=; on an
+// H100 with CUDA 13 it also ran as a separate kernel, slower than the column sum: 1.59 against
+// 1.49 ms per GPT-2 124M step at B 16, measured 2026-11-26).
 // Mixed precision: bf16 activations and weights on the tensor cores with fp32 accumulation; the
 // forward writes bf16 (bf16 bias epilogue), dinp accumulates into bf16, and dweight/dbias into
 // fp32 (cuBLASLt with bf16 A/B and fp32 C/D, or cublasGemmEx with the same types).
@@ -8,6 +10,7 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "blas.cuh"
 #include "column_sums.cuh"
@@ -61,8 +64,12 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
   detail::check_cublas(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), name);
 }
 
+}  // namespace
+
+namespace detail {
+
 // False when cuBLASLt has no algorithm for this problem (the caller falls back).
-bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
+bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
   using detail::check_cublas;
   LtCall call;
   check_cublas(cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas, g), CUDA_R_32F), name);
@@ -70,11 +77,23 @@ bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
   const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, name);
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, name);
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (g.aux)
+    epilogue = g.dgelu ? CUBLASLT_EPILOGUE_DGELU
+                       : (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+  else if (g.bias)
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, name);
   if (g.bias) {
     // The bias pointer is set before the heuristic, which reads its alignment from it.
-    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, name);
     set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias), name);
     set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, g.c_type, name);
+  }
+  if (g.aux) {
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(g.aux), name);
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(g.ldc), name);
+    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.c_type, name);
   }
   // Stored shapes (before op): A is (m,k) or (k,m), B is (k,n) or (n,k).
   check_cublas(
@@ -110,6 +129,10 @@ bool lt_gemm(Blas& blas, const detail::Gemm& g, const char* name) {
       name);
   return true;
 }
+
+}  // namespace detail
+
+namespace {
 
 // C (m,n) column-major: every column is the bias (m); null bias -> zeros. C and the bias are T.
 template <class T>
@@ -163,6 +186,7 @@ Blas::~Blas() {
 namespace detail {
 
 void gemm(Blas& blas, const Gemm& g, const char* name) {
+  if (g.aux) fail("cublas", name, "a GELU epilogue needs lt_gemm");
   if (lt_gemm(blas, g, name)) return;
   Gemm h = g;
   if (g.bias) {
@@ -261,7 +285,74 @@ void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, 
   if (dbias) detail::add_bias_grad(dbias, dout, N, OC, blas.stream(), "matmul_backward dbias");
 }
 
+// out = gelu(pre), pre = inp @ weight^T + bias: in bf16 the GEMM's GELU_AUX epilogue writes both
+// (the GELU of the fp32 accumulator, so not bit for bit the unfused pair); in fp32 (the runs
+// checked against the CPU's) and where cuBLASLt has no algorithm, the unfused pair.
+template <class T>
+void gelu_forward_fused(Blas& blas, T* out, T* pre, const T* inp, const T* weight, const T* bias,
+                        int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C > 0 && std::is_same_v<T, bf16>) {
+    detail::Gemm g;
+    g.ta = true;
+    g.m = OC, g.n = N, g.k = C;
+    g.A = weight, g.lda = C;
+    g.B = inp, g.ldb = C;
+    g.C = out, g.ldc = OC;
+    g.bias = bias;
+    g.aux = pre;
+    g.ab_type = g.c_type = detail::data_type<T>();
+    if (detail::lt_gemm(blas, g, "matmul_gelu_forward")) return;
+  }
+  forward(blas, pre, inp, weight, bias, N, C, OC);
+  gelu_forward(out, pre, size_t(N) * OC, blas.stream());
+}
+
+// dinp = (dout @ weight) * gelu'(pre), overwritten: in bf16 the dinp GEMM's DGELU epilogue, else
+// the GEMM into dact and gelu_backward; then dweight and dbias as backward().
+template <class T>
+void backward_dgelu(Blas& blas, T* dinp, T* dact, const T* pre, float* dweight, float* dbias,
+                    const T* dout, const T* inp, const T* weight, int N, int C, int OC) {
+  if (N <= 0 || C <= 0) return;
+  bool fused = false;
+  if (OC > 0 && std::is_same_v<T, bf16>) {
+    detail::Gemm g;
+    g.m = C, g.n = N, g.k = OC;
+    g.A = weight, g.lda = C;
+    g.B = dout, g.ldb = OC;
+    g.C = dinp, g.ldc = C;
+    g.aux = const_cast<T*>(pre);
+    g.dgelu = true;
+    g.ab_type = g.c_type = detail::data_type<T>();
+    fused = detail::lt_gemm(blas, g, "matmul_backward_dgelu");
+  }
+  if (!fused) {
+    backward(blas, dact, nullptr, nullptr, dout, inp, weight, N, C, OC, false);
+    gelu_backward(dinp, pre, dact, size_t(N) * C, blas.stream(), false);
+  }
+  backward(blas, static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, true);
+}
+
 }  // namespace
+
+void matmul_gelu_forward(Blas& blas, float* out, float* pre, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC) {
+  gelu_forward_fused(blas, out, pre, inp, weight, bias, N, C, OC);
+}
+void matmul_gelu_forward(Blas& blas, bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, int OC) {
+  gelu_forward_fused(blas, out, pre, inp, weight, bias, N, C, OC);
+}
+void matmul_backward_dgelu(Blas& blas, float* dinp, float* dact, const float* pre, float* dweight,
+                           float* dbias, const float* dout, const float* inp, const float* weight,
+                           int N, int C, int OC) {
+  backward_dgelu(blas, dinp, dact, pre, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+void matmul_backward_dgelu(Blas& blas, bf16* dinp, bf16* dact, const bf16* pre, float* dweight,
+                           float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
+                           int N, int C, int OC) {
+  backward_dgelu(blas, dinp, dact, pre, dweight, dbias, dout, inp, weight, N, C, OC);
+}
 
 void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
                     const float* bias, int N, int C, int OC) {

@@ -51,6 +51,12 @@ struct Gemm {
   void* C = nullptr;
   int64_t ldc = 0;
   const void* bias = nullptr;  // (m), cuBLASLt BIAS epilogue; null for none
+  // (m,n) of c_type with leading dimension ldc: the GELU's input. Without dgelu it is written
+  // (GELU_AUX[_BIAS] epilogue: C = gelu(aux), aux = op(A) op(B) [+ bias]); with dgelu it is read
+  // (DGELU epilogue: C = op(A) op(B) * gelu'(aux), beta 0, no bias). Only through lt_gemm, which
+  // returns false where cuBLASLt has no such algorithm. Null for none.
+  void* aux = nullptr;
+  bool dgelu = false;
   cudaDataType_t ab_type = CUDA_R_32F;
   cudaDataType_t c_type = CUDA_R_32F;
 };
@@ -61,8 +67,11 @@ inline cublasComputeType_t compute_type(const Blas& blas, const Gemm& g) {
 }
 
 // Through cuBLASLt; where its heuristic offers no algorithm (odd alignment of an operand or of
-// the bias), through cublasGemmEx, with the bias seeded into C first. m, n, k > 0.
+// the bias), through cublasGemmEx, with the bias seeded into C first. m, n, k > 0; no aux.
 void gemm(Blas& blas, const Gemm& g, const char* name);
+
+// Through cuBLASLt only; false (nothing launched) where its heuristic offers no algorithm.
+bool lt_gemm(Blas& blas, const Gemm& g, const char* name);
 
 // Strided-batched C_i = alpha op(A_i) op(B_i) + beta C_i (cublasGemmStridedBatchedEx), no bias.
 void gemm_strided_batched(Blas& blas, const Gemm& g, int64_t stride_a, int64_t stride_b,

@@ -154,16 +154,26 @@ bool use_vectors(int C, const P*... p) {
 template <class T>
 struct ParamGradTerm {
   static constexpr int kSums = 2;
+  static constexpr int kVec = detail::kVecOf<T>;
   const T* dout;
   const T* inp;
   const float* mean;
   const float* rstd;
   int C;
-  __device__ void add(int n, int c, double* acc) const {
+  bool vectors(int cols) const {
+    return cols % kVec == 0 && detail::misalign(dout) == 0 && detail::misalign(inp) == 0;
+  }
+  template <int V>
+  __device__ void add(int n, int c, double (&acc)[2][V]) const {
     const size_t i = size_t(n) * C + c;
-    const float d = to_float(dout[i]);
-    acc[0] += d;
-    acc[1] += d * (to_float(inp[i]) - mean[n]) * rstd[n];
+    float d[V], x[V];
+    detail::load_n<V>(dout + i, d);
+    detail::load_n<V>(inp + i, x);
+    const float m = mean[n], r = rstd[n];
+    for (int v = 0; v < V; ++v) {
+      acc[0][v] += d[v];
+      acc[1][v] += d[v] * (x[v] - m) * r;
+    }
   }
 };
 

@@ -143,16 +143,19 @@ TEST_F(Bf16Matmul, ForwardWithEmptyInnerDimIsTheBias) {
   EXPECT_TRUE(close_rel(dout.values(), Vec(want.size(), 0.0), 0.0));
 }
 
+// dout_shift: dout's offset past the others' (1 breaks its 16-byte alignment: the scalar column
+// sums; 0 with OC % 8 == 0 and an aligned offset: the 8-wide ones).
 void mm_backward_case(cudaStream_t stream, const MmShape& s, bool want_di, bool want_dw,
-                      bool want_db) {
+                      bool want_db, size_t dout_shift = 1) {
   SCOPED_TRACE(name(s) + " dinp " + std::to_string(want_di) + " dweight " +
-               std::to_string(want_dw) + " dbias " + std::to_string(want_db));
+               std::to_string(want_dw) + " dbias " + std::to_string(want_db) + " dout shift " +
+               std::to_string(dout_shift));
   const auto [N, C, OC, off] = s;
   const size_t NC = size_t(N) * C, OCC = size_t(OC) * C, NOC = size_t(N) * OC;
   const FVec x = round_bf16(randn(NC, 10)), w = round_bf16(randn(OCC, 11)),
              g = round_bf16(randn(NOC, 12));
   const FVec di0 = round_bf16(randn(NC, 13)), dw0 = randn(OCC, 14), db0 = randn(OC, 15);
-  DBf16 dx(x, off), dw(w, off), dg(g, off + 1), ddi(di0, off);
+  DBf16 dx(x, off), dw(w, off), dg(g, off + dout_shift), ddi(di0, off);
   DFloat ddw(dw0, off), ddb(db0, off + 3);
   Blas blas(stream);
   matmul_backward(blas, want_di ? ddi.ptr() : nullptr, want_dw ? ddw.get() : nullptr,
@@ -181,7 +184,8 @@ void mm_backward_case(cudaStream_t stream, const MmShape& s, bool want_di, bool 
 }
 
 TEST_F(Bf16Matmul, BackwardAccumulates) {
-  for (const MmShape& s : kMmShapes) mm_backward_case(stream, s, true, true, true);
+  for (const MmShape& s : kMmShapes)
+    for (size_t shift : {0, 1}) mm_backward_case(stream, s, true, true, true, shift);
 }
 
 TEST_F(Bf16Matmul, BackwardSkipsNullGradients) {
@@ -203,6 +207,94 @@ TEST_F(Bf16Matmul, BackwardBiasGradientIsDeterministic) {
     out = db.download();
   }
   EXPECT_TRUE(bit_equal(r[0], r[1]));
+}
+
+// --- the MLP's GEMM + GELU, fused in cuBLASLt's epilogues where it has an algorithm ----------
+
+// pre = x @ w^T + b and out = gelu(pre), against the CPU's GEMM and GELU in double.
+void mm_gelu_forward_case(cudaStream_t stream, const MmShape& s, bool with_bias) {
+  SCOPED_TRACE(name(s) + (with_bias ? " bias" : " no bias"));
+  const auto [N, C, OC, off] = s;
+  const FVec x = round_bf16(randn(size_t(N) * C, 40)), w = round_bf16(randn(size_t(OC) * C, 41)),
+             b = round_bf16(randn(OC, 42));
+  DBf16 dx(x, off), dw(w, off), db(b, off), out(size_t(N) * OC, off), pre(size_t(N) * OC, off);
+  out.poison();
+  pre.poison();
+  Blas blas(stream);
+  matmul_gelu_forward(blas, out.ptr(), pre.ptr(), dx.ptr(), dw.ptr(),
+                      with_bias ? db.ptr() : nullptr, N, C, OC);
+  sync();
+  Vec want_pre(size_t(N) * OC), want_out(want_pre.size());
+  const Vec bd = to_double(b);
+  cpu::matmul_forward(want_pre.data(), to_double(x).data(), to_double(w).data(),
+                      with_bias ? bd.data() : nullptr, N, C, OC);
+  cpu::gelu_forward(want_out.data(), want_pre.data(), want_out.size());
+  EXPECT_TRUE(close_rel(pre.values(), want_pre, kTolBf16));
+  EXPECT_TRUE(close_rel(out.values(), want_out, kTolBf16));
+  EXPECT_TRUE(out.guards_intact());
+  EXPECT_TRUE(pre.guards_intact());
+}
+
+TEST_F(Bf16Matmul, GeluForwardMatchesCpu) {
+  for (const MmShape& s : kMmShapes)
+    for (bool bias : {true, false}) mm_gelu_forward_case(stream, s, bias);
+}
+
+// dinp = (dout @ w) * gelu'(pre), overwritten; dweight and dbias accumulate.
+void mm_dgelu_case(cudaStream_t stream, const MmShape& s) {
+  SCOPED_TRACE(name(s));
+  const auto [N, C, OC, off] = s;
+  const size_t NC = size_t(N) * C, OCC = size_t(OC) * C, NOC = size_t(N) * OC;
+  const FVec x = round_bf16(randn(NC, 50)), w = round_bf16(randn(OCC, 51)),
+             g = round_bf16(randn(NOC, 52)), pre = round_bf16(randn(NC, 53));
+  const FVec dw0 = randn(OCC, 54), db0 = randn(OC, 55);
+  DBf16 dx(x, off), dw(w, off), dg(g, off), dpre(pre, off), ddi(NC, off), dact(NC, off);
+  DFloat ddw(dw0, off), ddb(db0, off);
+  ddi.poison();
+  dact.poison();
+  Blas blas(stream);
+  matmul_backward_dgelu(blas, ddi.ptr(), dact.ptr(), dpre.ptr(), ddw.get(), ddb.get(), dg.ptr(),
+                        dx.ptr(), dw.ptr(), N, C, OC);
+  sync();
+  Vec dgelu(NC, 0.0), wi(NC), ww = to_double(dw0), wb = to_double(db0);
+  cpu::matmul_backward(dgelu.data(), ww.data(), wb.data(), to_double(g).data(), to_double(x).data(),
+                       to_double(w).data(), N, C, OC);
+  cpu::gelu_backward(wi.data(), to_double(pre).data(), dgelu.data(), NC, false);
+  EXPECT_TRUE(close_rel(ddi.values(), wi, kTolBf16));
+  EXPECT_TRUE(close_rel(ddw.download(), ww, kTolBf16Acc));
+  EXPECT_TRUE(close_rel(ddb.download(), wb, kTol));
+  EXPECT_TRUE(ddi.guards_intact());
+  EXPECT_TRUE(dact.guards_intact());
+  EXPECT_TRUE(ddw.guards_intact());
+  EXPECT_TRUE(ddb.guards_intact());
+}
+
+TEST_F(Bf16Matmul, BackwardThroughGeluMatchesCpu) {
+  for (const MmShape& s : kMmShapes) mm_dgelu_case(stream, s);
+}
+
+// The fused pair is deterministic: the same inputs give the same bits.
+TEST_F(Bf16Matmul, GeluForwardAndBackwardAreDeterministic) {
+  const int N = 256, C = 768, OC = 3072;
+  const FVec x = randn(size_t(N) * C, 60), w = randn(size_t(OC) * C, 61), b = randn(OC, 62),
+             g = randn(size_t(N) * C, 63);
+  DBf16 dx(x, 0), dw(w, 0), db(b, 0), dg(g, 0);
+  Blas blas(stream);
+  FVec out[2], pre[2], di[2], dwt[2];
+  for (int r = 0; r < 2; ++r) {
+    DBf16 o(size_t(N) * OC, 0), p(size_t(N) * OC, 0), d(size_t(N) * OC, 0), a(size_t(N) * OC, 0);
+    DFloat gw(FVec(size_t(OC) * C, 0.f), 0);
+    matmul_gelu_forward(blas, o.ptr(), p.ptr(), dx.ptr(), dw.ptr(), db.ptr(), N, C, OC);
+    // the backward of a (C -> OC) GEMM's transpose: dout (N,C), weight (C,OC) as stored
+    matmul_backward_dgelu(blas, d.ptr(), a.ptr(), p.ptr(), gw.get(), nullptr, dg.ptr(), o.ptr(),
+                          dw.ptr(), N, OC, C);
+    sync();
+    out[r] = o.values(), pre[r] = p.values(), di[r] = d.values(), dwt[r] = gw.download();
+  }
+  EXPECT_TRUE(bit_equal(out[0], out[1]));
+  EXPECT_TRUE(bit_equal(pre[0], pre[1]));
+  EXPECT_TRUE(bit_equal(di[0], di[1]));
+  EXPECT_TRUE(bit_equal(dwt[0], dwt[1]));
 }
 
 // --- cross-entropy ------------------------------------------------------------------------

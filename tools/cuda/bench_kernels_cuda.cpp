@@ -178,6 +178,8 @@ struct GemmRow {
   bool bias;
   std::string math;  // fp32, tf32 or bf16
   double fwd_ms, fwd_direct_ms, bwd_ms, bwd_direct_ms;
+  // bf16 only: each part of matmul_backward alone, and each direct call alone (0 elsewhere)
+  double dinp_ms = 0, dweight_ms = 0, dbias_ms = 0, dinp_direct_ms = 0, dweight_direct_ms = 0;
 };
 
 // A cuBLASLt problem set up once: D (m,n) = op(A) op(B) [+ bias], column-major; A and B of
@@ -559,8 +561,27 @@ std::vector<GemmRow> bench_gemms(const Options& o, cudaStream_t s) {
         bwd_inp.run(w16.p, dout16.p, dinp16.p, 1.0f);
         bwd_w.run(inp16.p, dout16.p, dw.p, 1.0f);
       });
+      r.dinp_ms = time_ms(s, o, [&] {
+        kc::matmul_backward(blas, dinp16.p, nullptr, nullptr, dout16.p, inp16.p, w16.p, N, sh.C,
+                            sh.OC);
+      });
+      r.dweight_ms = time_ms(s, o, [&] {
+        kc::matmul_backward(blas, nullptr, dw.p, nullptr, dout16.p, inp16.p, w16.p, N, sh.C, sh.OC);
+      });
+      if (sh.bias)
+        r.dbias_ms = time_ms(s, o, [&] {
+          kc::matmul_backward(blas, nullptr, nullptr, db.p, dout16.p, inp16.p, w16.p, N, sh.C,
+                              sh.OC);
+        });
+      r.dinp_direct_ms = time_ms(s, o, [&] { bwd_inp.run(w16.p, dout16.p, dinp16.p, 1.0f); });
+      r.dweight_direct_ms = time_ms(s, o, [&] { bwd_w.run(inp16.p, dout16.p, dw.p, 1.0f); });
       std::fprintf(stderr, "  %-10s %s fwd %8.3f ms (direct %8.3f)  bwd %8.3f ms (direct %8.3f)\n",
                    sh.name, r.math.c_str(), r.fwd_ms, r.fwd_direct_ms, r.bwd_ms, r.bwd_direct_ms);
+      std::fprintf(stderr,
+                   "  %-10s bwd parts: dinp %8.3f (direct %8.3f)  dweight %8.3f (direct %8.3f)  "
+                   "dbias %8.3f ms\n",
+                   sh.name, r.dinp_ms, r.dinp_direct_ms, r.dweight_ms, r.dweight_direct_ms,
+                   r.dbias_ms);
       rows.push_back(r);
     }
   }
@@ -627,6 +648,11 @@ int main(int argc, char** argv) {
                       {"fwd_direct_ms", r.fwd_direct_ms},
                       {"bwd_ms", r.bwd_ms},
                       {"bwd_direct_ms", r.bwd_direct_ms},
+                      {"dinp_ms", r.dinp_ms},
+                      {"dweight_ms", r.dweight_ms},
+                      {"dbias_ms", r.dbias_ms},
+                      {"dinp_direct_ms", r.dinp_direct_ms},
+                      {"dweight_direct_ms", r.dweight_direct_ms},
                       {"fwd_tflops", tf(flop, r.fwd_ms)},
                       {"fwd_direct_tflops", tf(flop, r.fwd_direct_ms)},
                       {"bwd_tflops", tf(2 * flop, r.bwd_ms)},

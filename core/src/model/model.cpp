@@ -400,22 +400,29 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
 }
 
 void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
-                                float* dbias, int N, int K, bool split) {
+                                float* dbias, int N, int K, bool split, const void* gelu_pre) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  auto backward = [&](const void* dfull, float* db) {
+    if (gelu_pre)
+      dev_.matmul_backward_dgelu(dx, dfch_gelu_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_,
+                                 act_);
+    else
+      dev_.matmul_backward(dx, dW, db, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
+  };
   if (!split || c.forward == TRIAD_TENSOR_IDENTITY) {
     // Whole on every rank: every token's gradient (gathered under sequence parallelism) gives
     // this rank the whole, identical weight and bias gradients.
     const void* dfull =
         exchange(split ? TRIAD_TENSOR_IDENTITY : whole_part_input(), const_cast<void*>(dy),
                  drow_full_.data(), N, C_, act_, &volume_.activations);
-    dev_.matmul_backward(dx, dW, dbias, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
+    backward(dfull, dbias);
     return;
   }
   const int Ns = sp_ ? N / tp_.size : N;
   dev_.bias_backward(dbias, dy, Ns, C_, act_);
   const void* dfull = exchange(c.backward, const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
                                &volume_.activations);
-  dev_.matmul_backward(dx, dW, nullptr, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
+  backward(dfull, nullptr);
 }
 
 const void* GPT::column_input_grad(int N, bool split) {
@@ -491,8 +498,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
                                   a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
   const void* ln2 = column_input(a.ln2, a.ln2_full, N, mlp_split);
-  dev_.matmul_forward(a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
-  dev_.gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * Fl, act_);
+  dev_.matmul_gelu_forward(a.fch_gelu.data(), a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
   // out = res_mid + fch_gelu @ Wfcproj^T + b
   row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
   const bool next_block = i + 1 < s.layers.size();
@@ -630,12 +636,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
-  row_parallel_backward(dfch_gelu_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
-                        g.fc_proj_w, g.fc_proj_b, N, Fl, mlp_split);
   // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
-  // stream's, accumulates each branch's part.
-  dev_.gelu_backward(dfch_.data(), a.fch.data(), dfch_gelu_.data(), size_t(N) * Fl, act_,
-                     GradWrite::overwrite);
+  // stream's, accumulates each branch's part. dfch_ is the gradient at the GELU's input.
+  row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w, g.fc_proj_w,
+                        g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
   dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_,
                        GradWrite::overwrite);
   const void* dln2 = column_input_grad(N, mlp_split);

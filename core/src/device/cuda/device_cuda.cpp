@@ -165,6 +165,23 @@ class CudaDevice final : public Device {
                          as<T_>(weight), N, C, OC, write == GradWrite::accumulate);
     });
   }
+  void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                           const void* bias, int N, int C, int OC, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_gelu_forward(*blas_, as<T_>(out), as<T_>(pre), as<T_>(inp), as<T_>(weight),
+                             as<T_>(bias), N, C, OC);
+    });
+  }
+  void matmul_backward_dgelu(void* dpre, void* dact, const void* pre, float* dweight, float* dbias,
+                             const void* dout, const void* inp, const void* weight, int N, int C,
+                             int OC, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::matmul_backward_dgelu(*blas_, as<T_>(dpre), as<T_>(dact), as<T_>(pre), dweight, dbias,
+                               as<T_>(dout), as<T_>(inp), as<T_>(weight), N, C, OC);
+    });
+  }
   void gelu_forward(void* out, const void* inp, size_t n, DType act) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);

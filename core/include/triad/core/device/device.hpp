@@ -94,6 +94,22 @@ class Device {
   virtual void gelu_forward(void* out, const void* inp, size_t n, DType act) = 0;
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n, DType act,
                              GradWrite write) = 0;
+  // The MLP's first GEMM and its GELU: pre = inp @ weight^T + bias, out = gelu(pre), both
+  // (N,OC). A device may fuse them (the CUDA one does, in the GEMM's epilogue).
+  virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                                   const void* bias, int N, int C, int OC, DType act) {
+    matmul_forward(pre, inp, weight, bias, N, C, OC, act);
+    gelu_forward(out, pre, size_t(N) * OC, act);
+  }
+  // The backward of a GEMM whose input was gelu(pre) (N,C): dpre = (dout @ weight) * gelu'(pre),
+  // overwritten; dweight and dbias accumulate. dact (N,C): scratch for the gradient at the GELU's
+  // output, where the device does not fuse.
+  virtual void matmul_backward_dgelu(void* dpre, void* dact, const void* pre, float* dweight,
+                                     float* dbias, const void* dout, const void* inp,
+                                     const void* weight, int N, int C, int OC, DType act) {
+    matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC, act, GradWrite::overwrite);
+    gelu_backward(dpre, pre, dact, size_t(N) * C, act, GradWrite::overwrite);
+  }
   virtual void residual_forward(void* out, const void* a, const void* b, size_t n, DType act) = 0;
   // residual_forward(res, a, b) then layernorm_forward(out, mean, rstd, res), fused: one pass
   // over the rows instead of two, the same bits. res may alias a or b.

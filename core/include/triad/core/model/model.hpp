@@ -193,9 +193,11 @@ class GPT {
   // says, + the bias (fused into the GEMM when nothing is reduced).
   void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K,
                             bool split);
-  // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C).
+  // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C). With gelu_pre
+  // (x = gelu(gelu_pre)), dx is the gradient at gelu_pre instead (through dfch_gelu_).
   void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
-                             float* dbias, int N, int K, bool split);
+                             float* dbias, int N, int K, bool split,
+                             const void* gelu_pre = nullptr);
   // The gradient of the first matmul's input from dcol_ (partial sums when split), reduced as
   // COLUMN_INPUT says; returns the (Ns,C) result.
   const void* column_input_grad(int N, bool split);

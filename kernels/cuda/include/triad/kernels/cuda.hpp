@@ -184,6 +184,25 @@ void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const
 void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream,
                    bool accumulate = true);
+
+// The MLP's first GEMM and its GELU, fp32 and bf16: pre = inp @ weight^T + bias and
+// out = gelu(pre), both (N,OC), in the GEMM's epilogue (cuBLASLt GELU_AUX[_BIAS]) where cuBLASLt
+// has an algorithm, else matmul_forward then gelu_forward (the epilogue takes the GELU of the
+// fp32 accumulator: within rounding of the unfused pair, not bit for bit). Only the bf16
+// overloads fuse: fp32 runs stay the unfused pair, the one checked against the CPU's.
+void matmul_gelu_forward(Blas& blas, float* out, float* pre, const float* inp, const float* weight,
+                         const float* bias, int N, int C, int OC);
+void matmul_gelu_forward(Blas& blas, bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, int OC);
+// The backward of the GEMM that reads gelu(pre) (N,C): dinp = (dout @ weight) * gelu'(pre),
+// OVERWRITTEN, in the dinp GEMM's epilogue (cuBLASLt DGELU) where it has an algorithm, else
+// through dact (N,C), scratch; dweight and dbias accumulate as matmul_backward's.
+void matmul_backward_dgelu(Blas& blas, float* dinp, float* dact, const float* pre, float* dweight,
+                           float* dbias, const float* dout, const float* inp, const float* weight,
+                           int N, int C, int OC);
+void matmul_backward_dgelu(Blas& blas, bf16* dinp, bf16* dact, const bf16* pre, float* dweight,
+                           float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
+                           int N, int C, int OC);
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 void bias_forward(bf16* out, const bf16* bias, int N, int C, cudaStream_t stream);
 void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream);
