@@ -128,7 +128,7 @@ void ModelState::complete(size_t u) const {
   comm_->wait(u);
   if (w.reducing) {
     w.reducing = false;
-    w.grads.reset();
+    idle_grads_.push_back(std::move(w.grads));
     reducing_.erase(std::find(reducing_.begin(), reducing_.end(), u));
   }
   if (w.gathering) {
@@ -142,7 +142,7 @@ float* ModelState::unit_grad(size_t offset) const {
   Unit& w = units_[u];
   if (!w.grads_open) {
     complete(u);  // the previous micro-batch's reduction of this unit
-    w.grads = Buffer<float>(dev_, w.range.size(), "gradient windows");
+    w.grads = take_grad_window(w.range.size());
     dev_.fill_zero(w.grads.data(), w.range.size() * sizeof(float));
     w.grads_open = true;
   }
@@ -174,6 +174,7 @@ void ModelState::finish_grads() {
       throw std::logic_error("unit " + std::to_string(u) + "'s gradient was never reduced");
     complete(u);
   }
+  drop_idle_windows();
 }
 
 void ModelState::prefetch(const ArenaRange& r) const {
@@ -181,7 +182,7 @@ void ModelState::prefetch(const ArenaRange& r) const {
   const size_t u = unit_of(r.begin);
   Unit& w = units_[u];
   if (w.resident || w.gathering) return;
-  w.params = ActBuffer(dev_, w.range.size(), act_, "gathered weights");
+  w.params = take_param_window(w.range.size());
   const void* src = act_ == DType::f32 ? static_cast<const void*>(params_.data() + w.pos)
                                        : advance(compute_.data(), w.pos, act_);
   comm_->gather(u, src, w.params.data(), act_);
@@ -193,8 +194,35 @@ void ModelState::release(const ArenaRange& r) const {
   const size_t u = unit_of(r.begin);
   Unit& w = units_[u];
   complete(u);  // never free memory a transfer still writes
-  w.params = ActBuffer();
+  idle_params_.push_back(std::move(w.params));
   w.resident = false;
+}
+
+Buffer<float> ModelState::take_grad_window(size_t n) const {
+  for (auto it = idle_grads_.begin(); it != idle_grads_.end(); ++it)
+    if (it->size() == n) {
+      Buffer<float> b = std::move(*it);
+      idle_grads_.erase(it);
+      return b;
+    }
+  drop_idle_windows();
+  return Buffer<float>(dev_, n, "gradient windows");
+}
+
+ActBuffer ModelState::take_param_window(size_t n) const {
+  for (auto it = idle_params_.begin(); it != idle_params_.end(); ++it)
+    if (it->count() == n && it->dtype() == act_) {
+      ActBuffer b = std::move(*it);
+      idle_params_.erase(it);
+      return b;
+    }
+  drop_idle_windows();
+  return ActBuffer(dev_, n, act_, "gathered weights");
+}
+
+void ModelState::drop_idle_windows() const {
+  idle_grads_.clear();
+  idle_params_.clear();
 }
 
 const void* ModelState::unit_weight(size_t offset) const {

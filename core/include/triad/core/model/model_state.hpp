@@ -24,6 +24,8 @@ class ActBuffer {
       : buf_(dev, n * dtype_bytes(t), what), t_(t) {}
   void* data() const { return buf_.data(); }
   void* at(size_t i) const { return advance(buf_.data(), i, t_); }  // element i
+  size_t count() const { return buf_.size() / dtype_bytes(t_); }
+  DType dtype() const { return t_; }
 
  private:
   Buffer<unsigned char> buf_;
@@ -165,7 +167,15 @@ class ModelState {
   size_t unit_of(size_t offset) const;
   float* unit_grad(size_t offset) const;
   const void* unit_weight(size_t offset) const;
-  void complete(size_t u) const;   // waits for u's transfers and retires them
+  void complete(size_t u) const;  // waits for u's transfers and retires them
+  // Windows without churn: a window a unit is done with waits here for the next unit of its size
+  // (every block's unit has one size) instead of going back to the device (on the CPU an mmap,
+  // page faults and a memset per layer and micro-batch). Asking for a size no idle window has
+  // frees the idle ones first, and finish_grads() frees them all, so the memory in use stays
+  // what it was without the pool, as the memory plan counts it.
+  Buffer<float> take_grad_window(size_t n) const;
+  ActBuffer take_param_window(size_t n) const;
+  void drop_idle_windows() const;
   void alloc_optimizer(size_t n);  // the moments (and offload's host buffers) for n elements
   Buffer<float> copy_arena(const float* arena) const;
   Buffer<float> gather_shard(const float* shard) const;
@@ -185,6 +195,8 @@ class ModelState {
   size_t defer_ = size_t(-1);            // the deferred unit, if any
   mutable std::vector<Unit> units_;      // windows open and close as the layers are used
   mutable std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
+  mutable std::vector<Buffer<float>> idle_grads_;  // windows without a unit (see take_*)
+  mutable std::vector<ActBuffer> idle_params_;
 };
 
 // f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a
