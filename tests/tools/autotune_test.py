@@ -2,7 +2,8 @@
 rank), --fast with a patience that lets memory end each doubling: the candidates the memory estimator says cannot fit are never launched (checked
 against triad-estimate itself), the summary table has a row per ZeRO stage plus global that
 agrees with the experiments, and the best config it writes trains. Then a run of every candidate
-of a small space (no --fast) runs exactly the ones that fit. Bad input: one line, exit 2.
+of a small space (no --fast) runs exactly the ones that fit, and --confirm reruns the best and
+ranks them by their medians. Bad input: one line, exit 2.
     autotune_test.py BIN_DIR
 """
 import json
@@ -94,6 +95,28 @@ check(rc == 0 and names == ["z0_tp1_pp1_mbs1_gas1_naive", "z0_tp1_pp1_mbs2_gas1_
       f"the exhaustive run ran micro-batches 1 and 2 ({names})")
 check(j.get("pruned") == 1, "and pruned 64")
 
+# --confirm 2: the two best run twice more each; each is ranked by the median of its three runs.
+rc, out, err = run([TUNE, "tiny.yaml", "--world", "2", "--memory-per-device", "6MiB",
+                    "--zero-stages", "0", "--tp", "1", "--pp", "1", "--attention", "naive",
+                    "--checkpointing", "off", "--micro-batch-sizes", "1,2", "--steps", "1",
+                    "--confirm", "2", "--output", "confirm"], d)
+check(rc == 0, f"autotune --confirm exits 0 (got {rc}: {err.strip()[-300:]})")
+j = json.load(open(os.path.join(d, "confirm", "autotune.json"))) if rc == 0 else {}
+conf = [e for e in j.get("experiments", []) if "runs" in e]
+check(len(conf) == 2 and all(len(e["runs"]) == 3 for e in conf),
+      f"--confirm 2 ran each of the two best three times ({[e.get('runs') for e in conf]})")
+check(all(e["value"] == sorted(e["runs"])[1] and e["first_value"] == e["runs"][0] for e in conf),
+      "each confirmed value is the median of its three runs")
+check(all(os.path.isfile(os.path.join(d, "confirm", "experiments", e["name"], f"repeat-{r}",
+                                       "result.json")) for e in conf for r in (1, 2)),
+      "the reruns' results are kept beside the first run's")
+if conf:
+    top = max(conf, key=lambda e: e["value"])
+    check(j["best"] == top["name"] and j["best_value"] == top["value"],
+          f"the best is the best median ({j['best']} vs {top['name']})")
+check(j.get("experiments_run") == 6, f"2 first runs + 4 reruns ({j.get('experiments_run')})")
+check(out.count("confirmed: ") == 2, "the summary lists both confirmed experiments")
+
 # Bad input.
 rc, out, err = run([TUNE, "nope.yaml"], d)
 check_bad_input("triad-autotune", rc, err, ["nope.yaml"], "a missing config")
@@ -101,5 +124,7 @@ rc, out, err = run([TUNE, "tiny.yaml", "--zero-stages", "0,5"], d)
 check_bad_input("triad-autotune", rc, err, ["--zero-stages", "0,5"], "a ZeRO stage out of range")
 rc, out, err = run([TUNE, "tiny.yaml", "--set", "model.num_layerz=2"], d)
 check_bad_input("triad-autotune", rc, err, ["num_layerz"], "an unknown key in --set")
+rc, out, err = run([TUNE, "tiny.yaml", "--confirm", "-1"], d)
+check_bad_input("triad-autotune", rc, err, ["--confirm", "-1"], "a negative --confirm")
 
 finish("autotune_test", d)
