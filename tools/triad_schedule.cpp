@@ -69,7 +69,7 @@ int run(const std::string& schedule, int p, int m, int v, const std::string& png
   triad::CoreServices services;
   triad::PipelineBackend be(plugin, triad::resolve_params(plugin->descriptor(), {}, "pipeline"),
                             services.c_services());
-  be.name_layout_keys("--micro-batches", "--virtual");
+  be.name_layout_keys("--micro-batches", "--virtual", "--schedule");
   const std::vector<triad::PipeSchedule> streams = be.schedules(p, m, v);
   const triad::PipeTimeline t = triad::pipeline_timeline(streams, m, v);
 

@@ -124,7 +124,7 @@ schedule)
     --micro-batches 100000 --schedule 1f1b
   expect $T "no pipeline plugin named '1f1c'" "$BIN/$T" --stages 4 --micro-batches 8 \
     --schedule 1f1c
-  expect $T "set --virtual to 1" "$BIN/$T" "${S[@]}" --virtual 2
+  expect $T "set --virtual to 1; or set --schedule to interleaved" "$BIN/$T" "${S[@]}" --virtual 2
   expect $T "--png '$W/adir' is a folder" "$BIN/$T" "${S[@]}" --png "$W/adir"
   expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "${S[@]}" \
     --png "$W/nodir/t.png"

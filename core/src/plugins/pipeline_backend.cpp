@@ -550,7 +550,7 @@ void PipelineBackend::refuse(const triad_pipe_layout_v1& l, int stage,
         int failed = -1;
         return be.pipeline_refusal(l, &all, &failed).empty();
       },
-      "");
+      "", schedule_key_);
   std::string fix = own.empty() ? others : others.empty() ? own : own + "; or " + others;
   if (fix.empty())
     fix = "no installed pipeline plugin schedules it; change " + micro_batches_key_ + " or " +

@@ -68,11 +68,13 @@ std::vector<std::string> other_plugins_that_fit(const std::string& kind, const s
 }
 
 std::string other_plugins_fix(const std::string& kind, const std::string& self,
-                              const PluginFits& fits, const std::string& none) {
+                              const PluginFits& fits, const std::string& none,
+                              const std::string& key) {
   const std::vector<std::string> can = other_plugins_that_fit(kind, self, fits);
+  const std::string set = key.empty() ? "set " + kind + ": " : "set " + key + " to ";
   std::string fix = none;
   for (size_t i = 0; i < can.size(); ++i)
-    fix = i == 0 ? "set " + kind + ": " + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
+    fix = i == 0 ? set + can[0] : fix + (i == 1 ? " (or " : ", ") + can[i];
   if (can.size() > 1) fix += ")";
   return fix;
 }

@@ -47,12 +47,15 @@ class PipelineBackend {
 
   const std::string& name() const;
   const triad_pipe_caps_v1& capabilities() const;
-  // What a refusal's fix calls the micro-batches and the virtual stages: the config's keys by
-  // default (training.gradient_accumulation_steps, parallel.virtual_pipeline_model_parallel_size);
-  // a tool with flags of its own names those.
-  void name_layout_keys(std::string micro_batches, std::string virtual_stages) {
+  // What a refusal's fix calls the micro-batches, the virtual stages and the schedule: the
+  // config's keys by default (training.gradient_accumulation_steps,
+  // parallel.virtual_pipeline_model_parallel_size, pipeline); a tool with flags of its own names
+  // those.
+  void name_layout_keys(std::string micro_batches, std::string virtual_stages,
+                        std::string schedule = "") {
     micro_batches_key_ = std::move(micro_batches);
     virtual_stages_key_ = std::move(virtual_stages);
+    schedule_key_ = std::move(schedule);
   }
 
   // One stage's stream for one step, checked against the rules above. Throws UserError (one line
@@ -91,6 +94,7 @@ class PipelineBackend {
   const triad_services_v1* services_;
   std::string micro_batches_key_ = "training.gradient_accumulation_steps";
   std::string virtual_stages_key_ = "parallel.virtual_pipeline_model_parallel_size";
+  std::string schedule_key_;  // "": the config's `pipeline:`
   const triad_pipeline_ops_v1& ops_;
   triad_pipe_caps_v1 caps_{};
 };

@@ -69,8 +69,10 @@ using PluginFits =
 std::vector<std::string> other_plugins_that_fit(const std::string& kind, const std::string& self,
                                                 const PluginFits& fits);
 // How a refusal names the way out: "set <kind>: a", or "set <kind>: a (or b, c)", listing
-// other_plugins_that_fit; `none` when no plugin fits.
+// other_plugins_that_fit; `none` when no plugin fits. A tool whose flag chooses the plugin names
+// it as `key` ("set --schedule to a").
 std::string other_plugins_fix(const std::string& kind, const std::string& self,
-                              const PluginFits& fits, const std::string& none);
+                              const PluginFits& fits, const std::string& none,
+                              const std::string& key = "");
 
 }  // namespace triad
