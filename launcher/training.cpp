@@ -65,9 +65,12 @@ int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
 }  // namespace
 
 void check_transport(const Config& cfg, int world_size) {
-  // One process never connects: a transport section without parameters (the default one,
-  // which a build without UCX lacks) has nothing to check there.
-  if (world_size == 1 && cfg.transport.params.empty()) return;
+  // One process never connects: the default transport without parameters (which a build
+  // without UCX lacks) has nothing to check there. A transport named otherwise is loaded even
+  // then, so that a misspelt name is refused before a run that only grows to several ranks later.
+  if (world_size == 1 && cfg.transport.params.empty() &&
+      cfg.transport.name == Config{}.transport.name)
+    return;
   PluginLoader loader;
   CoreServices services(1, nullptr);
   auto plugin = loader.load("transport", cfg.transport.name);

@@ -156,6 +156,7 @@ expect_error transport_tls "transport.tls 'bogus' names a transport UCX does not
   "$BASE" --set transport.tls=bogus
 expect_error transport_tls_2_ranks "transport.tls 'bogus'" "$BASE" --nproc-per-node 2 \
   --set transport.tls=bogus
+expect_error transport_name "no transport plugin named 'nosuch'" "$BASE" --set transport=nosuch
 # Nothing blocks on a FIFO: neither the config nor the data file.
 mkfifo "$WORK/config.fifo" "$WORK/data.fifo"
 expect_error config_fifo "config file '$WORK/config.fifo' is a FIFO (named pipe)" "$WORK/config.fifo"
