@@ -70,9 +70,8 @@ namespace detail {
 
 // False when cuBLASLt has no algorithm for this problem (the caller falls back).
 bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
-  using detail::check_cublas;
   LtCall call;
-  check_cublas(cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas, g), CUDA_R_32F), name);
+  check_cublas(cublasLtMatmulDescCreate(&call.op, compute_type(blas, g), CUDA_R_32F), name);
   const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, name);
@@ -223,6 +222,40 @@ void gemm_strided_batched(Blas& blas, const Gemm& g, int64_t stride_a, int64_t s
 namespace {
 
 // T: the type of out/inp/weight/bias and of dinp/dout; dweight and dbias are fp32.
+// out (N,OC) = inp (N,C) @ weight^T + bias. Column-major: inp is (C,N), weight is (C,OC), out is
+// (OC,N), all with leading dim = rows: out (OC,N) = weight^T (OC,C) @ inp (C,N), A = weight
+// transposed, B = inp as stored; the bias (length m = OC) goes to every column.
+template <class T>
+detail::Gemm forward_gemm(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                          int OC) {
+  detail::Gemm g;
+  g.ta = true;
+  g.m = OC, g.n = N, g.k = C;
+  g.A = weight, g.lda = C;
+  g.B = inp, g.ldb = C;
+  g.beta = 0.0f;
+  g.C = out, g.ldc = OC;
+  g.bias = bias;
+  g.ab_type = g.c_type = detail::data_type<T>();
+  return g;
+}
+
+// dinp (N,C) (+)= dout (N,OC) @ weight (OC,C). Column-major: dinp is (C,N), weight is (C,OC),
+// dout is (OC,N): dinp (C,N) (+)= weight (C,OC) @ dout (OC,N), no transposes; beta 1
+// accumulates, 0 overwrites.
+template <class T>
+detail::Gemm dinp_gemm(T* dinp, const T* dout, const T* weight, int N, int C, int OC,
+                       bool accumulate) {
+  detail::Gemm g;
+  g.m = C, g.n = N, g.k = OC;
+  g.A = weight, g.lda = C;
+  g.B = dout, g.ldb = OC;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.C = dinp, g.ldc = C;
+  g.ab_type = g.c_type = detail::data_type<T>();
+  return g;
+}
+
 template <class T>
 void forward(Blas& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
              int OC) {
@@ -231,18 +264,7 @@ void forward(Blas& blas, T* out, const T* inp, const T* weight, const T* bias, i
     seed_bias(out, bias, OC, N, OC, blas.stream(), "matmul_forward");
     return;
   }
-  // Column-major: inp is (C,N), weight is (C,OC), out is (OC,N), all with leading dim = rows.
-  // out (OC,N) = weight^T (OC,C) @ inp (C,N): A = weight transposed, B = inp as stored.
-  detail::Gemm g;
-  g.ta = true;
-  g.m = OC, g.n = N, g.k = C;
-  g.A = weight, g.lda = C;
-  g.B = inp, g.ldb = C;
-  g.beta = 0.0f;
-  g.C = out, g.ldc = OC;
-  g.bias = bias;  // length m = OC, added to every column (row n of the row-major out)
-  g.ab_type = g.c_type = detail::data_type<T>();
-  detail::gemm(blas, g, "matmul_forward");
+  detail::gemm(blas, forward_gemm(out, inp, weight, bias, N, C, OC), "matmul_forward");
 }
 
 template <class T>
@@ -255,19 +277,8 @@ void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, 
                          "matmul_backward dinp");
     return;
   }
-  if (C > 0 && dinp) {
-    // dinp (N,C) += dout (N,OC) @ weight (OC,C). Column-major: dinp is (C,N), weight is (C,OC),
-    // dout is (OC,N): dinp (C,N) += weight (C,OC) @ dout (OC,N), no transposes. beta = 0
-    // overwrites instead.
-    detail::Gemm g;
-    g.m = C, g.n = N, g.k = OC;
-    g.A = weight, g.lda = C;
-    g.B = dout, g.ldb = OC;
-    g.beta = accumulate ? 1.0f : 0.0f;
-    g.C = dinp, g.ldc = C;
-    g.ab_type = g.c_type = detail::data_type<T>();
-    detail::gemm(blas, g, "matmul_backward dinp");
-  }
+  if (C > 0 && dinp)
+    detail::gemm(blas, dinp_gemm(dinp, dout, weight, N, C, OC, accumulate), "matmul_backward dinp");
   if (C > 0 && dweight) {
     // dweight (OC,C) += dout^T (OC,N) @ inp (N,C). Column-major: dweight is (C,OC), inp is
     // (C,N), dout is (OC,N): dweight (C,OC) += inp (C,N) @ dout^T (N,OC).
@@ -293,15 +304,8 @@ void gelu_forward_fused(Blas& blas, T* out, T* pre, const T* inp, const T* weigh
                         int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (C > 0 && std::is_same_v<T, bf16>) {
-    detail::Gemm g;
-    g.ta = true;
-    g.m = OC, g.n = N, g.k = C;
-    g.A = weight, g.lda = C;
-    g.B = inp, g.ldb = C;
-    g.C = out, g.ldc = OC;
-    g.bias = bias;
+    detail::Gemm g = forward_gemm(out, inp, weight, bias, N, C, OC);
     g.aux = pre;
-    g.ab_type = g.c_type = detail::data_type<T>();
     if (detail::lt_gemm(blas, g, "matmul_gelu_forward")) return;
   }
   forward(blas, pre, inp, weight, bias, N, C, OC);
@@ -309,28 +313,20 @@ void gelu_forward_fused(Blas& blas, T* out, T* pre, const T* inp, const T* weigh
 }
 
 // dinp = (dout @ weight) * gelu'(pre), overwritten: in bf16 the dinp GEMM's DGELU epilogue, else
-// the GEMM into dact and gelu_backward; then dweight and dbias as backward().
+// the GEMM into dact and gelu_backward; dweight and dbias as backward().
 template <class T>
 void backward_dgelu(Blas& blas, T* dinp, T* dact, const T* pre, float* dweight, float* dbias,
                     const T* dout, const T* inp, const T* weight, int N, int C, int OC) {
   if (N <= 0 || C <= 0) return;
   bool fused = false;
   if (OC > 0 && std::is_same_v<T, bf16>) {
-    detail::Gemm g;
-    g.m = C, g.n = N, g.k = OC;
-    g.A = weight, g.lda = C;
-    g.B = dout, g.ldb = OC;
-    g.C = dinp, g.ldc = C;
+    detail::Gemm g = dinp_gemm(dinp, dout, weight, N, C, OC, false);
     g.aux = const_cast<T*>(pre);
     g.dgelu = true;
-    g.ab_type = g.c_type = detail::data_type<T>();
     fused = detail::lt_gemm(blas, g, "matmul_backward_dgelu");
   }
-  if (!fused) {
-    backward(blas, dact, nullptr, nullptr, dout, inp, weight, N, C, OC, false);
-    gelu_backward(dinp, pre, dact, size_t(N) * C, blas.stream(), false);
-  }
-  backward(blas, static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, true);
+  backward(blas, fused ? nullptr : dact, dweight, dbias, dout, inp, weight, N, C, OC, false);
+  if (!fused) gelu_backward(dinp, pre, dact, size_t(N) * C, blas.stream(), false);
 }
 
 }  // namespace
