@@ -71,7 +71,7 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
     // (N,OC) @ (OC,C); beta = 0 overwrites without reading dinp (0 + x = x: the same bits as
     // accumulating into zeros).
     if (dinp) gemm(lib, false, false, N, C, OC, accumulate ? F(1) : F(0), dout, weight, dinp);
-    gemm(lib, true, false, OC, C, N, F(1), dout, inp, dweight);  // (OC,N) @ (N,C)
+    if (dweight) gemm(lib, true, false, OC, C, N, F(1), dout, inp, dweight);  // (OC,N) @ (N,C)
   }
   if (dbias)
     detail::add_column_sums(dbias, N, OC, [=](int n, int o) { return dout[size_t(n) * OC + o]; });

@@ -40,6 +40,7 @@
 #include "triad/core/plugins/services.hpp"
 #include "triad/core/plugins/tensor_backend.hpp"
 #include "triad/core/train/engine.hpp"
+#include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/transport_v1.h"
 
 namespace triad {
@@ -259,31 +260,49 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
     w.release(H);
     w.release(E);
   };
-  auto backward = [&](const Chunk& c) {
+  // GPT::backward (whole) or backward_input's half, which reads the weights and writes the
+  // layernorms' and the embedding's gradients (the LM head's and the GEMMs' wait for
+  // backward_weight, and so do the reports).
+  auto backward = [&](const Chunk& c, bool whole) {
+    const auto done = [&](size_t u) {
+      if (whole) ready(u);
+    };
     const int nl = c.blocks;
     if (nl) w.prefetch(block(c, nl - 1));
     if (c.head) {
       w.prefetch(H);
       w.prefetch(E);
       w.weight(wte);
-      w.grad(wte);
+      if (whole) w.grad(wte);
       w.weight(H);
       w.grad(H);
       w.release(H);
       w.release(E);
-      ready(H);
+      done(H);
     }
     for (int i = nl; i-- > 0;) {
       if (i > 0) w.prefetch(block(c, i - 1));
       w.weight(block(c, i));
       w.grad(block(c, i));
       w.release(block(c, i));
-      ready(block(c, i));
+      done(block(c, i));
     }
     if (c.embedding) {
       w.grad(E);
-      ready(E);
+      done(E);
     }
+  };
+  auto backward_weight = [&](const Chunk& c) {
+    if (c.head) {
+      w.grad(wte);
+      w.grad(H);
+      ready(H);
+    }
+    for (int i = c.blocks; i-- > 0;) {
+      w.grad(block(c, i));
+      ready(block(c, i));
+    }
+    if (c.embedding) ready(E);
   };
   for (int s = 0; s < steps; ++s)
     for (const triad_pipe_instr_v1& in : stream.instrs) {
@@ -292,7 +311,11 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
           forward(chunks[size_t(in.chunk)]);
           break;
         case TRIAD_PIPE_BACKWARD:
-          backward(chunks[size_t(in.chunk)]);
+        case TRIAD_PIPE_BACKWARD_INPUT:
+          backward(chunks[size_t(in.chunk)], in.op == TRIAD_PIPE_BACKWARD);
+          break;
+        case TRIAD_PIPE_BACKWARD_WEIGHT:
+          backward_weight(chunks[size_t(in.chunk)]);
           break;
         case TRIAD_PIPE_REDUCE_TIED_GRADS:
           if (tied_split && wte != kNone) {
@@ -372,6 +395,10 @@ std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
         break;
       case TRIAD_PIPE_BACKWARD:
         g.t += bwd_cost[size_t(next)][chunk];
+        break;
+      case TRIAD_PIPE_BACKWARD_INPUT:  // the halves: the backward's cost between them
+      case TRIAD_PIPE_BACKWARD_WEIGHT:
+        g.t += bwd_cost[size_t(next)][chunk] / 2;
         break;
       case TRIAD_PIPE_RECV_ACTIVATION:
       case TRIAD_PIPE_RECV_GRAD:

@@ -399,30 +399,41 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
   dev_.bias_forward(y, bias, Ns, C_, act_);
 }
 
+namespace {
+// Whether a row-parallel matmul's output is whole on every rank (its plan reduces nothing): every
+// token's gradient then gives each rank the whole weight and bias gradients.
+bool row_output_whole(bool split, const triad_tensor_collectives_v1& c) {
+  return !split || c.forward == TRIAD_TENSOR_IDENTITY;
+}
+}  // namespace
+
+const void* GPT::row_output_grad(const void* dy, int N, bool split) {
+  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
+  const int op = row_output_whole(split, c) ? (split ? TRIAD_TENSOR_IDENTITY : whole_part_input())
+                                            : c.backward;
+  return exchange(op, const_cast<void*>(dy), drow_full_.data(), N, C_, act_, &volume_.activations);
+}
+
 void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
                                 float* dbias, int N, int K, bool split, const void* gelu_pre) {
-  const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
-  auto backward = [&](const void* dfull, float* db) {
-    if (gelu_pre)
-      dev_.matmul_backward_dgelu(dx, dfch_gelu_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_,
-                                 act_);
-    else
-      dev_.matmul_backward(dx, dW, db, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
-  };
-  if (!split || c.forward == TRIAD_TENSOR_IDENTITY) {
-    // Whole on every rank: every token's gradient (gathered under sequence parallelism) gives
-    // this rank the whole, identical weight and bias gradients.
-    const void* dfull =
-        exchange(split ? TRIAD_TENSOR_IDENTITY : whole_part_input(), const_cast<void*>(dy),
-                 drow_full_.data(), N, C_, act_, &volume_.activations);
-    backward(dfull, dbias);
-    return;
-  }
-  const int Ns = sp_ ? N / tp_.size : N;
-  dev_.bias_backward(dbias, dy, Ns, C_, act_);
-  const void* dfull = exchange(c.backward, const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
-                               &volume_.activations);
-  backward(dfull, nullptr);
+  const bool whole = row_output_whole(split, at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT));
+  // Split: the (replicated) bias was added once, after the reduction, on this rank's tokens.
+  if (!whole && dbias) dev_.bias_backward(dbias, dy, sp_ ? N / tp_.size : N, C_, act_);
+  const void* dfull = row_output_grad(dy, N, split);
+  float* db = whole ? dbias : nullptr;
+  if (gelu_pre)
+    dev_.matmul_backward_dgelu(dx, dfch_gelu_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_,
+                               act_);
+  else
+    dev_.matmul_backward(dx, dW, db, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
+}
+
+void GPT::row_parallel_weights(const void* dy, const void* x, float* dW, float* dbias, int N, int K,
+                               bool split) {
+  const bool whole = row_output_whole(split, at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT));
+  if (!whole) dev_.bias_backward(dbias, dy, sp_ ? N / tp_.size : N, C_, act_);
+  dev_.matmul_backward(nullptr, dW, whole ? dbias : nullptr, row_output_grad(dy, N, split), x,
+                       nullptr, N, K, C_, act_, GradWrite::overwrite);
 }
 
 const void* GPT::column_input_grad(int N, bool split) {
@@ -603,26 +614,50 @@ GPT::StageIO GPT::stage_io(int set) {
   return {stage_in(s), s.res_out.data(), s.grad_in.data(), s.grad_out.data()};
 }
 
-void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now) {
+void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now, Half half) {
   const int N = s.B * T_, C = C_;
   const int Ns = sp_ ? N / tp_.size : N;
-  // dlogits (in place over logits) = scale/N * (softmax - onehot), this rank's columns
+  // dlogits (in place over logits) = scale/N * (softmax - onehot), this rank's columns; the first
+  // half leaves them there for head_weights().
   dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
                              loss_scale / N, N, vocab_, act_);
   const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
   // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
-  dev_.matmul_backward(dcol_, state_.grad(wte_), nullptr, s.logits.data(), lnf, state_.weight(wte_),
-                       N, C, vocab_.rows, act_, GradWrite::overwrite);
+  dev_.matmul_backward(dcol_, half == Half::whole ? state_.grad(wte_) : nullptr, nullptr,
+                       s.logits.data(), lnf, state_.weight(wte_), N, C, vocab_.rows, act_,
+                       GradWrite::overwrite);
   const void* dlnf = column_input_grad(N, shards_.vocab > 1);
   dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
                           s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
                           s.lnf_rstd.data(), Ns, C, act_, GradWrite::overwrite);
+  if (reduce_now && half == Half::whole)
+    reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
+}
+
+void GPT::head_weights(ActSet& s, bool reduce_now) {
+  const int N = s.B * T_;
+  const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
+  dev_.matmul_backward(nullptr, state_.grad(wte_), nullptr, s.logits.data(), lnf, nullptr, N, C_,
+                       vocab_.rows, act_, GradWrite::overwrite);
   if (reduce_now) reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
 }
 
+std::vector<float*> GPT::block_partial_grads(size_t i) const {
+  // A projection's bias is partial when its block is split (added on this rank's tokens after
+  // the reduction), whole when the block is (from every token's gradient).
+  const BlockGrads g = state_.block_grads(chunk_.first_block + i);
+  std::vector<float*> partial{g.ln1_w, g.ln1_b, g.ln2_w, g.ln2_b};
+  if (shards_.attention > 1) partial.push_back(g.attn_proj_b);
+  if (shards_.mlp > 1) partial.push_back(g.fc_proj_b);
+  return partial;
+}
+
 // dres_ holds d loss / d (residual stream) at the block's output; turns it into the gradient at
-// its input (the residual adds pass it through unchanged).
-void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
+// its input (the residual adds pass it through unchanged). The first half (Half::input) leaves
+// each GEMM's output gradient where block_weights() finds it: the MLP projection's in
+// block_out_grad(), the first MLP GEMM's over fch, the attention projection's over res_mid, the
+// qkv GEMM's over qkv, each copied there once the first half read that activation last.
+void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   const int Ns = sp_ ? N / tp_.size : N;
   const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
@@ -634,14 +669,24 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   const BlockGrads g = state_.block_grads(chunk_.first_block + i);
   const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
   const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
+  // What waits for block_weights(): the GEMMs whose inputs this set keeps (all four without
+  // recomputation; the attention projection's input is work_'s under selective recomputation).
+  const bool later = half == Half::input && !full;
+  const bool proj_later = later && recompute_ == Recompute::none;
+  const auto keep = [&](void* to, const ActBuffer& from, size_t rows, size_t width) {
+    dev_.copy(to, from.data(), rows * width * dtype_bytes(act_));
+  };
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
   // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
   // stream's, accumulates each branch's part. dfch_ is the gradient at the GELU's input.
-  row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w, g.fc_proj_w,
-                        g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
-  dev_.matmul_backward(dcol_, g.fc_w, g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl, act_,
-                       GradWrite::overwrite);
+  if (later) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
+  row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
+                        later ? nullptr : g.fc_proj_w, later ? nullptr : g.fc_proj_b, N, Fl,
+                        mlp_split, a.fch.data());
+  if (later) keep(a.fch.data(), dfch_, size_t(N), size_t(Fl));
+  dev_.matmul_backward(dcol_, later ? nullptr : g.fc_w, later ? nullptr : g.fc_b, dfch_.data(), ln2,
+                       p.fc_w, N, C, Fl, act_, GradWrite::overwrite);
   const void* dln2 = column_input_grad(N, mlp_split);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
@@ -649,8 +694,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
   // Selective recomputation: the attention core's output and lse again, from the kept (rotated)
   // q, k and v; the same plugin call on the same inputs, so the same bits.
   if (recompute_ == Recompute::selective) attention_forward(a, B);
+  if (proj_later) keep(a.res_mid.data(), dres_, size_t(Ns), size_t(C));
   row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
-                        g.attn_proj_w, g.attn_proj_b, N, Cl, attn_split);
+                        proj_later ? nullptr : g.attn_proj_w, proj_later ? nullptr : g.attn_proj_b,
+                        N, Cl, attn_split);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
   if (rope_) {
     dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
@@ -658,19 +705,35 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now) {
     dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
                        act_);
   }
-  dev_.matmul_backward(dcol_, g.attn_w, g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C, 3 * Cl, act_,
-                       GradWrite::overwrite);
+  if (later) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
+  dev_.matmul_backward(dcol_, later ? nullptr : g.attn_w, later ? nullptr : g.attn_b, dqkv_.data(),
+                       ln1, p.attn_w, N, C, 3 * Cl, act_, GradWrite::overwrite);
   const void* dln1 = column_input_grad(N, attn_split);
   dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
                           a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
-  if (reduce_now) {
-    // A projection's bias is partial when its block is split (added on this rank's tokens
-    // after the reduction), whole when the block is (from every token's gradient).
-    std::vector<float*> partial{g.ln1_w, g.ln1_b, g.ln2_w, g.ln2_b};
-    if (attn_split) partial.push_back(g.attn_proj_b);
-    if (mlp_split) partial.push_back(g.fc_proj_b);
-    reduce_replicated(partial);
+  if (reduce_now && half == Half::whole) reduce_replicated(block_partial_grads(i));
+}
+
+// The weight and bias gradients block_backward(Half::input) left, from the output gradients it
+// kept and the inputs the set kept.
+void GPT::block_weights(size_t i, ActSet& s, bool reduce_now) {
+  if (recompute_ != Recompute::full) {
+    const int N = s.B * T_, C = C_;
+    LayerActs& a = s.layers[i];
+    const BlockGrads g = state_.block_grads(chunk_.first_block + i);
+    const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
+    const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
+    row_parallel_weights(block_out_grad(s, i), a.fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, N, Fl_,
+                         shards_.mlp > 1);
+    dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.fch.data(), ln2, nullptr, N, C, Fl_, act_,
+                         GradWrite::overwrite);
+    if (recompute_ == Recompute::none)
+      row_parallel_weights(a.res_mid.data(), a.atty.data(), g.attn_proj_w, g.attn_proj_b, N, Cl_,
+                           shards_.attention > 1);
+    dev_.matmul_backward(nullptr, g.attn_w, g.attn_b, a.qkv.data(), ln1, nullptr, N, C, 3 * Cl_,
+                         act_, GradWrite::overwrite);
   }
+  if (reduce_now) reduce_replicated(block_partial_grads(i));
 }
 
 // The embedding's gradient: every token's row (gathered over the group under sequence
@@ -685,8 +748,43 @@ void GPT::embedding_backward(ActSet& s) {
 }
 
 void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_micro, int set) {
+  backward_pass(loss_scale, set, Half::whole, &grads_ready, last_micro);
+}
+
+void GPT::backward_input(float loss_scale, int set) {
+  backward_pass(loss_scale, set, Half::input, nullptr, false);
+}
+
+void GPT::backward_weight(const GradsReady& grads_ready, bool last_micro, int set) {
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const ParamSpec& spec = state_.spec();
+  const auto reduce_now = [&](const ArenaRange& r) {
+    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
+  };
+  if (has_head_) {
+    const TraceSpan span(TraceKind::compute, "weight gradients head");
+    head_weights(s, reduce_now(spec.head));
+    if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+  }
+  for (size_t i = s.layers.size(); i-- > 0;) {
+    const ArenaRange& r = spec.layers[chunk_.first_block + i].range;
+    const TraceSpan span(TraceKind::compute, "weight gradients block",
+                         spec.layers[chunk_.first_block + i].layer);
+    block_weights(i, s, reduce_now(r));
+    if (grads_ready) grads_ready(r.begin, r.size());
+  }
+  if (has_embedding_ && grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
+}
+
+// backward() (Half::whole: reports each range final as it goes) or backward_input()'s half.
+void GPT::backward_pass(float loss_scale, int set, Half half, const GradsReady* ready,
+                        bool last_micro) {
+  ActSet& s = sets_.at(static_cast<size_t>(set));
+  const ParamSpec& spec = state_.spec();
+  const bool whole = half == Half::whole;
+  const auto done = [&](const ArenaRange& r) {
+    if (whole && *ready) (*ready)(r.begin, r.size());
+  };
   // Sequence parallelism leaves replicated gradients partial over the tensor group; they are
   // summed once per step, or after every micro-batch where ZeRO-2/3 reduces each one.
   auto reduce_now = [&](const ArenaRange& r) {
@@ -699,10 +797,10 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
     state_.prefetch(spec.head);
     state_.prefetch(spec.embedding);
     const TraceSpan span(TraceKind::compute, "backward head");
-    head_backward(s, loss_scale, reduce_now(spec.head));
+    head_backward(s, loss_scale, reduce_now(spec.head), half);
     state_.release(spec.head);
     state_.release(spec.embedding);  // embedding_backward reads no weights
-    if (grads_ready) grads_ready(spec.head.begin, spec.head.size());
+    done(spec.head);
   } else {
     // The next stage sent the gradient of this stage's output.
     dev_.copy(dres_.data(), s.grad_out.data(), stage_bytes(s.B));
@@ -711,16 +809,15 @@ void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_mi
     if (i > 0) state_.prefetch(block_range(i - 1));
     const TraceSpan span(TraceKind::compute, "backward block",
                          spec.layers[chunk_.first_block + i].layer);
-    block_backward(i, s, reduce_now(block_range(i)));
+    block_backward(i, s, reduce_now(block_range(i)), half);
     state_.release(block_range(i));
-    const ArenaRange& r = block_range(i);
-    if (grads_ready) grads_ready(r.begin, r.size());
+    done(block_range(i));
   }
   if (has_embedding_) {
     const TraceSpan span(TraceKind::compute, "backward embedding");
     embedding_backward(s);
     // wte (and wpe) are final only now: the tied LM head wrote into wte first.
-    if (grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
+    done(spec.embedding);
   } else {
     // For the previous stage: the gradient of this stage's input.
     dev_.copy(s.grad_in.data(), dres_.data(), stage_bytes(s.B));

@@ -4,6 +4,7 @@
 
 #include "triad/core/error.hpp"
 #include "triad/core/train/trace.hpp"
+#include "triad/sdk/pipeline_v2.h"
 
 namespace triad {
 
@@ -86,11 +87,13 @@ void PipelineExecutor::drain_sends() {
 PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_v1>& instrs,
                                              DataLoader& data, int64_t batch, StepHooks* hooks,
                                              uint32_t tag_base, Work so_far) {
-  // Each chunk's last BACKWARD of the step (the model sums sequence parallelism's partial
-  // gradients there; the hooks may hand the data plugin finished ranges then).
+  // Each chunk's last BACKWARD or BACKWARD_WEIGHT of the step, the last to write its gradients
+  // (the model sums sequence parallelism's partial gradients there; the hooks may hand the data
+  // plugin finished ranges then).
   std::vector<size_t> last_backward(size_t(place_.chunks), 0);
   for (size_t i = 0; i < instrs.size(); ++i)
-    if (instrs[i].op == TRIAD_PIPE_BACKWARD) last_backward[size_t(instrs[i].chunk)] = i;
+    if (instrs[i].op == TRIAD_PIPE_BACKWARD || instrs[i].op == TRIAD_PIPE_BACKWARD_WEIGHT)
+      last_backward[size_t(instrs[i].chunk)] = i;
   // A forward or backward's compute time; with pipeline stages its device work is complete
   // before the stage sends its output on.
   const auto compute_ms = [&](const auto& compute) {
@@ -148,6 +151,15 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
         const bool last = i == last_backward[size_t(c)];
         const GPT::GradsReady ready = step_wide(in).grads_ready(last);
         work.busy_ms += compute_ms([&] { chunk.backward(grad_scale_, ready, last, buf); });
+        break;
+      }
+      case TRIAD_PIPE_BACKWARD_INPUT:
+        work.busy_ms += compute_ms([&] { chunk.backward_input(grad_scale_, buf); });
+        break;
+      case TRIAD_PIPE_BACKWARD_WEIGHT: {
+        const bool last = i == last_backward[size_t(c)];
+        const GPT::GradsReady ready = step_wide(in).grads_ready(last);
+        work.busy_ms += compute_ms([&] { chunk.backward_weight(ready, last, buf); });
         break;
       }
       case TRIAD_PIPE_SEND_GRAD: {

@@ -87,7 +87,8 @@ class Device {
                                   const float* rstd, int N, int C, DType act, GradWrite write) = 0;
   virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC, DType act) = 0;
-  // dinp as `write` says (overwrite: the GEMM's beta is 0); dweight and dbias accumulate.
+  // dinp as `write` says (overwrite: the GEMM's beta is 0); dweight and dbias accumulate. Each of
+  // the three may be null, and is then not computed (weight is read for dinp only).
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC, DType act,
                                GradWrite write) = 0;

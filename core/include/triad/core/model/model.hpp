@@ -112,6 +112,18 @@ class GPT {
   // parallelism leaves partial are summed over the tensor group now (once per step).
   void backward(float loss_scale, const GradsReady& grads_ready = nullptr, bool last_micro = true,
                 int set = 0);
+  // backward() in the two halves of a zero-bubble pipeline (pipeline_v2.h), in this order for a
+  // set: backward_input() computes every gradient that flows back (the stage's input gradient)
+  // and the layernorms' and the embedding's weight gradients; backward_weight() adds the GEMMs'
+  // weight and bias gradients, does what last_micro asks of backward(), and reports every range
+  // final through grads_ready, in backward()'s order. In between, the set keeps the GEMMs' output
+  // gradients in the places of activations the first half was the last to read, so the two
+  // halves hold no more memory than backward() does. Under full recomputation a block's weight
+  // gradients come in the first half (its recomputed activations do not outlive it), under
+  // selective recomputation the attention projection's.
+  void backward_input(float loss_scale, int set = 0);
+  void backward_weight(const GradsReady& grads_ready = nullptr, bool last_micro = true,
+                       int set = 0);
 
   // A pipeline stage's boundary buffers in activation set `set`, each (Ns,C) in the activation
   // dtype (this tensor-parallel rank's tokens): the input the previous stage's output is
@@ -167,8 +179,22 @@ class GPT {
   void block_forward(size_t i, ActSet& s, void* out, bool fuse_norms);
   // lnf_ready: the last block's fused residual add wrote ln_f already.
   float head_forward(ActSet& s, bool lnf_ready);
-  void head_backward(ActSet& s, float loss_scale, bool reduce_replicated_grads);
-  void block_backward(size_t i, ActSet& s, bool reduce_replicated_grads);
+  // Which part of a backward pass a call does: all of it, or backward_input()'s half (the
+  // weight gradients a GEMM produces wait in the set for the *_weights() calls).
+  enum class Half { whole, input };
+  void head_backward(ActSet& s, float loss_scale, bool reduce_replicated_grads, Half half);
+  void block_backward(size_t i, ActSet& s, bool reduce_replicated_grads, Half half);
+  void backward_pass(float loss_scale, int set, Half half, const GradsReady* grads_ready,
+                     bool last_micro);
+  void head_weights(ActSet& s, bool reduce_replicated_grads);
+  void block_weights(size_t i, ActSet& s, bool reduce_replicated_grads);
+  // Where block i of a set keeps the gradient at its output between the halves: the next
+  // block's input, or the set's output after the last block (both read last by the first half).
+  void* block_out_grad(ActSet& s, size_t i) const {
+    return i + 1 < s.layers.size() ? s.layers[i + 1].res_in.data() : s.res_out.data();
+  }
+  // The partial gradients of replicated tensors sequence parallelism leaves in block i.
+  std::vector<float*> block_partial_grads(size_t i) const;
   void embedding_backward(ActSet& s);
 
   struct AttnViews;
@@ -195,9 +221,17 @@ class GPT {
                             bool split);
   // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C). With gelu_pre
   // (x = gelu(gelu_pre)), dx is the gradient at gelu_pre instead (through dfch_gelu_).
+  // dW and dbias null: the input gradient alone (row_parallel_weights() adds them later).
   void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
                              float* dbias, int N, int K, bool split,
                              const void* gelu_pre = nullptr);
+  // dW += ..., dbias += ... of a row-parallel matmul from its (Ns,C) output gradient dy, kept
+  // since its row_parallel_backward() without them (the same collective brings every token's).
+  void row_parallel_weights(const void* dy, const void* x, float* dW, float* dbias, int N, int K,
+                            bool split);
+  // The gradient at a row-parallel matmul's output as its backward GEMMs read it: every token's
+  // (gathered under sequence parallelism), or as ROW_OUTPUT's backward collective brings it.
+  const void* row_output_grad(const void* dy, int N, bool split);
   // The gradient of the first matmul's input from dcol_ (partial sums when split), reduced as
   // COLUMN_INPUT says; returns the (Ns,C) result.
   const void* column_input_grad(int N, bool split);

@@ -23,7 +23,7 @@ class StepHooks {
  public:
   virtual ~StepHooks() = default;
   // The callback a BACKWARD hands finished gradient ranges to (may be empty: none as they go);
-  // last: the chunk's last BACKWARD of the step.
+  // last: the chunk's last BACKWARD (or BACKWARD_WEIGHT) of the step.
   virtual GPT::GradsReady grads_ready(bool last) = 0;
   virtual void reduce_tied_grads() = 0;
   // After every send of the step has completed.
