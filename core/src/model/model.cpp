@@ -591,6 +591,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
                          spec.layers[chunk_.first_block + i].layer);
     block_forward(i, s, i + 1 < nl ? s.layers[i + 1].res_in.data() : s.res_out.data(), true);
     state_.release(block_range(i));
+    progress();
   }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
@@ -772,6 +773,7 @@ void GPT::backward_weight(const GradsReady& grads_ready, bool last_micro, int se
                          spec.layers[chunk_.first_block + i].layer);
     block_weights(i, s, reduce_now(r));
     if (grads_ready) grads_ready(r.begin, r.size());
+    progress();
   }
   if (has_embedding_ && grads_ready) grads_ready(spec.embedding.begin, spec.embedding.size());
 }
@@ -812,6 +814,7 @@ void GPT::backward_pass(float loss_scale, int set, Half half, const GradsReady* 
     block_backward(i, s, reduce_now(block_range(i)), half);
     state_.release(block_range(i));
     done(block_range(i));
+    progress();
   }
   if (has_embedding_) {
     const TraceSpan span(TraceKind::compute, "backward embedding");

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "triad/core/config/config.hpp"
@@ -135,6 +136,10 @@ class GPT {
     void *input, *output, *input_grad, *output_grad;
   };
   StageIO stage_io(int set);
+  // Called after each block's forward, backward and weight half: the engine moves the transfers
+  // in flight on (a transport that progresses only inside its calls would otherwise leave them
+  // where they are until the next wait).
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
   size_t stage_bytes(int B) const;  // of each, for a micro-batch of B
   const TensorCommVolume& comm_volume() const { return volume_; }
 
@@ -286,6 +291,10 @@ class GPT {
   Buffer<uint8_t> attn_workspace_;
   size_t ws_fwd_ = 0, ws_bwd_ = 0;
   TensorCommVolume volume_;
+  std::function<void()> progress_;
+  void progress() const {
+    if (progress_) progress_();
+  }
 };
 
 }  // namespace triad
