@@ -3,7 +3,8 @@
 # batch 8) over ucx. One section per ctest test:
 #   resume   bit-identical losses after resuming: dp 2 ZeRO-1 killed with kill -9 mid-run then
 #            --resume into the same folder (metrics appended, the killed run's extra records
-#            dropped); tp 2 x pp 2 stopped by training.exit_interval; SIGTERM to the launcher
+#            dropped); tp 2 x pp 2 and pp 2 under zb-h1 stopped by training.exit_interval;
+#            SIGTERM to the launcher
 #            (exit 143, a checkpoint of the step it stopped after); keep_last.
 #   reshard  a checkpoint of each of three layouts (dp 2 ZeRO-2, tp 2 x pp 2, tp 2 x dp 2
 #            ZeRO-3 with the optimizer offloaded) continued in the other two: the continuation's
@@ -36,6 +37,8 @@ layout() {
     dp2z2) echo "--nproc-per-node 2 --set zero_optimization.stage=2" ;;
     tp2pp2) echo "--nproc-per-node 4 --set parallel.tensor_model_parallel_size=2
                   --set parallel.pipeline_model_parallel_size=2" ;;
+    pp2zb) echo "--nproc-per-node 2 --set parallel.pipeline_model_parallel_size=2
+                 --set pipeline=zb-h1" ;;
     tp2dp2z3) echo "--nproc-per-node 4 --set parallel.tensor_model_parallel_size=2
                     --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu" ;;
     *) fail "no layout $1" ;;
@@ -129,6 +132,15 @@ section_resume() {
     --set checkpoint.load=run2/ckpt
   same_losses ref2/metrics.jsonl run2/metrics.jsonl 1 6 0
   pass "tp 2 x pp 2: exit_interval 3, checkpoint.load: steps 4-6 bit-identical"
+
+  # The zero-bubble schedule (zb-h1) on pp 2, likewise.
+  must_train pp2zb ref3.log --set training.train_iters=6 --set output.dir=ref3
+  must_train pp2zb stop3.log --set training.train_iters=6 --set output.dir=run3 \
+    --set checkpoint.save=run3/ckpt --set training.exit_interval=3
+  must_train pp2zb resume3.log --set training.train_iters=6 --set output.dir=run3 \
+    --set checkpoint.load=run3/ckpt
+  same_losses ref3/metrics.jsonl run3/metrics.jsonl 1 6 0
+  pass "pp 2 zb-h1: exit_interval 3, checkpoint.load: steps 4-6 bit-identical"
 
   # SIGTERM to the launcher: the ranks finish the step, save it and end with 143.
   # shellcheck disable=SC2046

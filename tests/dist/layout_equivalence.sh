@@ -10,6 +10,8 @@
 #   - export_hf after one step of lr 1e-7 (so the file holds the initial weights, gathered from
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
 #   - init_from_hf into tp 2 and into pp 2: the single-process step-1 loss;
+#   - the zero-bubble schedule zb-h1 on pp 2 and 4, tp 2 x pp 2 x dp 2 with SP, ZeRO 1-3,
+#     recomputation (full, selective) and rotary + flash2: the losses; pp 2's step-1 gradients;
 #   - ZeRO stages 1, 2 and 3 on dp 2 and 4, accumulation 1 and 4, with tp 2 and with pp 2 (and
 #     stage 3 with interleaving, activation recomputation and tp 2 x pp 2 x dp 2; each stage
 #     with the optimizer offloaded to the host): the losses;
@@ -125,6 +127,20 @@ run pp2_flash1 2 1 2 false "${flash1[@]}"
 run pp2gpipe_flash1 2 1 2 false "${flash1[@]}" --set pipeline=gpipe
 run pp2v2_flash1 2 1 2 false "${flash1[@]}" "${vpp[@]}"
 run pp2v2_rope 2 1 2 false "${flash[@]}" "${vpp[@]}"
+# The zero-bubble schedule (zb-h1: each backward in its input and weight halves) alone on pp 2
+# and 4, with tp 2 x dp 2 and sequence parallelism, ZeRO 1-3, both recomputations and rotary +
+# flash2.
+zb=(--set pipeline=zb-h1)
+run pp2zb 2 1 2 false "${zb[@]}"
+run pp4zb 4 1 4 false "${zb[@]}"
+run tp2pp2dp2zbsp 8 2 2 true "${zb[@]}"
+for st in 1 2 3; do
+  run z${st}pp2dp2zb 4 1 2 false "${zb[@]}" --set zero_optimization.stage=$st \
+    --set training.micro_batch_size=2
+done
+run pp2zb_ck 2 1 2 false "${zb[@]}" "${ck[@]}"
+run pp2zb_sel 2 1 2 false "${zb[@]}" --set training.recompute_granularity=selective
+run pp2zb_rope 2 1 2 false "${zb[@]}" "${flash[@]}"
 # The ZeRO runs' logs: model-state bytes per rank equal the ZeRO paper's formula for the stage,
 # and at one micro-batch per step the data-parallel bytes counted equal the paper's 2Ψ (3Ψ at
 # stage 3); stage 1 all-reduces and then all-gathers, 3Ψ.
@@ -152,6 +168,7 @@ grads g_single 1 1 1 false
 grads g_tp2sp 2 2 1 true
 grads g_tp4 4 4 1 false
 grads g_tp2pp2 4 2 2 false
+grads g_pp2zb 2 1 2 false "${zb[@]}"
 grads g_z2dp2 2 1 1 false --set zero_optimization.stage=2
 grads g_z3tp2dp2 4 2 1 true --set zero_optimization.stage=3
 # From the single process's one-step export, tp 2 and pp 2 start where the single process does.
@@ -185,8 +202,11 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
                                  *[f"z{st}{l}" for st in (2, 3)
                                    for l in ("dp2", "dp4", "dp2acc4", "tp2dp2", "pp2dp2")],
                                  "z3pp2v2dp2", "z3dp2_ck", "z3tp2pp2dp2sp", "z1dp2off",
-                                 "z2dp2acc4off", "z3tp2dp2off"]),
-                     ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope"]),
+                                 "z2dp2acc4off", "z3tp2dp2off", "pp2zb", "pp4zb",
+                                 "tp2pp2dp2zbsp", "z1pp2dp2zb", "z2pp2dp2zb", "z3pp2dp2zb",
+                                 "pp2zb_ck", "pp2zb_sel"]),
+                     ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope",
+                                      "pp2zb_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
                      ("single_l8", ["pp4v2_l8"])):
     a = metrics(base)
@@ -234,10 +254,12 @@ def compare_files(what, path, others, measure, limit):
 
 # Step 1's whole gradients, relative to each tensor's largest element.
 zero_grads = ("g_z2dp2", "g_z3tp2dp2")
-compare_files("gradients", "grads.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2") + zero_grads,
+compare_files("gradients", "grads.safetensors",
+              ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb") + zero_grads,
               lambda x, r: float(np.abs(x - r).max()) / (float(np.abs(r).max()) or 1.0), 1e-5)
 # export_hf after one step (padding dropped), absolute.
-compare_files("export_hf", "hf/model.safetensors", ("g_tp2sp", "g_tp4", "g_tp2pp2") + zero_grads,
+compare_files("export_hf", "hf/model.safetensors",
+              ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb") + zero_grads,
               lambda x, r: float(np.abs(x - r).max()), 1e-6)
 
 # init_from_hf into tp 2 and pp 2 gives the single-process step-1 loss.
