@@ -4,8 +4,7 @@
 #   resume   bit-identical losses after resuming: dp 2 ZeRO-1 killed with kill -9 mid-run then
 #            --resume into the same folder (metrics appended, the killed run's extra records
 #            dropped); tp 2 x pp 2 and pp 2 under zb-h1 stopped by training.exit_interval;
-#            SIGTERM to the launcher
-#            (exit 143, a checkpoint of the step it stopped after); keep_last.
+#            SIGTERM to the launcher (exit 143, a checkpoint of the step it stopped after); keep_last.
 #   reshard  a checkpoint of each of three layouts (dp 2 ZeRO-2, tp 2 x pp 2, tp 2 x dp 2
 #            ZeRO-3 with the optimizer offloaded) continued in the other two: the continuation's
 #            losses equal the saving layout's own to 1e-5; triad-checkpoint convert --to-hf of a
