@@ -4,10 +4,13 @@
     python3 tools/plot_schedule.py TIMELINE.json OUT.png
 
 TIMELINE.json holds the schedule's name, stages, micro_batches, virtual_stages, makespan, bubble,
-formula and one box per pass: stage, start, length (time units: forward 1, backward 2), pass
-("F" or "B"), micro_batch and chunk. The picture has one row per stage (stage 0 on top) and time
-running right; forwards are blue and backwards green, a lighter shade per later chunk, each box
-labelled with its micro-batch. Exit 2 with one line when matplotlib is missing.
+formula (1F1B's bubble, (p-1)/(v*m+p-1)), split (whether any backward is split in halves) and one
+box per pass: stage, start, length (time units: forward 1, backward 2, each half of a split one
+1), pass ("F" forward, "B" whole backward, "b" its input half, "W" its weight half), micro_batch
+and chunk. The picture has one row per stage (stage 0 on top) and time running right; forwards
+are blue, backwards and input halves green, weight halves orange, a lighter shade per later chunk,
+each box labelled with its micro-batch. With split backwards the title gives the ideal
+(p-1)/(3m+p-1) of F = B = W next to 1F1B's. Exit 2 with one line when matplotlib is missing.
 """
 import json
 import sys
@@ -33,7 +36,9 @@ def main(argv):
     with open(argv[1]) as f:
         t = json.load(f)
     p, m, v, span = t["stages"], t["micro_batches"], t["virtual_stages"], t["makespan"]
-    colours = {"F": matplotlib.colormaps["Blues"], "B": matplotlib.colormaps["Greens"]}
+    colours = {"F": matplotlib.colormaps["Blues"], "B": matplotlib.colormaps["Greens"],
+               "b": matplotlib.colormaps["Greens"], "W": matplotlib.colormaps["Oranges"]}
+    split = t.get("split", False)
 
     def shade(pass_, chunk):
         # Darkest for chunk 0, lighter for later chunks.
@@ -52,13 +57,24 @@ def main(argv):
     ax.set_ylim(0, p)
     ax.set_yticks([p - 1 - s + 0.5 for s in range(p)])
     ax.set_yticklabels(["stage %d" % s for s in range(p)])
-    ax.set_xlabel("time (forward = 1 unit, backward = 2)")
+    ax.set_xlabel("time (forward = 1 unit, backward = 2"
+                  + (": input half B 1, weight half W 1)" if split else ")"))
     layout = "%d stages, %d micro-batches" % (p, m) + (", %d virtual stages" % v if v > 1 else "")
     formula = "(p-1)/(m+p-1)" if v == 1 else "(p-1)/(v*m+p-1)"
-    ax.set_title("%s: %s; bubble %.3f (formula %s = %.3f)"
-                 % (t["schedule"], layout, t["bubble"], formula, t["formula"]))
-    ax.legend(handles=[Patch(facecolor=shade("F", 0), label="forward"),
-                       Patch(facecolor=shade("B", 0), label="backward")],
+    if split and v == 1:
+        ideal = (p - 1) / (3 * m + p - 1)
+        ax.set_title("%s: %s; bubble %.3f\n(split backward (p-1)/(3m+p-1) = %.3f; 1F1B's %s = %.3f)"
+                     % (t["schedule"], layout, t["bubble"], ideal, formula, t["formula"]),
+                     fontsize=10)
+    else:
+        ax.set_title("%s: %s; bubble %.3f (%sformula %s = %.3f)"
+                     % (t["schedule"], layout, t["bubble"], "1F1B's " if split else "", formula,
+                        t["formula"]))
+    passes = {b["pass"] for b in t["boxes"]}
+    legend = [("F", "forward"), ("B", "backward"), ("b", "backward, input half (B)"),
+              ("W", "backward, weight half (W)")]
+    ax.legend(handles=[Patch(facecolor=shade(k, 0), label=label)
+                       for k, label in legend if k in passes or k == "F"],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
     try:

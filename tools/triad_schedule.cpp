@@ -1,10 +1,12 @@
 // triad-schedule --stages P --micro-batches M --schedule S [--virtual V] [--png FILE]: loads the
 // pipeline plugin S by name, asks it for every stage's stream of one step, checks them (each
 // stream's rules, then all of them run together) and prints the step's timeline with every
-// forward taking one time unit, every backward two and communication free: one row per stage, one
-// column per time unit (F3 / B3: micro-batch 3's forward / backward, F3b its chunk 1 when
-// interleaved, '.' idle); then the bubble next to its formula, the micro-batches in flight and the
-// buffers per stage. --png draws the same timeline with tools/plot_schedule.py (matplotlib).
+// forward taking one time unit, every backward two (a split one: its input half B one, its weight
+// half W one) and communication free: one row per stage, one column per time unit (F3 / B3 / W3:
+// micro-batch 3's forward / backward / weight half, F3b its chunk 1 when interleaved, '.' idle);
+// then the bubble next to its formula (and 1F1B's, for split backwards), the micro-batches in
+// flight and the buffers per stage. --png draws the same timeline with tools/plot_schedule.py
+// (matplotlib).
 // Exit 0, or 2 when the plugin, the layout or the picture cannot be had (one line saying why).
 #include <iostream>
 #include <string>
@@ -49,6 +51,7 @@ int draw(const std::string& png, const std::string& schedule, int p, int m, int 
                       {"makespan", t.makespan},
                       {"bubble", t.bubble},
                       {"formula", double(p - 1) / (v * m + p - 1)},
+                      {"split", t.split},
                       {"max_in_flight", t.max_in_flight},
                       {"buffers", t.peak_buffers},
                       {"boxes", nlohmann::json::array()}};
@@ -76,8 +79,11 @@ int run(const std::string& schedule, int p, int m, int v, const std::string& png
   std::cout << "triad-schedule: " << be.name() << ", " << p << (p == 1 ? " stage, " : " stages, ")
             << m << (m == 1 ? " micro-batch, " : " micro-batches, ") << v
             << (v == 1 ? " virtual stage" : " virtual stages")
-            << " (forward 1 time unit, backward 2, communication free)\n";
-  std::cout << "cells: F3 / B3 forward / backward of micro-batch 3"
+            << " (forward 1 time unit, backward 2"
+            << (t.split ? ": its input half B 1, its weight half W 1" : "")
+            << ", communication free)\n";
+  std::cout << "cells: F3 / B3 " << (t.split ? "/ W3 " : "") << "forward / backward "
+            << (t.split ? "(input half) / weight half " : "") << "of micro-batch 3"
             << (v > 1 ? " (F3b: of its chunk 1)" : "") << ", . idle\n";
   const int label = int(std::to_string(p - 1).size());
   for (int s = 0; s < p; ++s) {

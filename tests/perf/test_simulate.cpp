@@ -127,6 +127,27 @@ TEST(PipelineTiming, HandComputedTwoStages) {
   EXPECT_DOUBLE_EQ(t.busy[1], 14.0);
   // The unit costs are triad-schedule's timeline.
   EXPECT_EQ(triad::pipeline_timeline({s0, s1}, 2, 1).makespan, 9);
+
+  // Stage 1 splits its backwards (input half, send, weight half): by default each half takes
+  // half of its backward, so the gradients leave earlier. Stage 1: B0 7.5-9.5 (arrives 10), W0
+  // 9.5-11.5, B1 11.5-13.5 (14), W1 13.5-15.5. Stage 0: B0 10-12, B1 14-16.
+  enum { BI = TRIAD_PIPE_BACKWARD_INPUT, BW = TRIAD_PIPE_BACKWARD_WEIGHT };
+  PipeSchedule split = s1;
+  split.instrs.resize(6);
+  for (int32_t mb : {0, 1})
+    for (int32_t op : {int32_t(BI), int32_t(SG), int32_t(BW)})
+      split.instrs.push_back({op, mb, mb, 0});
+  split.instrs.insert(split.instrs.end(), std::begin(end), std::end(end));
+  triad::PipeTiming h = triad::pipeline_timing({s0, split}, 2, 1, costs);
+  EXPECT_DOUBLE_EQ(h.makespan, 16.0);
+  EXPECT_DOUBLE_EQ(h.end[1], 15.5);
+  EXPECT_DOUBLE_EQ(h.busy[1], 14.0);
+  // A cost for the halves: input 3, weight 1. B0 7.5-10.5 (11), W0, B1 11.5-14.5 (15), W1 to
+  // 15.5; stage 0's B1 15-17.
+  costs.half = [](int, int, bool weight) { return weight ? 1.0 : 3.0; };
+  h = triad::pipeline_timing({s0, split}, 2, 1, costs);
+  EXPECT_DOUBLE_EQ(h.makespan, 17.0);
+  EXPECT_DOUBLE_EQ(h.end[1], 15.5);
 }
 
 // The toy GPT's passes on the toy machine: a block's forward is 24·t·h² + 4·b·s²·h FLOPs, the

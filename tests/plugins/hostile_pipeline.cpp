@@ -11,7 +11,8 @@ namespace {
 const triad_param_spec_v1 kParams[] = {
     {"bug", TRIAD_PARAM_STRING, "none",
      "none | deadlock | missing_backward | buffer_overuse | buffer_reuse | send_without_receive | "
-     "recv_without_send | forward_before_recv | swapped_order | no_optimizer_step"},
+     "recv_without_send | forward_before_recv | swapped_order | no_optimizer_step | "
+     "weight_before_input | missing_weight | weight_after_step"},
 };
 
 class HostilePipeline final : public triad::sdk::PipelinePlugin {
@@ -26,7 +27,10 @@ class HostilePipeline final : public triad::sdk::PipelinePlugin {
                                   "recv_without_send",
                                   "forward_before_recv",
                                   "swapped_order",
-                                  "no_optimizer_step"};
+                                  "no_optimizer_step",
+                                  "weight_before_input",
+                                  "missing_weight",
+                                  "weight_after_step"};
     for (const char* k : known)
       if (bug_ == k) return;
     throw triad::sdk::invalid("unknown bug '" + bug_ + "'");
@@ -47,11 +51,16 @@ class HostilePipeline final : public triad::sdk::PipelinePlugin {
       if (bug_ == "swapped_order" && last && p > 1 && m > 1 && mb < 2) mb = 1 - mb;
       st.forward(mb);
     };
+    // The weight_* defects split every backward into its two halves (pipeline ABI 2).
+    const bool split = bug_.rfind("weight", 0) == 0 || bug_ == "missing_weight";
     auto backward = [&](int32_t mb) {
       if (bug_ == "swapped_order" && last && p > 1 && m > 1 && mb < 2) mb = 1 - mb;
       // missing_backward: the last stage never runs the last micro-batch's backward.
       if (bug_ == "missing_backward" && last && mb == m - 1) return;
-      st.backward(mb);
+      if (!split) return st.backward(mb);
+      st.backward_input(mb);
+      // missing_weight: the last stage never runs the last micro-batch's weight half.
+      if (!(bug_ == "missing_weight" && last && mb == m - 1)) st.backward_weight(mb);
     };
     for (int32_t mb = 0; mb < warmup; ++mb) forward(mb);
     for (int32_t mb = 0; mb < m - warmup; ++mb) {
@@ -96,6 +105,18 @@ class HostilePipeline final : public triad::sdk::PipelinePlugin {
       std::iter_swap(r, r + 1);
     } else if (bug_ == "no_optimizer_step") {
       out.pop_back();
+    } else if (bug_ == "weight_before_input") {
+      // The first micro-batch's weight half runs before its input half.
+      auto b = find(TRIAD_PIPE_BACKWARD_INPUT), w = find(TRIAD_PIPE_BACKWARD_WEIGHT);
+      std::iter_swap(b, w);
+    } else if (bug_ == "weight_after_step") {
+      // The last weight half runs after the optimizer step.
+      auto w = std::find_if(out.rbegin(), out.rend(), [](const triad_pipe_instr_v1& i) {
+        return i.op == TRIAD_PIPE_BACKWARD_WEIGHT;
+      });
+      const triad_pipe_instr_v1 moved = *w;
+      out.erase(std::next(w).base());
+      out.push_back(moved);
     }
   }
 

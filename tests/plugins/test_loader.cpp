@@ -11,7 +11,7 @@
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v2.h"
-#include "triad/sdk/pipeline_v1.h"
+#include "triad/sdk/pipeline_v2.h"
 
 namespace triad {
 namespace {
@@ -115,7 +115,8 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  EXPECT_EQ(files.size(), 15u);  // nine broken plugins, buggy, chatty, three hostile ones, v1old
+  // nine broken plugins, buggy, chatty, three hostile ones, two v1old (data and pipeline)
+  EXPECT_EQ(files.size(), 16u);
   EXPECT_EQ(files.front().path, bad_plugin("abi99"));
   EXPECT_EQ(files.front().kind, "attention");
   EXPECT_EQ(files.front().name, "abi99");
@@ -126,7 +127,7 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
             (std::vector<std::string>{"buggy", "chatty", "kindabi0", "kindabi2", "nulldefault",
                                       "nullname", "nullslot"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
-  EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile"}));
+  EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile", "v1old"}));
   EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old"}));
   EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
 }
@@ -221,10 +222,11 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   std::vector<std::string> kinds;
   for (const auto& k : kind_abis()) {
     kinds.push_back(k.kind);
-    // data is at version 2 (ZeRO-2/3) and adapts version 1; the others are at version 1.
-    const bool data = std::string(k.kind) == "data";
-    EXPECT_EQ(k.current, data ? 2u : 1u) << k.kind;
-    EXPECT_EQ(k.adapters.size(), data ? 1u : 0u) << k.kind;
+    // data (ZeRO-2/3) and pipeline (split backwards) are at version 2 and adapt version 1; the
+    // others are at version 1.
+    const bool two = std::string(k.kind) == "data" || std::string(k.kind) == "pipeline";
+    EXPECT_EQ(k.current, two ? 2u : 1u) << k.kind;
+    EXPECT_EQ(k.adapters.size(), two ? 1u : 0u) << k.kind;
   }
   EXPECT_EQ(kinds,
             (std::vector<std::string>{"attention", "transport", "data", "tensor", "pipeline"}));
@@ -244,6 +246,19 @@ TEST(PluginLoader, DataVersionOneIsAdapted) {
   EXPECT_TRUE(p->adapted());
   EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_DATA_ABI_VERSION));
   EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 2);
+}
+
+// A pipeline plugin of kind ABI 1 loads through the adapter (the same table; its streams never
+// split a backward), and plugins built with the SDK's C++ layer are of version 2.
+TEST(PluginLoader, PipelineVersionOneIsAdapted) {
+  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "v1old");
+  EXPECT_EQ(p->kind_abi_version(), 1u);
+  EXPECT_TRUE(p->adapted());
+  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_PIPELINE_ABI_VERSION));
+  EXPECT_EQ(TRIAD_PIPELINE_ABI_VERSION, 2);
+  auto hostile = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "hostile");
+  EXPECT_EQ(hostile->kind_abi_version(), 2u);
+  EXPECT_FALSE(hostile->adapted());
 }
 
 TEST(PluginLoader, OlderKindAbiWithoutAdapterIsRefusedWithTheFix) {
@@ -397,7 +412,7 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("  origin:       build tree (")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
-              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 2, tensor 1, pipeline 1\n"),
+              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 2, tensor 1, pipeline 2\n"),
                     HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 

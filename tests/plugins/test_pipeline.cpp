@@ -22,12 +22,14 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr const char* kHostile = TRIAD_TEST_PLUGIN_DIR "/libtriad-pipeline-hostile.so";
+constexpr const char* kVersion1 = TRIAD_TEST_PLUGIN_DIR "/libtriad-pipeline-v1old.so";
 
 constexpr int32_t LOAD = TRIAD_PIPE_LOAD_MICRO_BATCH, F = TRIAD_PIPE_FORWARD,
                   B = TRIAD_PIPE_BACKWARD, SA = TRIAD_PIPE_SEND_ACTIVATION,
                   RA = TRIAD_PIPE_RECV_ACTIVATION, SG = TRIAD_PIPE_SEND_GRAD,
                   RG = TRIAD_PIPE_RECV_GRAD, TIED = TRIAD_PIPE_REDUCE_TIED_GRADS,
-                  GRADS = TRIAD_PIPE_REDUCE_GRADS, STEP = TRIAD_PIPE_OPTIMIZER_STEP;
+                  GRADS = TRIAD_PIPE_REDUCE_GRADS, STEP = TRIAD_PIPE_OPTIMIZER_STEP,
+                  BI = TRIAD_PIPE_BACKWARD_INPUT, BW = TRIAD_PIPE_BACKWARD_WEIGHT;
 
 struct Backend {
   CoreServices services;
@@ -40,13 +42,14 @@ struct Backend {
   PipelineBackend* operator->() { return be.get(); }
 };
 
-// "F0 B0 ..." of a stream's forwards and backwards (chunk letters when `chunks`).
+// "F0 B0 ..." of a stream's forwards and backwards ("b0" / "W0" for the halves of a split one;
+// chunk letters when `chunks`).
 std::string passes(const PipeSchedule& s, bool chunks = false) {
   std::string out;
   for (const auto& i : s.instrs) {
-    if (i.op != F && i.op != B) continue;
+    if (i.op != F && i.op != B && i.op != BI && i.op != BW) continue;
     if (!out.empty()) out += ' ';
-    out += i.op == F ? 'F' : 'B';
+    out += i.op == F ? 'F' : i.op == B ? 'B' : i.op == BI ? 'b' : 'W';
     out += std::to_string(i.micro_batch);
     if (chunks) out += char('a' + i.chunk);
   }
@@ -165,7 +168,7 @@ TEST(PipelineBackend, BrokenStreamsAreRefusedBeforeARun) {
               AllOf(HasSubstr("pipeline plugin 'hostile' cannot schedule stage 0 of 4"),
                     HasSubstr("buffer 3 is outside the 3 buffers it declares"),
                     HasSubstr("triad-plugin-test pipeline"),
-                    HasSubstr("set pipeline: 1f1b (or gpipe, interleaved)")));
+                    HasSubstr("set pipeline: 1f1b (or gpipe, interleaved, zb-h1)")));
   // Each stage's stream is fine on its own; together they deadlock.
   Backend deadlock(kHostile, {{"bug", "deadlock"}});
   EXPECT_NO_THROW(deadlock->schedule(0, 2, 4));
@@ -230,6 +233,68 @@ TEST(SimulatePipeline, NamesWhatIsWrong) {
   EXPECT_EQ(simulate_pipeline({}, 1, 1), "no stages");
 }
 
+// A split backward: the input half (with the gradient's receive before it and its send after
+// it), then the weight half, which frees the buffer; every weight half before the step ends.
+TEST(SimulatePipeline, SplitBackwardRules) {
+  auto sim = [](const PipeSchedule& s) { return simulate_pipeline({s}, 1, 1); };
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BI, 0, 0, 0}, {BW, 0, 0, 0}})), "");
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BW, 0, 0, 0}, {BI, 0, 0, 0}})),
+            "stage 0: instruction 2 (backward-weight of micro-batch 0 in buffer 0): it comes "
+            "before the backward-input of micro-batch 0");
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BI, 0, 0, 0}})),
+            "stage 0: micro-batch 0 has no backward-weight");
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}})),
+            "stage 0: micro-batch 0 has no backward or backward-input");
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BI, 0, 0, 0}, {B, 0, 0, 0}})),
+            "stage 0: instruction 3 (backward of micro-batch 0 in buffer 0): micro-batch 0 "
+            "already ran a backward-input; a pass runs one backward, or a backward-input and "
+            "later a backward-weight");
+  EXPECT_EQ(sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {B, 0, 0, 0}, {BW, 0, 0, 0}})),
+            "stage 0: instruction 3 (backward-weight of micro-batch 0 in buffer 0): micro-batch 0 "
+            "already ran its whole backward; a pass runs one backward, or a backward-input and "
+            "later a backward-weight");
+  EXPECT_EQ(
+      sim(one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BI, 0, 0, 0}, {BW, 0, 0, 0}, {BW, 0, 0, 0}})),
+      "stage 0: instruction 4 (backward-weight of micro-batch 0 in buffer 0): a second "
+      "backward-weight of micro-batch 0 (each pass runs each of its instructions once)");
+  PipeSchedule late = one_stage({{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {BI, 0, 0, 0}});
+  late.instrs.push_back({BW, 0, 0, 0});
+  EXPECT_THAT(sim(late), HasSubstr("stage 0: instruction 6 (backward-weight of micro-batch 0 in "
+                                   "buffer 0): it comes after optimizer-step"));
+  // The buffer stays held until the weight half: micro-batch 1 may not take it before.
+  EXPECT_EQ(simulate_pipeline({one_stage({{LOAD, 0, 0, 0},
+                                          {F, 0, 0, 0},
+                                          {BI, 0, 0, 0},
+                                          {LOAD, 1, 0, 0},
+                                          {F, 1, 0, 0},
+                                          {BI, 1, 0, 0},
+                                          {BW, 0, 0, 0},
+                                          {BW, 1, 0, 0}})},
+                              2, 1),
+            "stage 0: instruction 3 (load of micro-batch 1 in buffer 0): buffer 0 still holds "
+            "micro-batch 0, whose backward has not finished");
+
+  // Two stages: stage 1's send of the gradient may come before or after its weight half; stage 0
+  // cannot receive it before stage 1's input half, whatever comes between.
+  auto two = [](std::vector<triad_pipe_instr_v1> tail1, std::vector<triad_pipe_instr_v1> tail0) {
+    std::vector<triad_pipe_instr_v1> s0 = {{LOAD, 0, 0, 0}, {F, 0, 0, 0}, {SA, 0, 0, 0}};
+    std::vector<triad_pipe_instr_v1> s1 = {{LOAD, 0, 0, 0}, {RA, 0, 0, 0}, {F, 0, 0, 0}};
+    s0.insert(s0.end(), tail0.begin(), tail0.end());
+    s1.insert(s1.end(), tail1.begin(), tail1.end());
+    return simulate_pipeline({one_stage(s0), one_stage(s1)}, 1, 1);
+  };
+  const std::vector<triad_pipe_instr_v1> stage0 = {{RG, 0, 0, 0}, {BI, 0, 0, 0}, {BW, 0, 0, 0}};
+  EXPECT_EQ(two({{BI, 0, 0, 0}, {SG, 0, 0, 0}, {BW, 0, 0, 0}}, stage0), "");
+  EXPECT_EQ(two({{BI, 0, 0, 0}, {BW, 0, 0, 0}, {SG, 0, 0, 0}}, stage0), "");
+  EXPECT_EQ(two({{BI, 0, 0, 0}, {BW, 0, 0, 0}, {SG, 0, 0, 0}}, {{RG, 0, 0, 0}, {B, 0, 0, 0}}), "");
+  EXPECT_EQ(two({{SG, 0, 0, 0}, {BI, 0, 0, 0}, {BW, 0, 0, 0}}, stage0),
+            "stage 1: instruction 3 (send-grad of micro-batch 0 in buffer 0): it comes before the "
+            "backward or backward-input of micro-batch 0");
+  EXPECT_EQ(two({{BI, 0, 0, 0}, {SG, 0, 0, 0}, {BW, 0, 0, 0}}, {{BI, 0, 0, 0}, {RG, 0, 0, 0}}),
+            "stage 0: instruction 3 (backward-input of micro-batch 0 in buffer 0): it comes before "
+            "the recv-grad of micro-batch 0");
+}
+
 TEST(PipelineTimeline, BubbleMatchesTheFormula) {
   Backend one(TRIAD_1F1B_PLUGIN), gpipe(TRIAD_GPIPE_PLUGIN), il(TRIAD_INTERLEAVED_PLUGIN);
   const PipeTimeline t = pipeline_timeline(one->schedules(4, 8), 8, 1);
@@ -260,11 +325,107 @@ TEST(PipelineTimeline, BubbleMatchesTheFormula) {
               HasSubstr("arrive in the order they were sent"));
 }
 
+// ZB-H1 at p = 4, m = 8: 1F1B's order with each backward split, stage s's weight halves s
+// micro-batches behind its input halves; a third of 1F1B's bubble, (p-1)(F+B-W) = 3 units per
+// stage against (p-1)(F+B+W) = 9.
+TEST(ZeroBubbleH1, SplitsAndPostponesTheWeightHalves) {
+  Backend be(TRIAD_ZBH1_PLUGIN);
+  EXPECT_EQ(be->name(), "zb-h1");
+  EXPECT_EQ(be->capabilities().max_virtual_stages, 1);
+  const auto all = be->schedules(4, 8);
+  EXPECT_EQ(passes(all[0]),
+            "F0 F1 F2 F3 b0 W0 F4 b1 W1 F5 b2 W2 F6 b3 W3 F7 b4 W4 b5 W5 b6 W6 b7 W7");
+  EXPECT_EQ(passes(all[3]),
+            "F0 b0 F1 b1 F2 b2 F3 b3 W0 F4 b4 W1 F5 b5 W2 F6 b6 W3 F7 b7 W4 W5 W6 W7");
+  // A middle stage: receive the gradient, the input half, send it on, later the weight half.
+  const auto r = rows(all[1]);
+  const std::vector<std::vector<int32_t>> first_backward = {
+      {RG, 0, 0, 0}, {BI, 0, 0, 0}, {SG, 0, 0, 0}};
+  EXPECT_EQ(std::vector<std::vector<int32_t>>(r.begin() + 12, r.begin() + 15), first_backward);
+  const PipeTimeline t = pipeline_timeline(all, 8, 1);
+  EXPECT_TRUE(t.split);
+  EXPECT_EQ(t.makespan, 27);
+  EXPECT_DOUBLE_EQ(t.bubble, 3.0 / 27.0);
+  EXPECT_EQ(t.in_flight, (std::vector<int>{4, 4, 4, 4}));
+  EXPECT_EQ(t.peak_buffers, (std::vector<int>{4, 4, 4, 4}));
+  EXPECT_EQ(t.rows[0].substr(0, 29), "F0 F1 F2 F3 .  .  .  B0 W0 F4");
+  EXPECT_EQ(t.rows[3].substr(0, 29), ".  .  .  F0 B0 F1 B1 F2 B2 F3");
+  int weights = 0;
+  for (const PipeBox& b : t.boxes) {
+    EXPECT_EQ(b.length, 1);
+    weights += b.pass == 'W';
+    EXPECT_NE(b.pass, 'B');
+  }
+  EXPECT_EQ(weights, 4 * 8);
+  EXPECT_EQ(pipe_bubble_text(t, 8, 1),
+            "0.111 of the step (formula (p-1)/(3m+p-1) = 3/27 = 0.111 with a split backward; "
+            "1F1B's (p-1)/(m+p-1) = 3/11 = 0.273)");
+  // One stage: gradient accumulation with split backwards.
+  EXPECT_EQ(passes(be->schedule(0, 1, 2)), "F0 b0 W0 F1 b1 W1");
+}
+
+// Every layout of p 1..4 and m in {1, 2, 3, 4, 8, 16}: valid streams that run together; the
+// bubble at most half of 1F1B's (whole backward 2) where p >= 2 and m >= p, whether counted over
+// the step or as each stage's idle time between its first and last pass; at most one micro-batch
+// more in flight than 1F1B holds (its p on the first stage), none on any stage beyond p.
+TEST(ZeroBubbleH1, HalvesTheBubbleOf1F1BWithItsMemory) {
+  Backend zb(TRIAD_ZBH1_PLUGIN), one(TRIAD_1F1B_PLUGIN);
+  // Per stage, the idle time between its first and last pass.
+  auto between = [](const PipeTimeline& t) {
+    std::vector<int> first(t.rows.size(), 1 << 30), last(t.rows.size(), 0), busy(t.rows.size());
+    for (const PipeBox& b : t.boxes) {
+      first[size_t(b.stage)] = std::min(first[size_t(b.stage)], b.start);
+      last[size_t(b.stage)] = std::max(last[size_t(b.stage)], b.start + b.length);
+      busy[size_t(b.stage)] += b.length;
+    }
+    int idle = 0;
+    for (size_t s = 0; s < t.rows.size(); ++s) idle += last[s] - first[s] - busy[s];
+    return idle;
+  };
+  for (int p = 1; p <= 4; ++p)
+    for (int m : {1, 2, 3, 4, 8, 16}) {
+      const std::string at = "p " + std::to_string(p) + ", m " + std::to_string(m);
+      std::vector<PipeSchedule> streams;
+      ASSERT_NO_THROW(streams = zb->schedules(p, m)) << at;
+      EXPECT_EQ(simulate_pipeline(streams, m, 1), "") << at;
+      const PipeTimeline z = pipeline_timeline(streams, m, 1);
+      const PipeTimeline o = pipeline_timeline(one->schedules(p, m), m, 1);
+      EXPECT_LE(z.max_in_flight, o.max_in_flight + 1) << at;
+      for (int s = 0; s < p; ++s) {
+        EXPECT_LE(z.in_flight[size_t(s)], std::min(p, m)) << at << ", stage " << s;
+        EXPECT_EQ(streams[size_t(s)].buffers, std::min(p, m)) << at << ", stage " << s;
+      }
+      EXPECT_LE(z.makespan, o.makespan) << at;
+      if (p >= 2 && m >= p) {
+        EXPECT_LE(z.bubble, 0.5 * o.bubble) << at;
+        EXPECT_LE(between(z), 0.5 * between(o)) << at;
+        // The paper's (p-1)(F+B-W) per stage: the step lasts 3m + p - 1 units.
+        EXPECT_EQ(z.makespan, 3 * m + p - 1) << at;
+      }
+    }
+}
+
+// A plugin built against pipeline_v1.h (GPipe) loads through the adapter and passes the suite.
+TEST(PipelineSuite, VersionOnePluginPassesThroughTheAdapter) {
+  Backend be(kVersion1);
+  EXPECT_EQ(be->name(), "v1old");
+  EXPECT_EQ(passes(be->schedule(0, 2, 3)), "F0 F1 F2 B2 B1 B0");
+  std::string out;
+  EXPECT_EQ(run_command(std::string(TRIAD_PLUGIN_TEST_EXE) + " pipeline " + kVersion1 +
+                            " --expect-pass 11 --expect-skip 0",
+                        &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("PASS v1old p=8 (32 layouts of m 1..32 run together"));
+}
+
 TEST(PipelineBackend, Names) {
   EXPECT_STREQ(pipe_op_name(LOAD), "load");
   EXPECT_STREQ(pipe_op_name(SA), "send-activation");
   EXPECT_STREQ(pipe_op_name(STEP), "optimizer-step");
-  EXPECT_STREQ(pipe_op_name(TRIAD_PIPE_OP_COUNT), "unknown");
+  EXPECT_STREQ(pipe_op_name(BI), "backward-input");
+  EXPECT_STREQ(pipe_op_name(BW), "backward-weight");
+  EXPECT_STREQ(pipe_op_name(TRIAD_PIPE_OP_COUNT_V2), "unknown");
   EXPECT_EQ(pipe_layout_text({1, 4, 1, 2}), "stage 1 of 4, 1 micro-batch, 2 virtual stages");
   EXPECT_EQ(describe_capabilities(triad_pipe_caps_v1{1}), "not interleaved (1 virtual stage)");
   EXPECT_EQ(describe_capabilities(triad_pipe_caps_v1{0}),
@@ -309,6 +470,13 @@ TEST(PipelineSuite, CatchesEachPlantedDefect) {
        "1 in buffer 0), but the next activation stage 0 sent it is for micro-batch 0"},
       {"no_optimizer_step",
        "FAIL hostile p=1: m=1: stage 0: the stream has no optimizer-step at its end"},
+      {"weight_before_input",
+       "FAIL hostile p=1: m=1: stage 0: instruction 2 (backward-weight of micro-batch 0 in buffer "
+       "0): it comes before the backward-input of micro-batch 0"},
+      {"missing_weight", "FAIL hostile p=1: m=1: stage 0: micro-batch 0 has no backward-weight"},
+      {"weight_after_step",
+       "FAIL hostile p=1: m=1: stage 0: instruction 6 (backward-weight of micro-batch 0 in buffer "
+       "0): it comes after optimizer-step"},
   };
   for (const auto& [bug, expect] : bugs) {
     std::string out;
@@ -348,6 +516,23 @@ TEST(ScheduleTool, PrintsTheTimelineAndRefusesWithOneLine) {
                          HasSubstr("must be a multiple"),
                          HasSubstr("set --micro-batches to 8 or --virtual to 1")));
   out.clear();
+  ASSERT_EQ(
+      run_command(
+          std::string(TRIAD_SCHEDULE_EXE) + " --stages 2 --micro-batches 4 --schedule zb-h1", &out),
+      0)
+      << out;
+  EXPECT_THAT(out, AllOf(HasSubstr("zb-h1, 2 stages, 4 micro-batches, 1 virtual stage (forward 1 "
+                                   "time unit, backward 2: its input half B 1, its weight half W "
+                                   "1, communication free)"),
+                         HasSubstr("cells: F3 / B3 / W3 forward / backward (input half) / weight "
+                                   "half of micro-batch 3, . idle"),
+                         HasSubstr("stage 0 | F0 F1 .  B0 W0 F2 B1 W1 F3 B2 W2 B3 W3\n"),
+                         HasSubstr("stage 1 | .  F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3\n"),
+                         HasSubstr("bubble: 0.077 of the step (formula (p-1)/(3m+p-1) = 1/13 = "
+                                   "0.077 with a split backward; 1F1B's (p-1)/(m+p-1) = 1/5 = "
+                                   "0.200)"),
+                         HasSubstr("in flight: at most 2 micro-batches (per stage: 2 2)")));
+  out.clear();
   EXPECT_EQ(
       run_command(std::string(TRIAD_SCHEDULE_EXE) + " --stages 4 --micro-batches 8 --schedule 1fb1",
                   &out),
@@ -355,13 +540,14 @@ TEST(ScheduleTool, PrintsTheTimelineAndRefusesWithOneLine) {
   EXPECT_THAT(out, HasSubstr("did you mean '1f1b'"));
 }
 
-// --png: a picture when python3 has matplotlib, otherwise one line and exit 2.
-TEST(ScheduleTool, DrawsOrSaysWhatIsMissing) {
+// Draws p = 4, m = 8 of `schedule`: a picture when python3 has matplotlib, otherwise one line and
+// exit 2.
+void draws_or_says_what_is_missing(const std::string& schedule) {
   const auto png = test_tmp_dir() / "schedule.png";
   std::string out;
   const int rc =
-      run_command(std::string(TRIAD_SCHEDULE_EXE) +
-                      " --stages 4 --micro-batches 8 --schedule 1f1b --png " + png.string(),
+      run_command(std::string(TRIAD_SCHEDULE_EXE) + " --stages 4 --micro-batches 8 --schedule " +
+                      schedule + " --png " + png.string(),
                   &out);
   // The python3 the tool runs: Debian's where there is one, else PATH's.
   std::string probe;
@@ -379,12 +565,21 @@ TEST(ScheduleTool, DrawsOrSaysWhatIsMissing) {
   std::filesystem::remove(png);
 }
 
+// --png: a picture when python3 has matplotlib, otherwise one line and exit 2 (1F1B's whole
+// backwards and ZB-H1's halves alike).
+TEST(ScheduleTool, DrawsOrSaysWhatIsMissing) {
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(schedule);
+    draws_or_says_what_is_missing(schedule);
+  }
+}
+
 TEST(InfoTool, ListsPipelinePluginsWithCapabilities) {
   std::string out;
   ASSERT_EQ(run_command(std::string(TRIAD_INFO_EXE) + " --kind pipeline", &out), 0);
   EXPECT_THAT(out, AllOf(HasSubstr("pipeline gpipe\n"), HasSubstr("pipeline 1f1b\n"),
-                         HasSubstr("pipeline interleaved\n"),
-                         HasSubstr("abi:          plugin 1, pipeline 1\n"),
+                         HasSubstr("pipeline interleaved\n"), HasSubstr("pipeline zb-h1\n"),
+                         HasSubstr("abi:          plugin 1, pipeline 2\n"),
                          HasSubstr("capabilities: not interleaved (1 virtual stage)\n"),
                          HasSubstr("capabilities: interleaved, any number of virtual stages\n")));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("\ntensor ")));

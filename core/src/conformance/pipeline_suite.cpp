@@ -1,6 +1,7 @@
 // The pipeline conformance suite. A pipeline plugin is a pure schedule, so everything runs in
 // this process: every stage's stream of a layout is asked for as it comes (try_schedule) and the
-// streams are run together by simulate_pipeline(), which checks each stream's rules and the
+// streams are run together by simulate_pipeline(), which checks each stream's rules (a split
+// backward's input half before its weight half, every weight half before the step's end) and the
 // messages between stages; pipeline_timeline() then measures what the schedule holds in flight
 // and its bubble.
 #include <algorithm>
@@ -54,11 +55,12 @@ Streams ask(const PipelineBackend& be, int p, int m, int v) {
   return out;
 }
 
-// The most a schedule of this name may hold in flight on a stage: 1F1B's p micro-batches, and
-// for Megatron's interleaving (v > 1) its warm-up of 2(p-1) + (v-1)p chunk passes plus one, as
-// chunk activations (buffers in use). 0: no bound.
+// The most a schedule of this name may hold in flight on a stage: 1F1B's p micro-batches (ZB-H1
+// too: its first stage holds as many, the later ones no more), and for Megatron's interleaving
+// (v > 1) its warm-up of 2(p-1) + (v-1)p chunk passes plus one, as chunk activations (buffers in
+// use). 0: no bound.
 int in_flight_bound(const std::string& name, int p, int v) {
-  if (name != "1f1b" && name != "interleaved") return 0;
+  if (name != "1f1b" && name != "interleaved" && name != "zb-h1") return 0;
   return v == 1 ? p : (v + 1) * p - 1;
 }
 

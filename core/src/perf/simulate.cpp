@@ -268,6 +268,13 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
     return (backward ? p.bwd + p.bwd_comm : p.fwd + p.fwd_comm) + mc.per_pass;
   };
+  // A split backward (BACKWARD_INPUT, then BACKWARD_WEIGHT): half of the compute each (a GEMM's
+  // input and weight gradients cost the same), the tensor-parallel collectives in the input half
+  // (they carry the input gradient), and each half one pass's overhead.
+  costs.half = [&](int st, int c, bool weight) {
+    const PassTime& p = chunks[size_t(st)][size_t(c)];
+    return p.bwd / 2 + (weight ? 0.0 : p.bwd_comm) + mc.per_pass;
+  };
   const double msg = u.b * u.s * u.h * u.act;
   costs.transfer = [&](int, int, bool) { return collective_time(u.pp_link(), "p2p", msg, 2); };
   const PipeTiming timing = pipeline_timing(streams, u.m, u.v, costs);

@@ -1,6 +1,7 @@
 #include "triad/core/plugins/pipeline_backend.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -17,9 +18,10 @@ namespace triad {
 namespace {
 
 const char* const kOpNames[] = {
-    "load",      "forward",   "backward",          "send-activation", "recv-activation",
-    "send-grad", "recv-grad", "reduce-tied-grads", "reduce-grads",    "optimizer-step"};
-static_assert(std::size(kOpNames) == TRIAD_PIPE_OP_COUNT);
+    "load",           "forward",        "backward",          "send-activation", "recv-activation",
+    "send-grad",      "recv-grad",      "reduce-tied-grads", "reduce-grads",    "optimizer-step",
+    "backward-input", "backward-weight"};
+static_assert(std::size(kOpNames) == TRIAD_PIPE_OP_COUNT_V2);
 
 // The step-wide ops, in the order that ends every step.
 constexpr int32_t kEnd[] = {TRIAD_PIPE_REDUCE_TIED_GRADS, TRIAD_PIPE_REDUCE_GRADS,
@@ -45,7 +47,7 @@ std::string pass_text(int32_t mb, int32_t chunk, int v) {
 
 // "forward of micro-batch 2 in buffer 0", "reduce-grads", "op 12"
 std::string instr_text(const triad_pipe_instr_v1& i, int v) {
-  if (i.op < 0 || i.op >= TRIAD_PIPE_OP_COUNT) return "op " + std::to_string(i.op);
+  if (i.op < 0 || i.op >= TRIAD_PIPE_OP_COUNT_V2) return "op " + std::to_string(i.op);
   std::string s = pipe_op_name(i.op);
   if (step_wide(i.op)) return s;
   return s + " of " + pass_text(i.micro_batch, i.chunk, v) + " in buffer " +
@@ -63,18 +65,41 @@ bool last_virtual(const triad_pipe_layout_v1& l, int32_t chunk) {
   return l.stage == l.stages - 1 && chunk == l.virtual_stages - 1;
 }
 
-// The ops of one (micro-batch, chunk) pass after its optional LOAD, in order.
-std::vector<int32_t> pass_ops(const triad_pipe_layout_v1& l, int32_t chunk) {
-  std::vector<int32_t> ops;
-  if (!first_virtual(l, chunk)) ops.push_back(TRIAD_PIPE_RECV_ACTIVATION);
-  ops.push_back(TRIAD_PIPE_FORWARD);
+bool compute(int32_t op) {
+  return op == TRIAD_PIPE_FORWARD || op == TRIAD_PIPE_BACKWARD || op == TRIAD_PIPE_BACKWARD_INPUT ||
+         op == TRIAD_PIPE_BACKWARD_WEIGHT;
+}
+
+// The orders one (micro-batch, chunk) pass may run its ops in after its optional LOAD: with a
+// whole backward, or split with the SEND_GRAD before or after the weight half (the same order
+// twice on the first virtual stage, which sends nothing; kept, as it never matters which of two
+// equal orders a pass follows).
+std::vector<std::vector<int32_t>> pass_orders(const triad_pipe_layout_v1& l, int32_t chunk) {
+  std::vector<int32_t> head;
+  if (!first_virtual(l, chunk)) head.push_back(TRIAD_PIPE_RECV_ACTIVATION);
+  head.push_back(TRIAD_PIPE_FORWARD);
   if (!last_virtual(l, chunk)) {
-    ops.push_back(TRIAD_PIPE_SEND_ACTIVATION);
-    ops.push_back(TRIAD_PIPE_RECV_GRAD);
+    head.push_back(TRIAD_PIPE_SEND_ACTIVATION);
+    head.push_back(TRIAD_PIPE_RECV_GRAD);
   }
-  ops.push_back(TRIAD_PIPE_BACKWARD);
-  if (!first_virtual(l, chunk)) ops.push_back(TRIAD_PIPE_SEND_GRAD);
-  return ops;
+  const bool sends = !first_virtual(l, chunk);
+  std::vector<std::vector<int32_t>> orders;
+  for (const std::vector<int32_t>& tail :
+       {std::vector<int32_t>{TRIAD_PIPE_BACKWARD, TRIAD_PIPE_SEND_GRAD},
+        std::vector<int32_t>{TRIAD_PIPE_BACKWARD_INPUT, TRIAD_PIPE_SEND_GRAD,
+                             TRIAD_PIPE_BACKWARD_WEIGHT},
+        std::vector<int32_t>{TRIAD_PIPE_BACKWARD_INPUT, TRIAD_PIPE_BACKWARD_WEIGHT,
+                             TRIAD_PIPE_SEND_GRAD}}) {
+    std::vector<int32_t> ops = head;
+    for (int32_t op : tail)
+      if (sends || op != TRIAD_PIPE_SEND_GRAD) ops.push_back(op);
+    orders.push_back(std::move(ops));
+  }
+  return orders;
+}
+
+bool holds(const std::vector<int32_t>& order, int32_t op) {
+  return std::find(order.begin(), order.end(), op) != order.end();
 }
 
 // Why `op` has no place in the pass of `chunk` at all.
@@ -103,15 +128,70 @@ bool load_allowed(const triad_pipe_layout_v1& l, int32_t chunk) {
 }
 
 struct PassState {
-  size_t next = 0;      // index into pass_ops
+  size_t next = 0;      // ops run, a prefix of each order still open to it
+  unsigned open = ~0u;  // bit k: the pass still follows pass_orders()[k]
   int32_t buffer = -1;  // the buffer it holds; -1 before its first instruction
   bool loaded = false;
 };
 
+// The ops that come next in the orders `ps` still follows ("backward or backward-input"), the
+// orders narrowed to those holding `op` when any does.
+std::string next_text(const std::vector<std::vector<int32_t>>& orders, const PassState& ps,
+                      int32_t op) {
+  bool any = false;
+  for (size_t k = 0; k < orders.size(); ++k)
+    any = any || ((ps.open >> k & 1u) && holds(orders[k], op));
+  std::vector<int32_t> next;
+  for (size_t k = 0; k < orders.size(); ++k)
+    if ((ps.open >> k & 1u) && (!any || holds(orders[k], op)) && ps.next < orders[k].size() &&
+        std::find(next.begin(), next.end(), orders[k][ps.next]) == next.end())
+      next.push_back(orders[k][ps.next]);
+  std::string s;
+  for (int32_t n : next) s += (s.empty() ? "" : " or ") + std::string(pipe_op_name(n));
+  return s;
+}
+
+// Why `op` breaks the orders `ps` still follows, or "" and `ps` moved past it.
+std::string advance(const std::vector<std::vector<int32_t>>& orders, PassState& ps, int32_t op,
+                    const std::string& pass) {
+  unsigned open = 0;
+  for (size_t k = 0; k < orders.size(); ++k)
+    if ((ps.open >> k & 1u) && ps.next < orders[k].size() && orders[k][ps.next] == op)
+      open |= 1u << k;
+  if (open) {
+    ps.open = open;
+    ++ps.next;
+    return "";
+  }
+  bool anywhere = false, ahead = false, behind = false;
+  for (size_t k = 0; k < orders.size(); ++k) {
+    const auto pos = std::find(orders[k].begin(), orders[k].end(), op);
+    if (pos == orders[k].end()) continue;
+    anywhere = true;
+    if (!(ps.open >> k & 1u)) continue;
+    (size_t(pos - orders[k].begin()) < ps.next ? behind : ahead) = true;
+  }
+  if (!anywhere) return not_here(op);
+  if (behind)
+    return "a second " + std::string(pipe_op_name(op)) + " of " + pass +
+           " (each pass runs each of its instructions once)";
+  if (ahead) return "it comes before the " + next_text(orders, ps, op) + " of " + pass;
+  return pass + " already ran " +
+         (op == TRIAD_PIPE_BACKWARD ? "a backward-input" : "its whole backward") +
+         "; a pass runs one backward, or a backward-input and later a backward-weight";
+}
+
+// Whether `ps` has run all of one of the orders.
+bool finished(const std::vector<std::vector<int32_t>>& orders, const PassState& ps) {
+  for (size_t k = 0; k < orders.size(); ++k)
+    if ((ps.open >> k & 1u) && ps.next == orders[k].size()) return true;
+  return false;
+}
+
 }  // namespace
 
 const char* pipe_op_name(int32_t op) {
-  return op >= 0 && op < TRIAD_PIPE_OP_COUNT ? kOpNames[op] : "unknown";
+  return op >= 0 && op < TRIAD_PIPE_OP_COUNT_V2 ? kOpNames[op] : "unknown";
 }
 
 std::string pipe_layout_text(const triad_pipe_layout_v1& l) {
@@ -132,8 +212,8 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
   if (stream.buffers < 0 || stream.buffers > m * v)
     return "it declares " + plural(stream.buffers, "buffer", "buffers") + ", more than the " +
            plural(m * v, "pass", "passes") + " of its step can use";
-  std::vector<std::vector<int32_t>> ops;
-  for (int32_t c = 0; c < v; ++c) ops.push_back(pass_ops(l, c));
+  std::vector<std::vector<std::vector<int32_t>>> orders;
+  for (int32_t c = 0; c < v; ++c) orders.push_back(pass_orders(l, c));
   std::vector<PassState> passes(size_t(m) * size_t(v));
   std::vector<int> owner(size_t(stream.buffers), -1);  // pass index, -1 free
   std::vector<int> loads(size_t(m), 0), done(size_t(m), 0);
@@ -143,7 +223,7 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
   for (size_t k = 0; k < stream.instrs.size(); ++k) {
     const triad_pipe_instr_v1& in = stream.instrs[k];
     const std::string where = at(k, in, v);
-    if (in.op < 0 || in.op >= TRIAD_PIPE_OP_COUNT)
+    if (in.op < 0 || in.op >= TRIAD_PIPE_OP_COUNT_V2)
       return "instruction " + std::to_string(k) + " has op " + std::to_string(in.op) +
              ", not a triad_pipe_op";
     if (step_wide(in.op)) {
@@ -167,8 +247,9 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
     const std::string pass = pass_text(in.micro_batch, in.chunk, v);
     const size_t id = size_t(in.micro_batch) * size_t(v) + size_t(in.chunk);
     PassState& ps = passes[id];
-    const std::vector<int32_t>& seq = ops[size_t(in.chunk)];
-    const size_t fwd = size_t(std::find(seq.begin(), seq.end(), TRIAD_PIPE_FORWARD) - seq.begin());
+    const std::vector<std::vector<int32_t>>& seqs = orders[size_t(in.chunk)];
+    const size_t fwd =
+        size_t(std::find(seqs[0].begin(), seqs[0].end(), TRIAD_PIPE_FORWARD) - seqs[0].begin());
     if (in.op == TRIAD_PIPE_LOAD_MICRO_BATCH) {
       if (!load_allowed(l, in.chunk))
         return where + ": " +
@@ -181,15 +262,8 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
       if (ps.next > fwd) return where + ": it comes after the forward it loads for";
       ps.loaded = true;
       ++loads[size_t(in.micro_batch)];
-    } else {
-      const auto pos = std::find(seq.begin(), seq.end(), in.op);
-      if (pos == seq.end()) return where + ": " + not_here(in.op);
-      if (size_t(pos - seq.begin()) < ps.next)
-        return where + ": a second " + pipe_op_name(in.op) + " of " + pass +
-               " (each pass runs each of its instructions once)";
-      if (ps.next >= seq.size() || seq[ps.next] != in.op)
-        return where + ": it comes before the " + pipe_op_name(seq[ps.next]) + " of " + pass;
-      ++ps.next;
+    } else if (std::string e = advance(seqs, ps, in.op, pass); !e.empty()) {
+      return where + ": " + e;
     }
     // The buffer: bound at the pass's first instruction, held until its last.
     if (ps.buffer < 0) {
@@ -209,7 +283,7 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
       return where + ": " + pass + " started in buffer " + std::to_string(ps.buffer) +
              "; all its instructions use that buffer";
     }
-    if (ps.next == seq.size()) {
+    if (finished(seqs, ps)) {
       owner[size_t(ps.buffer)] = -1;
       --used;
       if (++done[size_t(in.micro_batch)] == v) --flying;
@@ -218,9 +292,8 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
   for (int32_t mb = 0; mb < m; ++mb)
     for (int32_t c = 0; c < v; ++c) {
       const PassState& ps = passes[size_t(mb) * size_t(v) + size_t(c)];
-      const std::vector<int32_t>& seq = ops[size_t(c)];
-      if (ps.next < seq.size())
-        return pass_text(mb, c, v) + " has no " + pipe_op_name(seq[ps.next]) +
+      if (!finished(orders[size_t(c)], ps))
+        return pass_text(mb, c, v) + " has no " + next_text(orders[size_t(c)], ps, -1) +
                (ps.next == 0 ? " (it never runs)" : "");
       if (!ps.loaded && (first_virtual(l, c) || last_virtual(l, c)))
         return pass_text(mb, c, v) + " is never loaded (the " +
@@ -237,9 +310,18 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& l, const PipeSchedule&
 
 namespace {
 
+// The time `costs` give one pass (FORWARD, BACKWARD or one of its halves) of `chunk` on `stage`.
+double pass_cost(const PipeCosts& costs, int stage, int32_t chunk, int32_t op) {
+  if (op == TRIAD_PIPE_FORWARD || op == TRIAD_PIPE_BACKWARD)
+    return costs.pass(stage, chunk, op == TRIAD_PIPE_BACKWARD);
+  const bool weight = op == TRIAD_PIPE_BACKWARD_WEIGHT;
+  return costs.half ? costs.half(stage, chunk, weight) : costs.pass(stage, chunk, true) / 2;
+}
+
 // Every stage's stream run together, each instruction's start time on a clock where each pass
-// takes what `cost` says (unit costs: FORWARD 1, BACKWARD 2) and a message arrives its transfer
-// time after it was sent (unit costs: at once). error is "" or the first problem.
+// takes what `cost` says (unit costs: FORWARD 1, BACKWARD 2, each of its halves 1) and a message
+// arrives its transfer time after it was sent (unit costs: at once). error is "" or the first
+// problem.
 struct Run {
   std::string error;
   std::vector<std::vector<double>> start;  // [stage][instruction]
@@ -294,13 +376,12 @@ Run run_together(const std::vector<PipeSchedule>& st, int v, const PipeCosts& co
           }
           q.pop_front();
           clock = std::max(clock, msg.time);
-        } else if (in.op == TRIAD_PIPE_FORWARD || in.op == TRIAD_PIPE_BACKWARD) {
-          const double d = cost.pass(s, in.chunk, in.op == TRIAD_PIPE_BACKWARD);
+        } else if (compute(in.op)) {
+          const double d = pass_cost(cost, s, in.chunk, in.op);
           clock += d;
           r.busy[size_t(s)] += d;
         }
-        r.start[size_t(s)].push_back(
-            in.op == TRIAD_PIPE_FORWARD || in.op == TRIAD_PIPE_BACKWARD ? t0 : clock);
+        r.start[size_t(s)].push_back(compute(in.op) ? t0 : clock);
         moved = true;
       }
     }
@@ -371,17 +452,21 @@ PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micr
     const auto& instrs = stages[size_t(s)].instrs;
     for (size_t k = 0; k < instrs.size(); ++k) {
       const triad_pipe_instr_v1& in = instrs[k];
-      if (in.op != TRIAD_PIPE_FORWARD && in.op != TRIAD_PIPE_BACKWARD) continue;
-      const bool fwd = in.op == TRIAD_PIPE_FORWARD;
+      if (!compute(in.op)) continue;
+      const char pass = in.op == TRIAD_PIPE_FORWARD          ? 'F'
+                        : in.op == TRIAD_PIPE_BACKWARD       ? 'B'
+                        : in.op == TRIAD_PIPE_BACKWARD_INPUT ? 'b'
+                                                             : 'W';
+      t.split = t.split || pass == 'b';
       PipeBox b{s,
                 int(std::lround(r.start[size_t(s)][k])),
-                fwd ? 1 : 2,
-                fwd ? 'F' : 'B',
+                int(std::lround(pass_cost(PipeCosts{}, s, in.chunk, in.op))),
+                pass,
                 in.micro_batch,
                 in.chunk};
       t.boxes.push_back(b);
       busy += b.length;
-      std::string cell(1, b.pass);
+      std::string cell(1, char(std::toupper(b.pass)));
       cell += std::to_string(in.micro_batch);
       if (v > 1) cell += char('a' + in.chunk % 26);
       width = std::max(width, cell.size());
@@ -415,10 +500,21 @@ PipeTiming pipeline_timing(const std::vector<PipeSchedule>& stages, int micro_ba
 
 std::string pipe_bubble_text(const PipeTimeline& t, int micro_batches, int virtual_stages) {
   const int p = int(t.rows.size()), denominator = virtual_stages * micro_batches + p - 1;
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "%.3f of the step (formula %s = %d/%d = %.3f)", t.bubble,
-                virtual_stages == 1 ? "(p-1)/(m+p-1)" : "(p-1)/(v*m+p-1)", p - 1, denominator,
-                double(p - 1) / denominator);
+  char buf[240];
+  if (t.split && virtual_stages == 1) {
+    // Split backwards: F = B = W = 1 leaves (p-1)(F+B-W) idle per stage where m >= p, against
+    // 1F1B's (p-1)(F+B+W).
+    const int zb = 3 * micro_batches + p - 1;
+    std::snprintf(buf, sizeof(buf),
+                  "%.3f of the step (formula (p-1)/(3m+p-1) = %d/%d = %.3f with a split "
+                  "backward; 1F1B's (p-1)/(m+p-1) = %d/%d = %.3f)",
+                  t.bubble, p - 1, zb, double(p - 1) / zb, p - 1, denominator,
+                  double(p - 1) / denominator);
+    return buf;
+  }
+  std::snprintf(buf, sizeof(buf), "%.3f of the step (%sformula %s = %d/%d = %.3f)", t.bubble,
+                t.split ? "1F1B's " : "", virtual_stages == 1 ? "(p-1)/(m+p-1)" : "(p-1)/(v*m+p-1)",
+                p - 1, denominator, double(p - 1) / denominator);
   return buf;
 }
 
@@ -477,9 +573,10 @@ std::string PipelineBackend::try_schedule(const triad_pipe_layout_v1& l, PipeSch
   size_t count = 0;
   if ((st = try_schedule_call(l, nullptr, 0, &count)) != TRIAD_OK)
     return instance_.failure(st, "schedule()");
-  // A step has at most 7 instructions per pass (LOAD and the six of pass_ops) and 3 at its end.
+  // A step has at most 8 instructions per pass (LOAD and the seven of a split pass) and 3 at its
+  // end.
   const size_t most =
-      7 * size_t(std::max(l.micro_batches, 1)) * size_t(std::max(l.virtual_stages, 1)) + 3;
+      8 * size_t(std::max(l.micro_batches, 1)) * size_t(std::max(l.virtual_stages, 1)) + 3;
   if (count > most)
     return "schedule() reports " + std::to_string(count) + " instructions; a step of " +
            plural(l.micro_batches, "micro-batch", "micro-batches") + " has at most " +

@@ -22,7 +22,7 @@
 #include "triad/core/io/files.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v2.h"
-#include "triad/sdk/pipeline_v1.h"
+#include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/tensor_v1.h"
 #include "triad/sdk/transport_v1.h"
 
@@ -142,6 +142,15 @@ AdaptedDescriptor adapt_data_v1(const triad_plugin_v1& older) {
   a.descriptor.kind_abi_version = TRIAD_DATA_ABI_VERSION;
   a.descriptor.ops = ops.get();
   a.keep = ops;
+  return a;
+}
+
+// A pipeline plugin of version 1 as version 2: the same table, whose streams never split a
+// backward.
+AdaptedDescriptor adapt_pipeline_v1(const triad_plugin_v1& older) {
+  AdaptedDescriptor a;
+  a.descriptor = older;
+  a.descriptor.kind_abi_version = TRIAD_PIPELINE_ABI_VERSION;
   return a;
 }
 
@@ -339,7 +348,7 @@ const std::vector<KindAbi>& kind_abis() {
       {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {}},
       {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {{1, &adapt_data_v1}}},
       {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
-      {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {}},
+      {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {{1, &adapt_pipeline_v1}}},
   };
   return table;
 }

@@ -7,17 +7,20 @@
 //
 // PipeStream writes a stage's stream from the order of its forward and backward passes alone:
 // the loads, receives and sends around each pass and the buffer of each micro-batch follow.
+// Plugins built with this layer are of pipeline ABI version 2 (pipeline_v2.h): their streams may
+// split a backward into its input and weight halves.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "triad/sdk/pipeline_v1.h"
+#include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/plugin.hpp"
 
 namespace triad::sdk {
@@ -72,6 +75,11 @@ inline bool last_virtual(const triad_pipe_layout_v1& l, int32_t chunk) {
 //   forward(mb, c)   [LOAD] [RECV_ACTIVATION] FORWARD [SEND_ACTIVATION] in the lowest free buffer
 //   backward(mb, c)  [RECV_GRAD] BACKWARD [SEND_GRAD] from the buffer its forward used, which is
 //                    free again after it
+//   backward_input(mb, c)   [RECV_GRAD] BACKWARD_INPUT [SEND_GRAD]: the backward's first half
+//                    (what the previous stage waits for), in the buffer its forward used, which
+//                    stays busy
+//   backward_weight(mb, c)  BACKWARD_WEIGHT: the second half, after backward_input(mb, c) and
+//                    before finish(); the buffer is free again after it
 //   finish()         REDUCE_TIED_GRADS, REDUCE_GRADS, OPTIMIZER_STEP; returns the stream
 // Receives and sends are left out where no (virtual) stage is before or after. Every stage loads
 // each micro-batch once, before the forward that needs it: the first stage before chunk 0's
@@ -96,16 +104,22 @@ class PipeStream {
   }
 
   void backward(int32_t mb, int32_t chunk = 0) {
-    auto it = buffer_.find({mb, chunk});
-    if (it == buffer_.end())
-      throw std::logic_error("PipeStream: backward of micro-batch " + std::to_string(mb) +
-                             " before its forward");
-    const int32_t b = it->second;
-    buffer_.erase(it);
-    busy_[size_t(b)] = false;
-    if (!last_virtual(l_, chunk)) emit(TRIAD_PIPE_RECV_GRAD, mb, b, chunk);
-    emit(TRIAD_PIPE_BACKWARD, mb, b, chunk);
-    if (!first_virtual(l_, chunk)) emit(TRIAD_PIPE_SEND_GRAD, mb, b, chunk);
+    const int32_t b = held(mb, chunk, "backward", false);
+    emit_backward(TRIAD_PIPE_BACKWARD, mb, chunk);
+    release(mb, chunk, b);
+  }
+
+  void backward_input(int32_t mb, int32_t chunk = 0) {
+    held(mb, chunk, "backward_input", false);
+    split_.insert({mb, chunk});
+    emit_backward(TRIAD_PIPE_BACKWARD_INPUT, mb, chunk);
+  }
+
+  void backward_weight(int32_t mb, int32_t chunk = 0) {
+    const int32_t b = held(mb, chunk, "backward_weight", true);
+    split_.erase({mb, chunk});
+    release(mb, chunk, b);
+    emit(TRIAD_PIPE_BACKWARD_WEIGHT, mb, b, chunk);
   }
 
   std::vector<triad_pipe_instr_v1> finish() {
@@ -119,6 +133,31 @@ class PipeStream {
   int32_t peak_buffers() const { return peak_; }
 
  private:
+  // The buffer (mb, chunk) holds; throws unless its forward ran and its backward_input did
+  // (`after_input`) or did not.
+  int32_t held(int32_t mb, int32_t chunk, const char* what, bool after_input) const {
+    const std::string pass =
+        " of micro-batch " + std::to_string(mb) + " chunk " + std::to_string(chunk);
+    auto it = buffer_.find({mb, chunk});
+    if (it == buffer_.end())
+      throw std::logic_error(std::string("PipeStream: ") + what + pass + " before its forward");
+    if (split_.count({mb, chunk}) != (after_input ? 1u : 0u))
+      throw std::logic_error(
+          std::string("PipeStream: ") + what + pass +
+          (after_input ? " before its backward_input" : " after its backward_input"));
+    return it->second;
+  }
+  void release(int32_t mb, int32_t chunk, int32_t b) {
+    buffer_.erase({mb, chunk});
+    busy_[size_t(b)] = false;
+  }
+  // [RECV_GRAD] op [SEND_GRAD] in the buffer of (mb, chunk).
+  void emit_backward(int32_t op, int32_t mb, int32_t chunk) {
+    const int32_t b = buffer_.at({mb, chunk});
+    if (!last_virtual(l_, chunk)) emit(TRIAD_PIPE_RECV_GRAD, mb, b, chunk);
+    emit(op, mb, b, chunk);
+    if (!first_virtual(l_, chunk)) emit(TRIAD_PIPE_SEND_GRAD, mb, b, chunk);
+  }
   bool loads(int32_t chunk) const {
     const bool first = l_.stage == 0, last = l_.stage == l_.stages - 1;
     return (first && chunk == 0) || (last && chunk == l_.virtual_stages - 1) ||
@@ -132,6 +171,7 @@ class PipeStream {
   std::vector<triad_pipe_instr_v1> out_;
   std::vector<bool> busy_;
   std::map<std::pair<int32_t, int32_t>, int32_t> buffer_;  // (micro-batch, chunk) -> buffer
+  std::set<std::pair<int32_t, int32_t>> split_;  // backward_input ran, backward_weight has not
   int32_t peak_ = 0;
 };
 

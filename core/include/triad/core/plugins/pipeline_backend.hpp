@@ -4,18 +4,24 @@
 // buffered until the peer receives them, as in the executor). pipeline_timeline() times the
 // streams with unit-cost passes, for triad-schedule and the tests.
 //
-// The rules a stream follows (pipeline_v1.h says what each instruction does). With p stages and v
-// virtual stages, chunk c of stage s is virtual stage g = c·p + s; g = 0 is the first, g = v·p - 1
-// the last. For every micro-batch and every chunk, in this order on the stage:
+// The rules a stream follows (pipeline_v1.h and pipeline_v2.h say what each instruction does).
+// With p stages and v virtual stages, chunk c of stage s is virtual stage g = c·p + s; g = 0 is
+// the first, g = v·p - 1 the last. For every micro-batch and every chunk, in one of these orders
+// on the stage:
 //   [LOAD] [RECV_ACTIVATION] FORWARD [SEND_ACTIVATION] [RECV_GRAD] BACKWARD [SEND_GRAD]
-// exactly once each, all in one buffer: RECV_ACTIVATION / SEND_GRAD everywhere but the first
-// virtual stage, SEND_ACTIVATION / RECV_GRAD everywhere but the last. LOAD comes before the
+//   [LOAD] [RECV_ACTIVATION] FORWARD [SEND_ACTIVATION] [RECV_GRAD] BACKWARD_INPUT [SEND_GRAD]
+//          BACKWARD_WEIGHT             (or with the SEND_GRAD after the BACKWARD_WEIGHT)
+// exactly once each, other instructions between them, all in one buffer: RECV_ACTIVATION /
+// SEND_GRAD everywhere but the first virtual stage, SEND_ACTIVATION / RECV_GRAD everywhere but
+// the last. A pass runs its backward whole or in two halves, never both. LOAD comes before the
 // forward of the chunk that needs it, in its buffer: chunk 0 on stage 0 (tokens), chunk v-1 on
 // stage p-1 (targets), exactly once per micro-batch each; on the stages between, at most once per
 // micro-batch (the executor loads what the stage needs). A buffer holds one (micro-batch, chunk)
-// from its first instruction to its last (the SEND_GRAD, or the BACKWARD on the first virtual
-// stage); indices are below the declared count. The stream ends with REDUCE_TIED_GRADS,
-// REDUCE_GRADS and OPTIMIZER_STEP, once each, in that order. Across stages, messages of one kind
+// from its first instruction to its last (the SEND_GRAD, the BACKWARD on the first virtual stage,
+// or the BACKWARD_WEIGHT where no SEND_GRAD follows it), and the micro-batch is in flight until
+// every chunk's last; indices are below the declared count. The stream ends with
+// REDUCE_TIED_GRADS, REDUCE_GRADS and OPTIMIZER_STEP, once each, in that order (so every
+// BACKWARD_WEIGHT comes before them). Across stages, messages of one kind
 // between two stages are received in the order they were sent.
 #pragma once
 
@@ -26,7 +32,7 @@
 #include <vector>
 
 #include "triad/core/plugins/plugin_instance.hpp"
-#include "triad/sdk/pipeline_v1.h"
+#include "triad/sdk/pipeline_v2.h"
 
 namespace triad {
 
@@ -112,23 +118,27 @@ std::string pipe_stream_error(const triad_pipe_layout_v1& layout, const PipeSche
 std::string simulate_pipeline(const std::vector<PipeSchedule>& stages, int micro_batches,
                               int virtual_stages);
 
-// One pass on the timeline: stage, start and length in time units, 'F' or 'B', the micro-batch
-// and the chunk.
+// One pass on the timeline: stage, start and length in time units, the pass ('F' forward, 'B' a
+// whole backward, 'b' a backward's input half BACKWARD_INPUT, 'W' its weight half
+// BACKWARD_WEIGHT), the micro-batch and the chunk.
 struct PipeBox {
   int stage = 0, start = 0, length = 0;
   char pass = 'F';
   int micro_batch = 0, chunk = 0;
 };
 
-// The step timed with every FORWARD taking one time unit and every BACKWARD two, everything else
-// (communication included) free: rows[s] is stage s's grid, one cell per time unit ("F3" / "B3"
-// for micro-batch 3's forward / backward, "F3b" for its chunk 1 when v > 1, "." idle, cells
-// padded to one width and separated by a space); bubble the idle fraction of stages × makespan;
+// The step timed with every FORWARD taking one time unit, every BACKWARD two and each of its
+// halves one, everything else (communication included) free: rows[s] is stage s's grid, one cell
+// per time unit ("F3" / "B3" / "W3" for micro-batch 3's forward / backward (two cells when whole,
+// one for the input half) / weight half, "F3b" for its chunk 1 when v > 1, "." idle, cells padded
+// to one width and separated by a space); split whether any backward is split; bubble the idle
+// fraction of stages × makespan;
 // max_in_flight the most micro-batches with activations held on any stage (in_flight per stage);
 // peak_buffers the most buffers in use per stage. Throws UserError when simulate_pipeline()
 // finds a problem.
 struct PipeTimeline {
   std::vector<std::string> rows;
+  bool split = false;
   double bubble = 0;
   int makespan = 0;
   int max_in_flight = 0;
@@ -139,13 +149,16 @@ struct PipeTimeline {
 PipeTimeline pipeline_timeline(const std::vector<PipeSchedule>& stages, int micro_batches,
                                int virtual_stages);
 // What each pass and message costs when the streams are timed: pass(stage, chunk, backward) the
-// time of one FORWARD or BACKWARD of that chunk on that stage, transfer(stage, chunk, grad) the
-// time a SEND of that chunk's activation (grad false) or gradient takes to arrive. By default
-// triad-schedule's units: forward 1, backward 2, messages free.
+// time of one FORWARD or BACKWARD of that chunk on that stage, half(stage, chunk, weight) that of
+// its BACKWARD_INPUT (weight false) or BACKWARD_WEIGHT (empty: half of its BACKWARD's each),
+// transfer(stage, chunk, grad) the time a SEND of that chunk's activation (grad false) or gradient
+// takes to arrive. By default triad-schedule's units: forward 1, backward 2 (each half 1),
+// messages free.
 struct PipeCosts {
   std::function<double(int stage, int chunk, bool backward)> pass = [](int, int, bool b) {
     return b ? 2.0 : 1.0;
   };
+  std::function<double(int stage, int chunk, bool weight)> half;
   std::function<double(int stage, int chunk, bool grad)> transfer = [](int, int, bool) {
     return 0.0;
   };
@@ -159,13 +172,15 @@ struct PipeTiming {
 };
 PipeTiming pipeline_timing(const std::vector<PipeSchedule>& stages, int micro_batches,
                            int virtual_stages, const PipeCosts& costs);
-// "0.273 of the step (formula (p-1)/(m+p-1) = 3/11 = 0.273)" ("(p-1)/(v*m+p-1)" when v > 1).
+// "0.273 of the step (formula (p-1)/(m+p-1) = 3/11 = 0.273)" ("(p-1)/(v*m+p-1)" when v > 1); with
+// split backwards "0.111 of the step (formula (p-1)/(3m+p-1) = 3/27 = 0.111 with a split
+// backward; 1F1B's (p-1)/(m+p-1) = 3/11 = 0.273)".
 std::string pipe_bubble_text(const PipeTimeline& t, int micro_batches, int virtual_stages);
 // "4 3 2 1"
 std::string pipe_counts_text(const std::vector<int>& counts);
 
 // Names for messages; "unknown" outside the enum.
-const char* pipe_op_name(int32_t op);  // "load", "forward", "send-activation", ...
+const char* pipe_op_name(int32_t op);  // "load", "forward", "backward-input", ...
 // "stage 1 of 4, 8 micro-batches, 1 virtual stage"
 std::string pipe_layout_text(const triad_pipe_layout_v1& layout);
 // "not interleaved (1 virtual stage)" / "any number of virtual stages (interleaved)" (triad-info)

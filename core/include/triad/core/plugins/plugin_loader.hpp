@@ -25,8 +25,8 @@ struct AdaptedDescriptor {
 using KindAdapter = AdaptedDescriptor (*)(const triad_plugin_v1& older);
 
 // The kind ABIs this Triad speaks: per kind the current version of its ops table
-// (TRIAD_<KIND>_ABI_VERSION) and the adapters it keeps for older versions (none yet: every kind
-// is at version 1). A plugin of a kind not listed here loads without a kind-ABI check (for
+// (TRIAD_<KIND>_ABI_VERSION) and the adapters it keeps for older versions (data and pipeline
+// adapt their version 1). A plugin of a kind not listed here loads without a kind-ABI check (for
 // triad-info), but no core wrapper accepts it.
 struct KindAbi {
   const char* kind;
