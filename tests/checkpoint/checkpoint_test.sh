@@ -133,12 +133,12 @@ section_resume() {
   pass "tp 2 x pp 2: exit_interval 3, checkpoint.load: steps 4-6 bit-identical"
 
   # The zero-bubble schedule (zb-h1) on pp 2, likewise.
-  must_train pp2zb ref3.log --set training.train_iters=6 --set output.dir=ref3
-  must_train pp2zb stop3.log --set training.train_iters=6 --set output.dir=run3 \
-    --set checkpoint.save=run3/ckpt --set training.exit_interval=3
-  must_train pp2zb resume3.log --set training.train_iters=6 --set output.dir=run3 \
-    --set checkpoint.load=run3/ckpt
-  same_losses ref3/metrics.jsonl run3/metrics.jsonl 1 6 0
+  must_train pp2zb refzb.log --set training.train_iters=6 --set output.dir=refzb
+  must_train pp2zb stopzb.log --set training.train_iters=6 --set output.dir=runzb \
+    --set checkpoint.save=runzb/ckpt --set training.exit_interval=3
+  must_train pp2zb resumezb.log --set training.train_iters=6 --set output.dir=runzb \
+    --set checkpoint.load=runzb/ckpt
+  same_losses refzb/metrics.jsonl runzb/metrics.jsonl 1 6 0
   pass "pp 2 zb-h1: exit_interval 3, checkpoint.load: steps 4-6 bit-identical"
 
   # SIGTERM to the launcher: the ranks finish the step, save it and end with 143.

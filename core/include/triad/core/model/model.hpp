@@ -121,7 +121,8 @@ class GPT {
   // gradients in the places of activations the first half was the last to read, so the two
   // halves hold no more memory than backward() does. Under full recomputation a block's weight
   // gradients come in the first half (its recomputed activations do not outlive it), under
-  // selective recomputation the attention projection's.
+  // selective recomputation the attention projection's, and under sequence parallelism the
+  // projections' (their output gradients are gathered over the tensor group once, in the first).
   void backward_input(float loss_scale, int set = 0);
   void backward_weight(const GradsReady& grads_ready = nullptr, bool last_micro = true,
                        int set = 0);
@@ -237,6 +238,7 @@ class GPT {
   // The gradient at a row-parallel matmul's output as its backward GEMMs read it: every token's
   // (gathered under sequence parallelism), or as ROW_OUTPUT's backward collective brings it.
   const void* row_output_grad(const void* dy, int N, bool split);
+  int row_output_grad_op(bool split) const;  // the collective row_output_grad() runs
   // The gradient of the first matmul's input from dcol_ (partial sums when split), reduced as
   // COLUMN_INPUT says; returns the (Ns,C) result.
   const void* column_input_grad(int N, bool split);
