@@ -60,7 +60,7 @@ class ExampleTransport final : public triad::sdk::TransportPlugin {
       throw triad::sdk::invalid(path_ + " is not a transport plugin of kind ABI " +
                                 std::to_string(TRIAD_TRANSPORT_ABI_VERSION));
     }
-    ops_ = static_cast<const triad_transport_ops_v1*>(desc_->ops);
+    ops_ = static_cast<const triad_transport_ops_v2*>(desc_->ops);
     std::vector<triad_param_value_v1> defaults;  // the wrapped plugin's own defaults
     for (size_t i = 0; i < desc_->num_params; ++i)
       defaults.push_back({desc_->params[i].name, desc_->params[i].default_value});
@@ -157,6 +157,14 @@ class ExampleTransport final : public triad::sdk::TransportPlugin {
     check(ops_->barrier(inner_, inner_of(c), &q), "barrier");
     return new Request(q);
   }
+  TransportRequest* all_to_all(TransportComm& c, const void* s, void* r, uint64_t n, DLDataType t,
+                               DLDevice d) override {
+    count("all_to_all", n * uint64_t(c.size()), t);
+    void* q = nullptr;
+    check(ops_->all_to_all(inner_, inner_of(c), s, r, n, t, d, &q), "all_to_all");
+    return new Request(q);
+  }
+  void progress() override { check(ops_->progress(inner_), "progress"); }
 
   bool test(TransportRequest& r) override {
     int32_t done = 0;
@@ -197,7 +205,7 @@ class ExampleTransport final : public triad::sdk::TransportPlugin {
   int32_t max_ranks_ = 0;
   void* lib_ = nullptr;
   const triad_plugin_v1* desc_ = nullptr;
-  const triad_transport_ops_v1* ops_ = nullptr;
+  const triad_transport_ops_v2* ops_ = nullptr;
   void* inner_ = nullptr;
   std::map<std::string, Counted> counted_;
 };

@@ -2,8 +2,8 @@
 // before data_v2.h would be: stage 0, one all-reduce of the whole arena in finish_grads. It
 // proves the loader's adapter: the core speaks version 2 to it, and the data suite passes.
 #include <cstring>
-#include <new>
 
+#include "raw_plugin.hpp"
 #include "triad/sdk/data_v1.h"
 
 namespace {
@@ -13,21 +13,6 @@ struct Plugin {
   char err[256] = "";
 };
 
-int create(const triad_services_v1*, const triad_params_v1*, void** handle, char* err, size_t len) {
-  Plugin* p = new (std::nothrow) Plugin;
-  if (!p) {
-    std::strncpy(err, "out of memory", len);
-    return TRIAD_ERR_INTERNAL;
-  }
-  *handle = p;
-  return TRIAD_OK;
-}
-void destroy(void* h) {
-  delete static_cast<Plugin*>(h);
-}
-const char* last_error(void* h) {
-  return static_cast<Plugin*>(h)->err;
-}
 int capabilities(void*, triad_data_caps_v1* c) {
   c->stages = 1u << 0;
   c->transport_ops = TRIAD_TRANSPORT_OP_ALL_REDUCE;
@@ -75,7 +60,7 @@ const triad_plugin_v1 triad_plugin_descriptor_v1 = {
     "a version-1 data plugin (stage 0), for the loader's adapter",
     0,
     nullptr,
-    &create,
-    &destroy,
-    &last_error,
+    &triad::test::raw_create<Plugin>,
+    &triad::test::raw_destroy<Plugin>,
+    &triad::test::raw_last_error<Plugin>,
     &kOps};

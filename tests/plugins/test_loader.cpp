@@ -8,10 +8,14 @@
 #include <fstream>
 
 #include "test_helpers.hpp"
+#include "triad/core/dist/rendezvous.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
+#include "triad/core/plugins/services.hpp"
 #include "triad/sdk/attention_v1.h"
 #include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v2.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad {
 namespace {
@@ -115,8 +119,9 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR, TRIAD_BAD_PLUGIN_DIR, TRIAD_TEST_PLUGIN_DIR});
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
-  // nine broken plugins, buggy, chatty, three hostile ones, two v1old (data and pipeline)
-  EXPECT_EQ(files.size(), 16u);
+  // nine broken plugins, buggy, chatty, three hostile ones, three v1old (data, pipeline,
+  // transport)
+  EXPECT_EQ(files.size(), 17u);
   EXPECT_EQ(files.front().path, bad_plugin("abi99"));
   EXPECT_EQ(files.front().kind, "attention");
   EXPECT_EQ(files.front().name, "abi99");
@@ -129,7 +134,7 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile", "v1old"}));
   EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old"}));
-  EXPECT_TRUE(loader.available("transport").empty());  // only these two folders
+  EXPECT_EQ(loader.available("transport"), (std::vector<std::string>{"v1old"}));
 }
 
 // Two folders holding a copy of the same plugin, for the shadowing tests.
@@ -222,9 +227,10 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   std::vector<std::string> kinds;
   for (const auto& k : kind_abis()) {
     kinds.push_back(k.kind);
-    // data (ZeRO-2/3) and pipeline (split backwards) are at version 2 and adapt version 1; the
-    // others are at version 1.
-    const bool two = std::string(k.kind) == "data" || std::string(k.kind) == "pipeline";
+    // data (ZeRO-2/3), pipeline (split backwards) and transport (progress, all_to_all) are at
+    // version 2 and adapt version 1; the others are at version 1.
+    const bool two = std::string(k.kind) == "data" || std::string(k.kind) == "pipeline" ||
+                     std::string(k.kind) == "transport";
     EXPECT_EQ(k.current, two ? 2u : 1u) << k.kind;
     EXPECT_EQ(k.adapters.size(), two ? 1u : 0u) << k.kind;
   }
@@ -259,6 +265,37 @@ TEST(PluginLoader, PipelineVersionOneIsAdapted) {
   auto hostile = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "hostile");
   EXPECT_EQ(hostile->kind_abi_version(), 2u);
   EXPECT_FALSE(hostile->adapted());
+}
+
+// A transport plugin of kind ABI 1 loads through the adapter: progress does nothing, all-to-all
+// is not offered (and refused by name), and its world-1 all_reduce works through the wrapper.
+TEST(PluginLoader, TransportVersionOneIsAdapted) {
+  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("transport", "v1old");
+  EXPECT_EQ(p->kind_abi_version(), 1u);
+  EXPECT_TRUE(p->adapted());
+  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_TRANSPORT_ABI_VERSION));
+  EXPECT_EQ(TRIAD_TRANSPORT_ABI_VERSION, 2);
+  const auto& ops = *static_cast<const triad_transport_ops_v2*>(p->descriptor().ops);
+  EXPECT_EQ(ops.all_to_all(nullptr, nullptr, nullptr, nullptr, 0, dl_float32(), dl_cpu(), nullptr),
+            TRIAD_ERR_UNSUPPORTED);
+
+  CoreServices services;
+  Transport t(p, resolve_params(p->descriptor(), {}, "transport"), services.c_services());
+  EXPECT_EQ(t.capabilities().ops & TRIAD_TRANSPORT_OP_ALL_TO_ALL, 0u);
+  t.progress();
+  RendezvousServer server("127.0.0.1", 0, "t");
+  server.start();
+  RendezvousClient store("127.0.0.1", server.port(), "t", std::chrono::seconds(5));
+  Communicator world = t.init_world(0, 1, store, "transport/v1old/");
+  float send[3] = {1, 2, 3}, recv[3] = {0, 0, 0};
+  auto req = world.all_reduce(send, recv, 3, dl_float32());
+  t.progress();
+  req.wait(std::chrono::seconds(5));
+  EXPECT_EQ(recv[0], 1.0f);
+  EXPECT_EQ(recv[2], 3.0f);
+  EXPECT_THAT(
+      user_error([&] { world.all_to_all(send, recv, 1, dl_float32()); }),
+      AllOf(HasSubstr("transport 'v1old' has no all-to-all"), HasSubstr("set transport: ucx")));
 }
 
 TEST(PluginLoader, OlderKindAbiWithoutAdapterIsRefusedWithTheFix) {
@@ -412,7 +449,7 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("  origin:       build tree (")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
-              AllOf(HasSubstr("kind ABIs attention 1, transport 1, data 2, tensor 1, pipeline 2\n"),
+              AllOf(HasSubstr("kind ABIs attention 1, transport 2, data 2, tensor 1, pipeline 2\n"),
                     HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 

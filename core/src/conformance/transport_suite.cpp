@@ -54,9 +54,15 @@ struct DType {
 const DType kDTypes[] = {{"fp32", {kDLFloat, 32, 1}, TRIAD_DTYPE_BIT_FP32, 4},
                          {"bf16", {kDLBfloat, 16, 1}, TRIAD_DTYPE_BIT_BF16, 2},
                          {"fp16", {kDLFloat, 16, 1}, TRIAD_DTYPE_BIT_FP16, 2}};
+// Integers, which only move (no reduction accepts them): values stay in [0, 255].
+const DType kMoveOnly[] = {{"int32", {kDLInt, 32, 1}, 0, 4}, {"uint8", {kDLUInt, 8, 1}, 0, 1}};
 
 void put(const DType& t, void* buf, uint64_t i, float v) {
-  if (t.bit == TRIAD_DTYPE_BIT_FP32) {
+  if (t.dl.code == kDLInt) {
+    static_cast<int32_t*>(buf)[i] = int32_t(v);
+  } else if (t.dl.code == kDLUInt) {
+    static_cast<uint8_t*>(buf)[i] = uint8_t(v);
+  } else if (t.bit == TRIAD_DTYPE_BIT_FP32) {
     static_cast<float*>(buf)[i] = v;
   } else if (t.bit == TRIAD_DTYPE_BIT_BF16) {
     static_cast<uint16_t*>(buf)[i] = sdk::float_to_bf16(v);
@@ -66,6 +72,8 @@ void put(const DType& t, void* buf, uint64_t i, float v) {
 }
 
 float get(const DType& t, const void* buf, uint64_t i) {
+  if (t.dl.code == kDLInt) return float(static_cast<const int32_t*>(buf)[i]);
+  if (t.dl.code == kDLUInt) return float(static_cast<const uint8_t*>(buf)[i]);
   if (t.bit == TRIAD_DTYPE_BIT_FP32) return static_cast<const float*>(buf)[i];
   if (t.bit == TRIAD_DTYPE_BIT_BF16)
     return sdk::bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
@@ -152,6 +160,7 @@ class Rank {
 
   void run(Transport& t, RendezvousClient& store) {
     caps_ = t.capabilities();
+    transport_ = &t;
     Communicator world = t.init_world(wr_, wn_, store, "conformance/", timeout_);
     report(Outcome::kPass, "init_world", "");
     run_comm("world", world);
@@ -323,6 +332,7 @@ class Rank {
                   for (uint64_t i = 0; i < n; ++i) s.set(i, value(r, i));
                   auto rq = c.recv(out.data(), n, d.dl, left, 0, dl_);
                   auto sq = c.send(s.data(), n, d.dl, right, 0, dl_);
+                  transport_->progress();  // moves both on; completes nothing by itself
                   sq.wait(timeout_);
                   rq.wait(timeout_);
                   return compare(
@@ -356,12 +366,44 @@ class Rank {
         });
       }
     }
+    all_to_all_cases(label, c);
     if (!has(TRIAD_TRANSPORT_OP_BARRIER)) {
       skip(label + " barrier", "not in the plugin's capabilities");
     } else {
       expect_ok(label + " barrier", [&] {
         for (int i = 0; i < 3; ++i) c.barrier().wait(timeout_);
         return std::string();
+      });
+    }
+  }
+
+  // all_to_all on fp32, int32 and uint8: block j of rank k's send holds values of (k, j), so a
+  // block that lands at the wrong place or from the wrong rank shows. progress() is called
+  // between posting and waiting, as the engine does while it computes.
+  void all_to_all_cases(const std::string& label, Communicator& c) {
+    const int m = c.size(), r = c.rank();
+    auto block_value = [](int from, int to, uint64_t i) {
+      return float((uint64_t(from) * 83 + uint64_t(to) * 29 + i * 7 + 1) % 251);
+    };
+    for (const DType* d : {&kDTypes[0], &kMoveOnly[0], &kMoveOnly[1]}) {
+      const std::string name = label + " all_to_all " + d->name;
+      if (!has(TRIAD_TRANSPORT_OP_ALL_TO_ALL)) {
+        skip(name, "not offered: the plugin's capabilities lack TRIAD_TRANSPORT_OP_ALL_TO_ALL");
+        continue;
+      }
+      std::vector<uint64_t> counts = counts_;
+      counts.push_back((uint64_t(256) << 10) / d->size + 1);  // 256 KiB per block, and one more
+      per_count(name, mem_ok(), counts, "counts per block " + join_counts(counts), [&](uint64_t n) {
+        Buf s(*d, n * uint64_t(m), 0, dev_), out(*d, n * uint64_t(m), kSentinel, dev_);
+        for (int j = 0; j < m; ++j)
+          for (uint64_t i = 0; i < n; ++i) s.set(uint64_t(j) * n + i, block_value(r, j, i));
+        auto req = c.all_to_all(s.data(), out.data(), n, d->dl, dl_);
+        for (int k = 0; k < 3; ++k) transport_->progress();
+        req.wait(timeout_);
+        return compare(
+            out, n * uint64_t(m),
+            [&](uint64_t i) { return block_value(int(i / std::max<uint64_t>(n, 1)), r, i % n); },
+            "count " + std::to_string(n) + " per block");
       });
     }
   }
@@ -381,6 +423,7 @@ class Rank {
       auto a = world.all_reduce(s1.data(), o1.data(), n1, d.dl, TRIAD_REDUCE_SUM, dl_);
       auto b = sub.all_reduce(s2.data(), o2.data(), n2, d.dl, TRIAD_REDUCE_SUM, dl_);
       auto c = world.all_reduce(s3.data(), o3.data(), n1, d.dl, TRIAD_REDUCE_SUM, dl_);
+      transport_->progress();
       c.wait(timeout_);
       b.wait(timeout_);
       a.wait(timeout_);
@@ -551,6 +594,9 @@ class Rank {
         refused("all_reduce with op 99",
                 [&] { world.all_reduce(buf, buf, 4, kDTypes[0].dl, 99, dl_).wait(timeout_); });
       }
+      if (has(TRIAD_TRANSPORT_OP_ALL_TO_ALL) && m <= 4)
+        refused("all_to_all in place",
+                [&] { world.all_to_all(buf, buf, 1, kDTypes[0].dl, dl_).wait(timeout_); });
       return e;
     });
   }
@@ -564,6 +610,7 @@ class Rank {
   uint32_t mem_bit_;
   std::vector<uint64_t> counts_;
   triad_transport_caps_v1 caps_{};
+  Transport* transport_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------

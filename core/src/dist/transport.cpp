@@ -21,10 +21,12 @@ struct TransportInstance {
   TransportInstance(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
                     const triad_services_v1* services)
       : instance(std::move(plugin), "transport", params, services),
-        ops(&instance.ops<triad_transport_ops_v1>()),
+        ops(&instance.ops<triad_transport_ops_v2>()),
         handle(instance.handle()),
         name(instance.name()),
         caps(instance.capabilities(ops->capabilities)) {
+    // A bit version 1 did not define means nothing from a version-1 plugin.
+    if (instance.plugin().kind_abi_version() < 2) caps.ops &= ~TRIAD_TRANSPORT_OP_ALL_TO_ALL;
     watch();
   }
 
@@ -38,7 +40,7 @@ struct TransportInstance {
   }
   void stage(HostStaging how) {
     if (staged) return;
-    staged = std::make_unique<StagedTransport>(&instance.ops<triad_transport_ops_v1>(),
+    staged = std::make_unique<StagedTransport>(&instance.ops<triad_transport_ops_v2>(),
                                                instance.handle(), std::move(how));
     ops = &StagedTransport::kOps;
     handle = staged.get();
@@ -50,7 +52,7 @@ struct TransportInstance {
   PluginInstance instance;
   std::unique_ptr<StagedTransport> staged;    // device memory through host buffers, when asked
   std::unique_ptr<WatchedTransport> watched;  // in front of the plugin when a launcher watches
-  const triad_transport_ops_v1* ops;
+  const triad_transport_ops_v2* ops;
   void* handle;
   std::string name;
   triad_transport_caps_v1 caps;
@@ -221,7 +223,8 @@ void Communicator::destroy() {
 triad_comm_ref_v1 Communicator::c_ref() const {
   triad_comm_ref_v1 r{};
   if (!comm_) return r;
-  r.ops = inst_->ops;
+  // A version-2 table begins with version 1's slots: borrowers see those (comm_ref_v1.h).
+  r.ops = reinterpret_cast<const triad_transport_ops_v1*>(inst_->ops);
   r.transport = inst_->handle;
   r.comm = comm_;
   return r;
@@ -326,6 +329,22 @@ TransportRequest Communicator::barrier() {
       "barrier", group_);
 }
 
+TransportRequest Communicator::all_to_all(const void* send, void* recv, uint64_t count,
+                                          DLDataType dtype, DLDevice device) {
+  if (!(inst_->caps.ops & TRIAD_TRANSPORT_OP_ALL_TO_ALL))
+    throw TransportError(TRIAD_ERR_UNSUPPORTED,
+                         "transport '" + inst_->name +
+                             "' has no all-to-all (its capabilities lack "
+                             "TRIAD_TRANSPORT_OP_ALL_TO_ALL); set transport: ucx, or another "
+                             "transport that offers it");
+  return issue(
+      inst_, detail::op_text("all_to_all", count, dtype),
+      [&](void** req) {
+        return inst_->ops->all_to_all(inst_->handle, comm_, send, recv, count, dtype, device, req);
+      },
+      "all_to_all", group_, count * uint64_t(size_), dtype);
+}
+
 // ---------------------------------------------------------------------------------------
 
 Transport::Transport(std::shared_ptr<const LoadedPlugin> plugin, const ResolvedParams& params,
@@ -372,7 +391,8 @@ void Transport::check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint3
       {TRIAD_TRANSPORT_OP_BROADCAST, "broadcast"},
       {TRIAD_TRANSPORT_OP_SEND_RECV, "send/recv"},
       {TRIAD_TRANSPORT_OP_BARRIER, "barrier"},
-      {TRIAD_TRANSPORT_OP_SPLIT, "split"}};
+      {TRIAD_TRANSPORT_OP_SPLIT, "split"},
+      {TRIAD_TRANSPORT_OP_ALL_TO_ALL, "all_to_all"}};
   for (auto& [bit, n] : kOps)
     if ((op_bits & bit) && !(c.ops & bit)) lack.push_back(n);
   if (lack.empty()) return;
@@ -380,6 +400,10 @@ void Transport::check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint3
   for (size_t i = 0; i < lack.size(); ++i) s += (i ? ", " : "") + lack[i];
   throw UserError("transport '" + inst_->name + "' lacks " + s +
                   ", which this run needs; choose another transport or change the run");
+}
+
+void Transport::progress() {
+  inst_->check(inst_->ops->progress(inst_->handle), "progress");
 }
 
 Communicator Transport::init_world(int rank, int world_size, RendezvousClient& store,

@@ -44,6 +44,19 @@ void* host_copy(StagedTransport* t, StagedRequest* r, const void* src, void* res
   return r->host.data();
 }
 
+// Host copies of two buffers one after the other: the input (n bytes of `src` copied down) and
+// the result (m bytes, copied up into `result` once done). Returns the host input; the host
+// result starts n bytes after it.
+uint8_t* host_apart(StagedTransport* t, StagedRequest* r, const void* src, size_t n, void* result,
+                    size_t m) {
+  r->host.resize(n + m);
+  if (n) t->how.to_host(r->host.data(), src, n);
+  r->result_to = result;
+  r->result_at = n;
+  r->result_bytes = m;
+  return r->host.data();
+}
+
 // Runs `post` (which posts the plugin's operation into r->inner) with copies around it turned
 // into a status: a failed copy is the operation's failure, never an exception through C.
 template <class Post>
@@ -106,14 +119,9 @@ int s_reduce_scatter(void* h, void* comm, const void* send, void* recv, uint64_t
     uint64_t off = 0, mine = 0;
     triad_transport_block(count, size, rank, &off, &mine);
     // The whole input, then this rank's block of the result after it.
-    const size_t n = bytes_of(count, dt), m = bytes_of(mine, dt);
-    r->host.resize(n + m);
-    if (n) t->how.to_host(r->host.data(), send, n);
-    r->result_to = recv;
-    r->result_at = n;
-    r->result_bytes = m;
-    return t->real->reduce_scatter(t->inner, comm, r->host.data(), r->host.data() + n, count, dt,
-                                   host(), op, &r->inner);
+    const size_t n = bytes_of(count, dt);
+    uint8_t* in = host_apart(t, r, send, n, recv, bytes_of(mine, dt));
+    return t->real->reduce_scatter(t->inner, comm, in, in + n, count, dt, host(), op, &r->inner);
   });
 }
 
@@ -182,6 +190,27 @@ int s_barrier(void* h, void* comm, void** request) {
   return staged(r, request, [&] { return t->real->barrier(t->inner, comm, &r->inner); });
 }
 
+// Both buffers on the host, apart (all_to_all is not in place).
+int s_all_to_all(void* h, void* comm, const void* send, void* recv, uint64_t count, DLDataType dt,
+                 DLDevice dev, void** request) {
+  StagedTransport* t = self(h);
+  auto* r = new StagedRequest;
+  return staged(r, request, [&] {
+    if (!t->stages(dev))
+      return t->real->all_to_all(t->inner, comm, send, recv, count, dt, dev, &r->inner);
+    int32_t rank = 0, size = 1;
+    const int st = t->real->comm_info(t->inner, comm, &rank, &size);
+    if (st != TRIAD_OK) return st;
+    const size_t n = bytes_of(count * uint64_t(size), dt);
+    uint8_t* in = host_apart(t, r, send, n, recv, n);
+    return t->real->all_to_all(t->inner, comm, in, in + n, count, dt, host(), &r->inner);
+  });
+}
+
+int s_progress(void* h) {
+  return self(h)->real->progress(self(h)->inner);
+}
+
 // The result goes up once, when the operation is first seen done.
 int deliver(StagedTransport* t, StagedRequest* r) {
   if (r->delivered) return TRIAD_OK;
@@ -217,7 +246,7 @@ int s_request_free(void* h, void* request) {
 
 }  // namespace
 
-const triad_transport_ops_v1 StagedTransport::kOps = {.capabilities = s_capabilities,
+const triad_transport_ops_v2 StagedTransport::kOps = {.capabilities = s_capabilities,
                                                       .init_world = s_init_world,
                                                       .split = s_split,
                                                       .comm_destroy = s_comm_destroy,
@@ -231,6 +260,8 @@ const triad_transport_ops_v1 StagedTransport::kOps = {.capabilities = s_capabili
                                                       .barrier = s_barrier,
                                                       .test = s_test,
                                                       .wait = s_wait,
-                                                      .request_free = s_request_free};
+                                                      .request_free = s_request_free,
+                                                      .progress = s_progress,
+                                                      .all_to_all = s_all_to_all};
 
 }  // namespace triad::detail

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "triad/sdk/transport_v1.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad::detail {
 
@@ -26,10 +26,10 @@ struct HostStaging {
 };
 
 struct StagedTransport {
-  StagedTransport(const triad_transport_ops_v1* ops, void* handle, HostStaging staging)
+  StagedTransport(const triad_transport_ops_v2* ops, void* handle, HostStaging staging)
       : real(ops), inner(handle), how(std::move(staging)) {}
 
-  const triad_transport_ops_v1* real;
+  const triad_transport_ops_v2* real;
   void* inner;
   HostStaging how;
 
@@ -39,7 +39,7 @@ struct StagedTransport {
     return memory & TRIAD_MEM_BIT_HOST ? memory | TRIAD_MEM_BIT_CUDA : memory;
   }
 
-  static const triad_transport_ops_v1 kOps;
+  static const triad_transport_ops_v2 kOps;
 };
 
 }  // namespace triad::detail

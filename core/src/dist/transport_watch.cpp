@@ -7,15 +7,18 @@
 namespace triad::detail {
 
 std::string op_text(const char* op, uint64_t count, DLDataType t) {
-  const char* dt = t.code == kDLBfloat ? "bf16"
-                   : t.bits == 16      ? "fp16"
-                   : t.bits == 32      ? "fp32"
-                                       : "dtype";
+  const char* dt = t.code == kDLBfloat                  ? "bf16"
+                   : t.code == kDLInt                   ? "int"
+                   : t.code == kDLUInt                  ? "uint"
+                   : t.code == kDLFloat && t.bits == 16 ? "fp16"
+                   : t.code == kDLFloat && t.bits == 32 ? "fp32"
+                                                        : "dtype";
   std::string s = op;  // appended, not concatenated: GCC 12 misreads the latter (-Wrestrict)
   s += "(";
   s += std::to_string(count);
   s += " x ";
   s += dt;
+  if (t.code == kDLInt || t.code == kDLUInt) s += std::to_string(t.bits);
   s += ")";
   return s;
 }
@@ -143,6 +146,15 @@ int w_barrier(void* h, void* comm, void** q) {
       h, q, [&](void* in) { return self(h).real->barrier(in, comm, q); },
       WatchedTransport::Pending{"barrier", nullptr, comm, 0, DLDataType{}, -1});
 }
+int w_all_to_all(void* h, void* comm, const void* s, void* r, uint64_t n, DLDataType t, DLDevice d,
+                 void** q) {
+  return issue(
+      h, q, [&](void* in) { return self(h).real->all_to_all(in, comm, s, r, n, t, d, q); },
+      collective("all_to_all", comm, n, t));
+}
+int w_progress(void* h) {
+  return self(h).real->progress(self(h).inner);
+}
 int w_test(void* h, void* q, int32_t* done) {
   return self(h).real->test(self(h).inner, q, done);
 }
@@ -171,7 +183,7 @@ void WatchedTransport::label(const void* comm, std::string l, std::vector<int> w
   comms[comm] = CommInfo{std::move(l), std::move(world_ranks)};
 }
 
-const triad_transport_ops_v1 WatchedTransport::kOps = {.capabilities = w_capabilities,
+const triad_transport_ops_v2 WatchedTransport::kOps = {.capabilities = w_capabilities,
                                                        .init_world = w_init_world,
                                                        .split = w_split,
                                                        .comm_destroy = w_comm_destroy,
@@ -185,6 +197,8 @@ const triad_transport_ops_v1 WatchedTransport::kOps = {.capabilities = w_capabil
                                                        .barrier = w_barrier,
                                                        .test = w_test,
                                                        .wait = w_wait,
-                                                       .request_free = w_request_free};
+                                                       .request_free = w_request_free,
+                                                       .progress = w_progress,
+                                                       .all_to_all = w_all_to_all};
 
 }  // namespace triad::detail

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "triad/sdk/transport_v1.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad::detail {
 
@@ -17,9 +17,9 @@ namespace triad::detail {
 std::string op_text(const char* op, uint64_t count, DLDataType t);
 
 struct WatchedTransport {
-  WatchedTransport(const triad_transport_ops_v1* ops, void* handle) : real(ops), inner(handle) {}
+  WatchedTransport(const triad_transport_ops_v2* ops, void* handle) : real(ops), inner(handle) {}
 
-  const triad_transport_ops_v1* real;
+  const triad_transport_ops_v2* real;
   void* inner;
 
   struct CommInfo {
@@ -43,7 +43,7 @@ struct WatchedTransport {
   // Names a communicator for the messages: label and its members' world ranks.
   void label(const void* comm, std::string label, std::vector<int> world);
 
-  static const triad_transport_ops_v1 kOps;
+  static const triad_transport_ops_v2 kOps;
 };
 
 }  // namespace triad::detail

@@ -407,11 +407,15 @@ bool row_output_whole(bool split, const triad_tensor_collectives_v1& c) {
 }
 }  // namespace
 
-const void* GPT::row_output_grad(const void* dy, int N, bool split) {
+int GPT::row_output_grad_op(bool split) const {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT);
-  const int op = row_output_whole(split, c) ? (split ? TRIAD_TENSOR_IDENTITY : whole_part_input())
-                                            : c.backward;
-  return exchange(op, const_cast<void*>(dy), drow_full_.data(), N, C_, act_, &volume_.activations);
+  return row_output_whole(split, c) ? (split ? TRIAD_TENSOR_IDENTITY : whole_part_input())
+                                    : c.backward;
+}
+
+const void* GPT::row_output_grad(const void* dy, int N, bool split) {
+  return exchange(row_output_grad_op(split), const_cast<void*>(dy), drow_full_.data(), N, C_, act_,
+                  &volume_.activations);
 }
 
 void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
@@ -672,8 +676,12 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
   // What waits for block_weights(): the GEMMs whose inputs this set keeps (all four without
   // recomputation; the attention projection's input is work_'s under selective recomputation).
+  // A projection whose output gradient a collective brings (sequence parallelism's all-gather)
+  // keeps its weight gradient here too: the second half would have to move it again.
   const bool later = half == Half::input && !full;
-  const bool proj_later = later && recompute_ == Recompute::none;
+  const bool mlp_proj_later = later && row_output_grad_op(shards_.mlp > 1) == TRIAD_TENSOR_IDENTITY;
+  const bool proj_later = later && recompute_ == Recompute::none &&
+                          row_output_grad_op(shards_.attention > 1) == TRIAD_TENSOR_IDENTITY;
   const auto keep = [&](void* to, const ActBuffer& from, size_t rows, size_t width) {
     dev_.copy(to, from.data(), rows * width * dtype_bytes(act_));
   };
@@ -681,10 +689,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
   // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
   // stream's, accumulates each branch's part. dfch_ is the gradient at the GELU's input.
-  if (later) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
+  if (mlp_proj_later) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
   row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
-                        later ? nullptr : g.fc_proj_w, later ? nullptr : g.fc_proj_b, N, Fl,
-                        mlp_split, a.fch.data());
+                        mlp_proj_later ? nullptr : g.fc_proj_w,
+                        mlp_proj_later ? nullptr : g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
   if (later) keep(a.fch.data(), dfch_, size_t(N), size_t(Fl));
   dev_.matmul_backward(dcol_, later ? nullptr : g.fc_w, later ? nullptr : g.fc_b, dfch_.data(), ln2,
                        p.fc_w, N, C, Fl, act_, GradWrite::overwrite);
@@ -724,13 +732,15 @@ void GPT::block_weights(size_t i, ActSet& s, bool reduce_now) {
     const BlockGrads g = state_.block_grads(chunk_.first_block + i);
     const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
     const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
-    row_parallel_weights(block_out_grad(s, i), a.fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, N, Fl_,
-                         shards_.mlp > 1);
+    const bool mlp_split = shards_.mlp > 1, attn_split = shards_.attention > 1;
+    if (row_output_grad_op(mlp_split) == TRIAD_TENSOR_IDENTITY)
+      row_parallel_weights(block_out_grad(s, i), a.fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, N,
+                           Fl_, mlp_split);
     dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.fch.data(), ln2, nullptr, N, C, Fl_, act_,
                          GradWrite::overwrite);
-    if (recompute_ == Recompute::none)
+    if (recompute_ == Recompute::none && row_output_grad_op(attn_split) == TRIAD_TENSOR_IDENTITY)
       row_parallel_weights(a.res_mid.data(), a.atty.data(), g.attn_proj_w, g.attn_proj_b, N, Cl_,
-                           shards_.attention > 1);
+                           attn_split);
     dev_.matmul_backward(nullptr, g.attn_w, g.attn_b, a.qkv.data(), ln1, nullptr, N, C, 3 * Cl_,
                          act_, GradWrite::overwrite);
   }

@@ -7,7 +7,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -24,7 +26,7 @@
 #include "triad/sdk/data_v2.h"
 #include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/tensor_v1.h"
-#include "triad/sdk/transport_v1.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad {
 namespace fs = std::filesystem;
@@ -79,12 +81,13 @@ Slots attention_slots(const void* ops) {
           TRIAD_SLOT(backward)};
 }
 Slots transport_slots(const void* ops) {
-  const auto* o = static_cast<const triad_transport_ops_v1*>(ops);
+  const auto* o = static_cast<const triad_transport_ops_v2*>(ops);
   return {TRIAD_SLOT(capabilities),   TRIAD_SLOT(init_world), TRIAD_SLOT(split),
           TRIAD_SLOT(comm_destroy),   TRIAD_SLOT(comm_info),  TRIAD_SLOT(all_reduce),
           TRIAD_SLOT(reduce_scatter), TRIAD_SLOT(all_gather), TRIAD_SLOT(broadcast),
           TRIAD_SLOT(send),           TRIAD_SLOT(recv),       TRIAD_SLOT(barrier),
-          TRIAD_SLOT(test),           TRIAD_SLOT(wait),       TRIAD_SLOT(request_free)};
+          TRIAD_SLOT(test),           TRIAD_SLOT(wait),       TRIAD_SLOT(request_free),
+          TRIAD_SLOT(progress),       TRIAD_SLOT(all_to_all)};
 }
 Slots data_slots(const void* ops) {
   const auto* o = static_cast<const triad_data_ops_v2*>(ops);
@@ -102,6 +105,17 @@ Slots pipeline_slots(const void* ops) {
   return {TRIAD_SLOT(capabilities), TRIAD_SLOT(num_buffers), TRIAD_SLOT(schedule)};
 }
 #undef TRIAD_SLOT
+
+// `older`'s descriptor speaking kind ABI `version` through the adapter's table `ops`.
+AdaptedDescriptor adapted(const triad_plugin_v1& older, uint32_t version,
+                          std::shared_ptr<const void> ops) {
+  AdaptedDescriptor a;
+  a.descriptor = older;
+  a.descriptor.kind_abi_version = version;
+  a.descriptor.ops = ops.get();
+  a.keep = std::move(ops);
+  return a;
+}
 
 // A data plugin of version 1 (stages 0 and 1) as version 2: its six slots are version 2's first
 // six (setup reads the triad_data_setup_v1 that begins triad_data_setup_v2), and it partitions
@@ -137,12 +151,27 @@ AdaptedDescriptor adapt_data_v1(const triad_plugin_v1& older) {
   ops->reduce_unit = &v1_no_reduce;
   ops->gather_unit = &v1_no_gather;
   ops->wait_unit = &v1_no_wait;
-  AdaptedDescriptor a;
-  a.descriptor = older;
-  a.descriptor.kind_abi_version = TRIAD_DATA_ABI_VERSION;
-  a.descriptor.ops = ops.get();
-  a.keep = ops;
-  return a;
+  return adapted(older, TRIAD_DATA_ABI_VERSION, ops);
+}
+
+// A transport plugin of version 1 as version 2: its fifteen slots are version 2's first fifteen;
+// it progresses inside its own calls, as it always did, so progress has nothing to add; it has no
+// all_to_all (and its capabilities, its own, never carry TRIAD_TRANSPORT_OP_ALL_TO_ALL).
+int v1_progresses_in_its_calls(void*) {
+  return TRIAD_OK;
+}
+int v1_no_all_to_all(void*, void*, const void*, void*, uint64_t, DLDataType, DLDevice, void**) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+AdaptedDescriptor adapt_transport_v1(const triad_plugin_v1& older) {
+  const auto* o = static_cast<const triad_transport_ops_v1*>(older.ops);
+  auto ops = std::make_shared<triad_transport_ops_v2>();
+  static_assert(offsetof(triad_transport_ops_v2, progress) == sizeof(triad_transport_ops_v1),
+                "version 2 begins with version 1's slots");
+  std::memcpy(ops.get(), o, sizeof *o);
+  ops->progress = &v1_progresses_in_its_calls;
+  ops->all_to_all = &v1_no_all_to_all;
+  return adapted(older, TRIAD_TRANSPORT_ABI_VERSION, ops);
 }
 
 // A pipeline plugin of version 1 as version 2: the same table, whose streams never split a
@@ -345,7 +374,7 @@ const std::vector<KindAbi>& kind_abis() {
   // Adapters for older versions go into the last column.
   static const std::vector<KindAbi> table = {
       {"attention", TRIAD_ATTENTION_ABI_VERSION, &attention_slots, {}},
-      {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {}},
+      {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {{1, &adapt_transport_v1}}},
       {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {{1, &adapt_data_v1}}},
       {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
       {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {{1, &adapt_pipeline_v1}}},

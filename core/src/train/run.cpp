@@ -371,6 +371,11 @@ void Run::build_model() {
   arena = arena_layout(spec);
   units = arena_units(spec);
   if (!dist) return;
+  // Transfers in flight (pipeline sends, ZeRO's prefetches and reductions, the data plugin's
+  // buckets) move on after each block, not only when the rank next waits: a transport that
+  // progresses only inside its calls (ucx) would otherwise leave them where they are while the
+  // layers compute.
+  for (auto& c : chunks) c->set_progress([t = dist->transport.get()] { t->progress(); });
   Communicator& dpc = *dist->comms.dp;
   std::vector<std::pair<size_t, size_t>> unit_list;
   for (const ArenaRange& r : units) unit_list.emplace_back(r.begin, r.size());

@@ -8,7 +8,9 @@
 // and then every held send/recv starts in one ncclGroupStart/End, so that a ring of
 // send + recv (or a rank sending to itself) does not deadlock on the one stream.
 // Uneven blocks (count % n != 0) use grouped reduce / broadcast calls, since NCCL's
-// reduce_scatter and all_gather take equal blocks only.
+// reduce_scatter and all_gather take equal blocks only. all_to_all is one group of a send and a
+// receive per peer (itself included: NCCL copies that block). NCCL progresses on its own
+// stream, so progress() has nothing to do.
 //
 // A wait that passes its timeout aborts the communicator (ncclCommAbort: NCCL cannot cancel
 // one operation, and a kernel waiting for a peer would hold the stream forever); so does an
@@ -145,7 +147,7 @@ class Nccl final : public sdk::TransportPlugin {
   }
 
   triad_transport_caps_v1 capabilities() const override {
-    return sdk::full_float_caps(TRIAD_MEM_BIT_CUDA);
+    return sdk::full_float_caps(TRIAD_MEM_BIT_CUDA, TRIAD_TRANSPORT_OP_ALL_TO_ALL);
   }
 
   sdk::TransportComm* init_world(int rank, int world, const triad_rendezvous_v1& rdv) override {
@@ -274,6 +276,26 @@ class Nccl final : public sdk::TransportPlugin {
     check_nccl(ncclBroadcast(buf, buf, count * es, ncclUint8, root, c.state->comm, stream_),
                "broadcast: ncclBroadcast");
     return record("broadcast", c);
+  }
+
+  sdk::TransportRequest* all_to_all(sdk::TransportComm& base, const void* send, void* recv,
+                                    uint64_t count, DLDataType t, DLDevice d) override {
+    auto& c = comm(base);
+    const size_t es = movement("all_to_all", t, d), block = count * es;
+    ready(c, "all_to_all");
+    if (block) {
+      group("all_to_all", [&] {
+        for (int j = 0; j < c.size(); ++j) {
+          check_nccl(ncclSend(static_cast<const char*>(send) + size_t(j) * block, block, ncclUint8,
+                              j, c.state->comm, stream_),
+                     "all_to_all: ncclSend");
+          check_nccl(ncclRecv(static_cast<char*>(recv) + size_t(j) * block, block, ncclUint8, j,
+                              c.state->comm, stream_),
+                     "all_to_all: ncclRecv");
+        }
+      });
+    }
+    return record("all_to_all", c);
   }
 
   sdk::TransportRequest* send(sdk::TransportComm& base, const void* buf, uint64_t count,

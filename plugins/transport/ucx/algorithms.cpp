@@ -434,6 +434,37 @@ Plan plan_broadcast(const UcxComm& c, uint32_t seq, const CollArgs& a, const Tun
   return p;
 }
 
+Plan plan_all_to_all(const UcxComm& c, uint32_t seq, const CollArgs& a) {
+  const int n = c.size(), r = c.rank();
+  const size_t block = a.count * a.esize;
+  const char* send = a.send;
+  char* recv = a.recv;
+  auto copy_own = [=] {
+    copy_if_distinct(recv + size_t(r) * block, send + size_t(r) * block, block);
+  };
+  Plan p;
+  if (n == 1 || a.count == 0) {
+    p.before = copy_own;
+    return p;
+  }
+  // Direct, as all_gather on few ranks: the n - 1 exchanges are independent, so they all go in
+  // one step and UCX moves them in parallel. One message id: the source rank in the tag tells
+  // the blocks apart.
+  const uint32_t id = c.id();
+  p.num_lanes = 1;
+  p.overlap = copy_own;  // nothing sent reads recv
+  p.make_lane = [=](size_t, char*) {
+    Step st;
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      st.xfers.push_back(send_to(j, send + size_t(j) * block, block, coll_tag(id, r, seq, 0)));
+      st.xfers.push_back(recv_from(j, recv + size_t(j) * block, block, coll_tag(id, j, seq, 0)));
+    }
+    return Lane{std::move(st)};
+  };
+  return p;
+}
+
 Plan plan_barrier(const UcxComm& c, uint32_t seq) {
   const int n = c.size(), r = c.rank();
   Plan p;

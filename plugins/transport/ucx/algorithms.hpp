@@ -6,6 +6,7 @@
 //   all_gather     small or <= direct_max_ranks ranks: direct; else ring
 //   broadcast      small: binomial tree; <= direct_max_ranks ranks: direct; else chain
 //   barrier        dissemination
+//   all_to_all     direct: every block straight to its rank, all in one step
 // "Large" rings, chains and direct all-reduces are cut into lanes of (at most) chunk_bytes
 // per block that stream through `window` lanes at once. All ranks choose the same algorithm because
 // they see the same count, dtype and tuning parameters.
@@ -36,6 +37,8 @@ Plan plan_all_reduce(const UcxComm& c, uint32_t seq, const CollArgs& a, const Tu
 Plan plan_reduce_scatter(const UcxComm& c, uint32_t seq, const CollArgs& a, const Tuning& t);
 Plan plan_all_gather(const UcxComm& c, uint32_t seq, const CollArgs& a, const Tuning& t);
 Plan plan_broadcast(const UcxComm& c, uint32_t seq, const CollArgs& a, const Tuning& t);
+// a.count is elements per peer block here (transport_v2.h), not the whole buffer.
+Plan plan_all_to_all(const UcxComm& c, uint32_t seq, const CollArgs& a);
 Plan plan_barrier(const UcxComm& c, uint32_t seq);
 Plan plan_p2p(const UcxComm& c, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag);
 

@@ -1,6 +1,7 @@
 // The `ucx` transport: host memory over UCP tagged messages on one worker per instance,
-// with the collectives of algorithms.hpp on top. Progress happens inside test/wait (and
-// when an operation is issued); waiting on one request advances every pending one.
+// with the collectives of algorithms.hpp on top. Progress happens inside test/wait, when an
+// operation is issued and in progress() (one pass, never blocking); waiting on one request
+// advances every pending one.
 #include <sched.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
@@ -178,7 +179,8 @@ class Ucx final : public sdk::TransportPlugin {
   ~Ucx() override { shutdown(); }
 
   triad_transport_caps_v1 capabilities() const override {
-    auto c = sdk::full_float_caps(TRIAD_MEM_BIT_HOST, TRIAD_TRANSPORT_OP_TAGS);
+    auto c = sdk::full_float_caps(TRIAD_MEM_BIT_HOST,
+                                  TRIAD_TRANSPORT_OP_TAGS | TRIAD_TRANSPORT_OP_ALL_TO_ALL);
     c.max_world_size = kMaxRanks;
     return c;
   }
@@ -326,6 +328,21 @@ class Ucx final : public sdk::TransportPlugin {
   sdk::TransportRequest* barrier(sdk::TransportComm& base) override {
     auto& c = comm(base);
     return make(c, "barrier", plan_barrier(c, c.next_seq()));
+  }
+
+  sdk::TransportRequest* all_to_all(sdk::TransportComm& base, const void* send, void* recv,
+                                    uint64_t count, DLDataType t, DLDevice d) override {
+    auto& c = comm(base);
+    CollArgs a = coll_args("all_to_all", send, recv, count, t, d, false, 0);
+    const size_t bytes = size_t(count) * a.esize * size_t(c.size());
+    if (bytes && a.send < a.recv + bytes && a.recv < a.send + bytes)
+      throw invalid("all_to_all: send and recv overlap; it does not work in place");
+    return make(c, what("all_to_all", count, t, -1), plan_all_to_all(c, c.next_seq(), a));
+  }
+
+  // One pass: UCX's events, then every schedule as far as they let it go.
+  void progress() override {
+    if (worker_) progress_all();
   }
 
   bool test(sdk::TransportRequest& req) override {

@@ -1,14 +1,15 @@
 // C++ layer for transport plugins: derive from TransportPlugin (and TransportComm /
 // TransportRequest for your handles), then
 //   TRIAD_TRANSPORT_PLUGIN(MyTransport, "myname", "1.0", "what it is", TRIAD_PARAMS(kParams))
-// Operations you do not override return TRIAD_ERR_UNSUPPORTED with a message naming them.
+// Operations you do not override return TRIAD_ERR_UNSUPPORTED with a message naming them;
+// progress() does nothing unless overridden (transport_v2.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "triad/sdk/plugin.hpp"
-#include "triad/sdk/transport_v1.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad::sdk {
 
@@ -142,6 +143,15 @@ class TransportPlugin {
   virtual TransportRequest* barrier(TransportComm&) {
     throw unsupported("barrier is not supported");
   }
+  // count elements per peer block; send and recv hold size() blocks each and never overlap
+  // (the adapter refuses send == recv). Offer it with TRIAD_TRANSPORT_OP_ALL_TO_ALL in caps.
+  virtual TransportRequest* all_to_all(TransportComm&, const void*, void*, uint64_t, DLDataType,
+                                       DLDevice) {
+    throw unsupported("all_to_all is not supported");
+  }
+  // Advances every pending operation without blocking. The default suits a transport that
+  // progresses on its own (or only inside test and wait).
+  virtual void progress() {}
 
   // True once done; throws the operation's error if it failed.
   virtual bool test(TransportRequest& request) = 0;
@@ -219,6 +229,17 @@ struct TransportAdapter {
   static int barrier(void* h, void* comm, void** req) {
     return guarded<Impl>(h, [&](Impl& p) { *req = out(p.barrier(C(comm))); });
   }
+  static int all_to_all(void* h, void* comm, const void* s, void* r, uint64_t n, DLDataType t,
+                        DLDevice d, void** req) {
+    return guarded<Impl>(h, [&](Impl& p) {
+      if (n && s == r)
+        throw invalid("all_to_all: send and recv are the same buffer (not in place)");
+      *req = out(p.all_to_all(C(comm), s, r, n, t, d));
+    });
+  }
+  static int progress(void* h) {
+    return guarded<Impl>(h, [&](Impl& p) { p.progress(); });
+  }
   static int test(void* h, void* req, int32_t* done) {
     return guarded<Impl>(h, [&](Impl& p) {
       *done = 0;
@@ -233,14 +254,14 @@ struct TransportAdapter {
       if (req) p.request_free(&R(req));
     });
   }
-  static constexpr triad_transport_ops_v1 ops = {
-      &capabilities, &init_world,     &split,      &comm_destroy, &comm_info,
-      &all_reduce,   &reduce_scatter, &all_gather, &broadcast,    &send,
-      &recv,         &barrier,        &test,       &wait,         &request_free};
+  static constexpr triad_transport_ops_v2 ops = {
+      &capabilities,   &init_world, &split,        &comm_destroy, &comm_info, &all_reduce,
+      &reduce_scatter, &all_gather, &broadcast,    &send,         &recv,      &barrier,
+      &test,           &wait,       &request_free, &progress,     &all_to_all};
 };
 
 template <>
-struct KindTraits<triad_transport_ops_v1> {
+struct KindTraits<triad_transport_ops_v2> {
   static constexpr std::string_view kind = "transport";
   static constexpr uint32_t abi_version = TRIAD_TRANSPORT_ABI_VERSION;
 };

@@ -13,7 +13,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/sdk/comm_ref_v1.h"
-#include "triad/sdk/transport_v1.h"
+#include "triad/sdk/transport_v2.h"
 
 namespace triad {
 
@@ -116,6 +116,11 @@ class Communicator {
   TransportRequest recv(void* buf, uint64_t count, DLDataType dtype, int peer, uint32_t tag,
                         DLDevice device = dl_cpu());
   TransportRequest barrier();
+  // MPI_Alltoall (transport_v2.h): count elements per peer block; send and recv hold size()
+  // blocks each, block r of send goes to rank r, block r of recv came from rank r; not in place.
+  // Throws UserError naming the transport when it does not offer all-to-all.
+  TransportRequest all_to_all(const void* send, void* recv, uint64_t count, DLDataType dtype,
+                              DLDevice device = dl_cpu());
 
  private:
   void destroy();
@@ -149,6 +154,10 @@ class Transport {
   bool staged() const;
   // Throws UserError naming the transport and what it lacks (memory, dtype, operation).
   void check_supported(uint32_t memory_bits, uint32_t dtype_bits, uint32_t op_bits) const;
+  // Moves every pending operation of the instance on without blocking (transport_v2.h), e.g.
+  // between layers while requests are outstanding; a transport that progresses on its own
+  // does nothing. Throws TransportError when the transport reports itself broken.
+  void progress();
 
   // Collective over the job. Keys go to `store` under `scope` (e.g. "transport/ucx/");
   // rendezvous gets wait up to rendezvous_timeout. `store` must outlive the returned
