@@ -1,0 +1,576 @@
+// Attention over a context-parallel group: DeepSpeed-Ulysses and ring attention around the
+// attention plugin (layout, traffic and workspace in context_attention.hpp).
+//
+// Ring backward is exact with the plugins' own backward: given the FINAL out and lse of a query
+// chunk, every (query chunk, key chunk) pair's backward recomputes P = exp(S - lse) and uses
+// delta = rowsum(dout o out), both of the whole row, so the pairs' dq, dk, dv simply add up
+// (naive, flash1 and flash2 all take lse and out as given, on the CPU and in their CUDA kernels;
+// none recomputes them from q and k).
+#include "triad/core/model/context_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "triad/core/dist/transport.hpp"
+#include "triad/core/error.hpp"
+#include "triad/core/plugins/attention.hpp"
+
+namespace triad {
+
+namespace {
+
+// The ring's messages on the group's communicator: key/value blocks and their gradients.
+constexpr uint32_t kTagKv = 1, kTagDkv = 2;
+
+std::string num(int64_t v) {
+  return std::to_string(v);
+}
+
+// A (B, H, T, D) or (B, H, T) tensor for the plugin, viewing memory it does not own.
+struct Tensor {
+  int64_t shape[4] = {0, 0, 0, 0};
+  int64_t strides[4] = {0, 0, 0, 1};
+  DLTensor t{};
+  Tensor(float* data, int64_t B, int64_t H, int64_t T, int64_t D, int64_t sb, int64_t sh,
+         int64_t st) {
+    shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
+    strides[0] = sb, strides[1] = sh, strides[2] = st;
+    init(data, 4);
+  }
+  // Contiguous (B, H, T, D).
+  Tensor(float* data, int64_t B, int64_t H, int64_t T, int64_t D)
+      : Tensor(data, B, H, T, D, H * T * D, T * D, D) {}
+  // Contiguous lse (B, H, T).
+  static Tensor lse(float* data, int64_t B, int64_t H, int64_t T) {
+    Tensor l(data, B, H, T, 1);
+    l.t.ndim = 3;
+    l.t.strides = nullptr;
+    return l;
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  Tensor(Tensor&& o) noexcept : t(o.t) {
+    std::copy(o.shape, o.shape + 4, shape);
+    std::copy(o.strides, o.strides + 4, strides);
+    t.shape = shape;
+    t.strides = t.ndim == 4 ? strides : nullptr;
+  }
+
+ private:
+  void init(float* data, int ndim) {
+    t.data = data;
+    t.device = dl_cpu();
+    t.ndim = ndim;
+    t.dtype = dl_float32();
+    t.shape = shape;
+    t.strides = ndim == 4 ? strides : nullptr;
+    t.byte_offset = 0;
+  }
+};
+
+void add_rows(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+// A caller's (B, H, T, D) fp32 view on the CPU, strides in elements.
+struct detail::ContextView {
+  float* data = nullptr;
+  int64_t B = 0, H = 0, T = 0, D = 0;
+  int64_t sb = 0, sh = 0, st = 0;
+  float* row(int64_t b, int64_t h, int64_t t) const { return data + b * sb + h * sh + t * st; }
+  // Tokens [t0, t0 + n) as a tensor for the plugin.
+  Tensor tokens(int64_t t0, int64_t n) const {
+    return Tensor(row(0, 0, t0), B, H, n, D, sb, sh, st);
+  }
+};
+
+namespace {
+
+using View = detail::ContextView;
+
+bool cpu_fp32(const DLTensor* t) {
+  return t->device.device_type == kDLCPU && t->dtype.code == kDLFloat && t->dtype.bits == 32 &&
+         t->dtype.lanes == 1;
+}
+
+View view_of(const DLTensor* t, const char* what, int64_t H, int64_t T, int64_t D) {
+  if (!t) throw UserError(std::string("context attention: ") + what + " is null");
+  if (!cpu_fp32(t))
+    throw UserError(std::string("context attention: ") + what +
+                    " must be float32 in CPU memory for now (the layout copies and the lse "
+                    "merge are host loops)");
+  if (t->ndim != 4 || t->shape[1] != H || t->shape[2] != T || t->shape[3] != D)
+    throw UserError(std::string("context attention: ") + what + " must be (B, " + num(H) + ", " +
+                    num(T) + ", " + num(D) + ")");
+  View v;
+  v.data = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+  v.B = t->shape[0], v.H = H, v.T = T, v.D = D;
+  if (t->strides) {
+    if (t->strides[3] != 1)
+      throw UserError(std::string("context attention: ") + what + " needs unit stride along D");
+    v.sb = t->strides[0], v.sh = t->strides[1], v.st = t->strides[2];
+  } else {
+    v.st = D, v.sh = T * D, v.sb = H * T * D;
+  }
+  return v;
+}
+
+float* lse_of(const DLTensor* t, int64_t B, int64_t H, int64_t T) {
+  if (!t || !cpu_fp32(t) || t->ndim != 3 || t->shape[0] != B || t->shape[1] != H ||
+      t->shape[2] != T ||
+      (t->strides && (t->strides[2] != 1 || t->strides[1] != T || t->strides[0] != H * T)))
+    throw UserError("context attention: lse must be contiguous float32 (" + num(B) + ", " + num(H) +
+                    ", " + num(T) + ") in CPU memory");
+  return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+}
+
+}  // namespace
+
+const char* context_method_name(ContextMethod m) {
+  return m == ContextMethod::ulysses ? "ulysses" : "ring";
+}
+
+ContextMethod parse_context_method(const std::string& name) {
+  if (name == "ulysses") return ContextMethod::ulysses;
+  if (name == "ring") return ContextMethod::ring;
+  throw UserError("context-parallel method '" + name +
+                  "' is unknown; the methods are ulysses, ring");
+}
+
+void check_context_shape(ContextMethod m, const ContextShape& s, int cp) {
+  if (cp < 1) throw UserError("context_parallel_size " + num(cp) + " must be at least 1");
+  if (s.max_batch < 1 || s.heads < 1 || s.seq_len < 1 || s.head_dim < 1)
+    throw UserError("context attention: batch, heads, sequence and head dim must be positive");
+  if (m == ContextMethod::ulysses) {
+    if (s.heads % cp)
+      throw UserError("context_parallel_size " + num(cp) + " (ulysses) must divide the " +
+                      num(s.heads) + " attention heads of this rank; choose a cp that does");
+    if (s.seq_len % cp)
+      throw UserError("context_parallel_size " + num(cp) + " must divide seq_length " +
+                      num(s.seq_len));
+  } else if (s.seq_len % (2 * cp)) {
+    throw UserError("ring attention splits seq_length " + num(s.seq_len) + " into 2 x " + num(cp) +
+                    " equal chunks; choose a seq_length divisible by " + num(2 * cp));
+  }
+}
+
+std::vector<int64_t> context_token_positions(ContextMethod m, int64_t seq_len, int cp, int rank) {
+  std::vector<int64_t> pos;
+  const int64_t local = seq_len / cp;
+  pos.reserve(size_t(local));
+  if (m == ContextMethod::ulysses) {
+    for (int64_t t = 0; t < local; ++t) pos.push_back(rank * local + t);
+  } else {
+    const int64_t C = seq_len / (2 * cp);
+    for (int64_t chunk : {int64_t{rank}, int64_t{2 * cp - 1 - rank}})
+      for (int64_t t = 0; t < C; ++t) pos.push_back(chunk * C + t);
+  }
+  return pos;
+}
+
+triad_attention_shape_v1 context_plugin_shape(ContextMethod m, const ContextShape& s, int cp,
+                                              int causal, DLDataType dtype, DLDevice device) {
+  if (m == ContextMethod::ulysses)
+    return {s.max_batch, s.heads / cp, s.seq_len, s.head_dim, causal, dtype, device};
+  return {s.max_batch, s.heads, s.seq_len / (2 * cp), s.head_dim, causal, dtype, device};
+}
+
+size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp) {
+  const size_t N = size_t(s.max_batch) * s.heads * (s.seq_len / cp) * s.head_dim;
+  if (m == ContextMethod::ulysses) return 10 * N * sizeof(float);
+  // 9.5 N: N is even (T/cp = 2 C).
+  const size_t lse = size_t(s.max_batch) * s.heads * (s.seq_len / cp);
+  return (19 * N / 2 + lse) * sizeof(float);
+}
+
+ContextTraffic expected_context_traffic(ContextMethod m, bool backward, const ContextShape& s,
+                                        int cp, int64_t batch, size_t elem_bytes) {
+  // One b s h / cp tensor: this rank's share of q (or k, v, out) in bytes.
+  const uint64_t share = uint64_t(batch) * s.seq_len * s.heads * s.head_dim / cp * elem_bytes;
+  if (m == ContextMethod::ulysses) {
+    const uint64_t n = backward ? 8 : 4;
+    return {n * share, n};
+  }
+  // One k/v block is k and v of T/cp tokens; backward adds the cp dk/dv blocks.
+  const uint64_t blocks = backward ? uint64_t(cp - 1) + uint64_t(cp) : uint64_t(cp - 1);
+  return {blocks * 2 * share, blocks};
+}
+
+ContextAttention::ContextAttention(ContextMethod method, AttentionBackend& attention,
+                                   Communicator& group, Device& dev, const ContextShape& shape,
+                                   int causal, std::chrono::milliseconds timeout)
+    : method_(method),
+      attention_(attention),
+      group_(group),
+      shape_(shape),
+      cp_(group.size()),
+      rank_(group.rank()),
+      timeout_(timeout) {
+  check_context_shape(method, shape, cp_);
+  const triad_attention_shape_v1 ps =
+      context_plugin_shape(method, shape, cp_, causal, dl_float32(), dev.dl_device());
+  attention_.check_supported(ps);
+  if (method == ContextMethod::ring && causal) {
+    // Pairs of chunks entirely in the past run without a mask.
+    triad_attention_shape_v1 full = ps;
+    full.causal = 0;
+    attention_.check_supported(full);
+  }
+  size_t fwd = 0, bwd = 0;
+  attention_.workspace_size(ps, &fwd, &bwd);
+  const size_t plugin = std::max(fwd, bwd);
+  if (plugin) plugin_work_ = Buffer<uint8_t>(dev, plugin, "attention workspace");
+  work_ = Buffer<float>(dev, context_workspace_bytes(method, shape, cp_) / sizeof(float),
+                        "context-parallel attention workspace");
+}
+
+std::vector<int64_t> ContextAttention::token_positions() const {
+  return context_token_positions(method_, shape_.seq_len, cp_, rank_);
+}
+
+size_t ContextAttention::workspace_bytes() const {
+  return work_.size() * sizeof(float) + plugin_work_.size();
+}
+
+namespace {
+
+int64_t batch_of(const DLTensor* q, int64_t max_batch) {
+  if (!q) throw UserError("context attention: q is null");
+  const int64_t B = q->ndim == 4 ? q->shape[0] : -1;
+  if (B < 0 || B > max_batch)
+    throw UserError("context attention: batch " + num(B) + " is not within the micro-batch " +
+                    num(max_batch) + " the workspace was sized for");
+  return B;
+}
+
+}  // namespace
+
+void ContextAttention::forward(const triad_attention_fwd_args_v1& args) {
+  const int64_t B = batch_of(args.q, shape_.max_batch);
+  if (method_ == ContextMethod::ulysses)
+    ulysses_forward(args, B);
+  else
+    ring_forward(args, B);
+}
+
+void ContextAttention::backward(const triad_attention_bwd_args_v1& args) {
+  const int64_t B = batch_of(args.q, shape_.max_batch);
+  if (method_ == ContextMethod::ulysses)
+    ulysses_backward(args, B);
+  else
+    ring_backward(args, B);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ulysses. The all-to-all's block p is rank p's share, (B, H/cp, T/cp, D) contiguous: going to
+// heads, rank p gets its heads of this rank's tokens; coming back, rank p gets its tokens of
+// this rank's heads. The head-split tensor (B, H/cp, T, D) has token p T/cp + t at block p's t.
+
+namespace {
+
+// x (B, H, T/cp, D) <-> the blocked buffer [p][b][h'][t][d] (block p: heads p H/cp + h').
+void copy_sequence_blocks(const View& x, float* blocks, int cp, bool into_blocks) {
+  const int64_t Hc = x.H / cp, row = x.D * int64_t(sizeof(float));
+  for (int64_t p = 0; p < cp; ++p)
+    for (int64_t b = 0; b < x.B; ++b)
+      for (int64_t h = 0; h < Hc; ++h)
+        for (int64_t s = 0; s < x.T; ++s) {
+          float* buf = blocks + (((p * x.B + b) * Hc + h) * x.T + s) * x.D;
+          float* mine = x.row(b, p * Hc + h, s);
+          if (into_blocks)
+            std::memcpy(buf, mine, size_t(row));
+          else
+            std::memcpy(mine, buf, size_t(row));
+        }
+}
+
+// head (B, H/cp, T, D) contiguous <-> the blocked buffer [p][b][h][t][d] (block p: tokens
+// p T/cp + t).
+void copy_head_blocks(float* head, float* blocks, int64_t B, int64_t Hc, int64_t Tl, int64_t D,
+                      int cp, bool into_blocks) {
+  const size_t run = size_t(Tl * D) * sizeof(float);
+  for (int64_t p = 0; p < cp; ++p)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hc; ++h) {
+        float* buf = blocks + ((p * B + b) * Hc + h) * Tl * D;
+        float* mine = head + ((b * Hc + h) * Tl * cp + p * Tl) * D;
+        if (into_blocks)
+          std::memcpy(buf, mine, run);
+        else
+          std::memcpy(mine, buf, run);
+      }
+}
+
+}  // namespace
+
+void ContextAttention::to_heads(const View& x, float* head, ContextTraffic& t) {
+  float* send = work_.data() + 8 * shape_.max_batch * x.H * x.T * x.D;
+  float* recv = send + x.B * x.H * x.T * x.D;
+  copy_sequence_blocks(x, send, cp_, true);
+  all_to_all(send, recv, x.B * x.H * x.T * x.D / cp_, t);
+  copy_head_blocks(head, recv, x.B, x.H / cp_, x.T, x.D, cp_, false);
+}
+
+void ContextAttention::to_sequence(float* head, const View& x, ContextTraffic& t) {
+  float* send = work_.data() + 8 * shape_.max_batch * x.H * x.T * x.D;
+  float* recv = send + x.B * x.H * x.T * x.D;
+  copy_head_blocks(head, send, x.B, x.H / cp_, x.T, x.D, cp_, true);
+  all_to_all(send, recv, x.B * x.H * x.T * x.D / cp_, t);
+  copy_sequence_blocks(x, recv, cp_, false);
+}
+
+void ContextAttention::all_to_all(const float* send, float* recv, int64_t block,
+                                  ContextTraffic& t) {
+  TransportRequest r = group_.all_to_all(send, recv, uint64_t(block), dl_float32());
+  t.bytes += uint64_t(block) * cp_ * sizeof(float);
+  t.operations += 1;
+  r.wait(timeout_);
+}
+
+void ContextAttention::ulysses_forward(const triad_attention_fwd_args_v1& args, int64_t B) {
+  const int64_t H = shape_.heads, Hc = H / cp_, T = shape_.seq_len, Tl = T / cp_,
+                D = shape_.head_dim;
+  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
+             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D);
+  float* lse = lse_of(args.lse, B, H, Tl);  // holds the head-split (B, H/cp, T)
+  const int64_t N = B * H * Tl * D;         // one head-split tensor at this batch
+  float* hq = work_.data();
+  float *hk = hq + N, *hv = hk + N, *hout = hv + N;
+  to_heads(q, hq, fwd_traffic_);
+  to_heads(k, hk, fwd_traffic_);
+  to_heads(v, hv, fwd_traffic_);
+  Tensor tq(hq, B, Hc, T, D), tk(hk, B, Hc, T, D), tv(hv, B, Hc, T, D), tout(hout, B, Hc, T, D);
+  Tensor tlse = Tensor::lse(lse, B, Hc, T);
+  attention_.forward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, args.causal, args.scale,
+                      plugin_work_.data(), plugin_work_.size()});
+  to_sequence(hout, out, fwd_traffic_);
+}
+
+void ContextAttention::ulysses_backward(const triad_attention_bwd_args_v1& args, int64_t B) {
+  const int64_t H = shape_.heads, Hc = H / cp_, T = shape_.seq_len, Tl = T / cp_,
+                D = shape_.head_dim;
+  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
+             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D),
+             dout = view_of(args.dout, "dout", H, Tl, D), dq = view_of(args.dq, "dq", H, Tl, D),
+             dk = view_of(args.dk, "dk", H, Tl, D), dv = view_of(args.dv, "dv", H, Tl, D);
+  float* lse = lse_of(args.lse, B, H, Tl);
+  const int64_t N = B * H * Tl * D;
+  float* h[8];
+  for (int i = 0; i < 8; ++i) h[i] = work_.data() + i * N;
+  const View* in[5] = {&q, &k, &v, &out, &dout};
+  for (int i = 0; i < 5; ++i) to_heads(*in[i], h[i], bwd_traffic_);
+  Tensor t[8] = {Tensor(h[0], B, Hc, T, D), Tensor(h[1], B, Hc, T, D), Tensor(h[2], B, Hc, T, D),
+                 Tensor(h[3], B, Hc, T, D), Tensor(h[4], B, Hc, T, D), Tensor(h[5], B, Hc, T, D),
+                 Tensor(h[6], B, Hc, T, D), Tensor(h[7], B, Hc, T, D)};
+  Tensor tlse = Tensor::lse(lse, B, Hc, T);
+  attention_.backward({&t[0].t, &t[1].t, &t[2].t, &t[3].t, &tlse.t, &t[4].t, &t[5].t, &t[6].t,
+                       &t[7].t, args.causal, args.scale, plugin_work_.data(), plugin_work_.size()});
+  to_sequence(h[5], dq, bwd_traffic_);
+  to_sequence(h[6], dk, bwd_traffic_);
+  to_sequence(h[7], dv, bwd_traffic_);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ring. Rank r holds query chunks r and 2cp-1-r (local chunks 0 and 1). At step i it holds the
+// key/value block of rank (r - i) mod cp, [k (B,H,T/cp,D) | v (B,H,T/cp,D)] contiguous, while
+// the next one arrives from rank r - 1 and this one leaves for rank r + 1.
+
+namespace {
+
+// What a (query chunk, key chunk) pair runs: the diagonal causal, a key chunk wholly in the
+// past unmasked, one wholly in the future not at all.
+enum class Pair { skip, causal, full };
+
+Pair pair_kind(int64_t q_chunk, int64_t k_chunk, bool causal) {
+  if (!causal) return Pair::full;
+  return k_chunk == q_chunk ? Pair::causal : k_chunk < q_chunk ? Pair::full : Pair::skip;
+}
+
+int64_t global_chunk(int owner, int local, int cp) {
+  return local == 0 ? owner : 2 * cp - 1 - owner;
+}
+
+// One ring pass at batch B over the workspace (context_workspace_bytes() sizes it at max_batch,
+// in this order): blocks of k|v and of dk|dv, each with the one arriving, a pair's partials and
+// the lse scratch. Step by step: pass() posts a block's exchange, pairs() runs this rank's query
+// chunks against the block in hand, end_step() waits and takes the arrived blocks.
+class Ring {
+ public:
+  float* kv[2];
+  float* dkv[2];
+  float* part;  // a pair's out, or its dq | dk | dv: (B,H,C,D) each
+  float* lse;   // a pair's lse (B,H,C), or both query chunks' final lse: 2 x (B,H,C)
+  int cur = 0;  // which of each pair of blocks is in hand
+
+  Ring(float* base, const ContextShape& s, int64_t B, Communicator& group,
+       std::chrono::milliseconds timeout)
+      : B_(B),
+        H_(s.heads),
+        Tl_(s.seq_len / group.size()),
+        D_(s.head_dim),
+        n_(B * H_ * Tl_ * D_),
+        cp_(group.size()),
+        rank_(group.rank()),
+        group_(group),
+        timeout_(timeout) {
+    const int64_t max_n = s.max_batch * H_ * Tl_ * D_;
+    kv[0] = base, kv[1] = base + 2 * max_n;
+    dkv[0] = base + 4 * max_n, dkv[1] = base + 6 * max_n;
+    part = base + 8 * max_n;
+    lse = part + 3 * max_n / 2;
+  }
+
+  // This rank's own k and v into the block in hand.
+  void load(const View& k, const View& v) {
+    const View kb = block_k(), vb = block_v();
+    for (int64_t b = 0; b < B_; ++b)
+      for (int64_t h = 0; h < H_; ++h)
+        for (int64_t s = 0; s < Tl_; ++s) {
+          std::memcpy(kb.row(b, h, s), k.row(b, h, s), size_t(D_) * sizeof(float));
+          std::memcpy(vb.row(b, h, s), v.row(b, h, s), size_t(D_) * sizeof(float));
+        }
+  }
+  View block_k() const { return blocked(kv[cur]); }
+  View block_v() const { return blocked(kv[cur] + n_); }
+  View grad_k() const { return blocked(dkv[cur]); }
+  View grad_v() const { return blocked(dkv[cur] + n_); }
+
+  // Sends blocks[cur] to rank r + 1 and receives blocks[1 - cur] from rank r - 1.
+  void pass(float* const blocks[2], uint32_t tag, ContextTraffic& t) {
+    const int next = (rank_ + 1) % cp_, prev = (rank_ + cp_ - 1) % cp_;
+    pending_.push_back(group_.recv(blocks[1 - cur], uint64_t(2 * n_), dl_float32(), prev, tag));
+    pending_.push_back(group_.send(blocks[cur], uint64_t(2 * n_), dl_float32(), next, tag));
+    t.bytes += uint64_t(2 * n_) * sizeof(float);
+    t.operations += 1;
+  }
+  void end_step() {
+    for (TransportRequest& r : pending_) r.wait(timeout_);
+    if (!pending_.empty()) cur = 1 - cur;
+    pending_.clear();
+  }
+
+  // f(qc, kc, causal) for each pair of this rank's query chunk qc and the key chunk kc of the
+  // block in hand at `step` that is not wholly in the query chunk's future.
+  template <class F>
+  void pairs(int step, bool causal, F f) const {
+    const int owner = (rank_ - step + cp_) % cp_;
+    for (int qc = 0; qc < 2; ++qc)
+      for (int kc = 0; kc < 2; ++kc) {
+        const Pair kind =
+            pair_kind(global_chunk(rank_, qc, cp_), global_chunk(owner, kc, cp_), causal);
+        if (kind != Pair::skip) f(qc, kc, kind == Pair::causal);
+      }
+  }
+
+ private:
+  View blocked(float* data) const {
+    return View{data, B_, H_, Tl_, D_, H_ * Tl_ * D_, Tl_ * D_, D_};
+  }
+  int64_t B_, H_, Tl_, D_, n_;
+  int cp_, rank_;
+  Communicator& group_;
+  std::chrono::milliseconds timeout_;
+  std::vector<TransportRequest> pending_;
+};
+
+}  // namespace
+
+void ContextAttention::ring_forward(const triad_attention_fwd_args_v1& args, int64_t B) {
+  const int64_t H = shape_.heads, Tl = shape_.seq_len / cp_, C = Tl / 2, D = shape_.head_dim;
+  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
+             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D);
+  float* lse = lse_of(args.lse, B, H, Tl);
+  Ring ring(work_.data(), shape_, B, group_, timeout_);
+  ring.load(k, v);
+  bool seen[2] = {false, false};
+  for (int step = 0; step < cp_; ++step) {
+    if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, fwd_traffic_);
+    const View kb = ring.block_k(), vb = ring.block_v();
+    ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
+      Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
+      Tensor tout(ring.part, B, H, C, D);
+      Tensor tlse = Tensor::lse(ring.lse, B, H, C);
+      attention_.forward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, causal, args.scale,
+                          plugin_work_.data(), plugin_work_.size()});
+      // Merge into this chunk's rows of out and lse by their log-sum-exp.
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t s = 0; s < C; ++s) {
+            float* o = out.row(b, h, qc * C + s);
+            float& l = lse[(b * H + h) * Tl + qc * C + s];
+            const float* po = ring.part + ((b * H + h) * C + s) * D;
+            const float pl = ring.lse[(b * H + h) * C + s];
+            if (!seen[qc]) {
+              std::memcpy(o, po, size_t(D) * sizeof(float));
+              l = pl;
+              continue;
+            }
+            const float m = std::max(l, pl);
+            const float merged = m + std::log(std::exp(l - m) + std::exp(pl - m));
+            const float a = std::exp(l - merged), c = std::exp(pl - merged);
+            for (int64_t d = 0; d < D; ++d) o[d] = a * o[d] + c * po[d];
+            l = merged;
+          }
+      seen[qc] = true;
+    });
+    ring.end_step();
+  }
+}
+
+void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, int64_t B) {
+  const int64_t H = shape_.heads, Tl = shape_.seq_len / cp_, C = Tl / 2, D = shape_.head_dim;
+  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
+             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D),
+             dout = view_of(args.dout, "dout", H, Tl, D), dq = view_of(args.dq, "dq", H, Tl, D),
+             dk = view_of(args.dk, "dk", H, Tl, D), dv = view_of(args.dv, "dv", H, Tl, D);
+  const float* lse = lse_of(args.lse, B, H, Tl);
+  Ring ring(work_.data(), shape_, B, group_, timeout_);
+  ring.load(k, v);
+  const int64_t NC = B * H * C * D;  // one chunk's (B,H,C,D)
+  // The final lse of each query chunk, contiguous (B,H,C) as the plugin takes it.
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int qc = 0; qc < 2; ++qc)
+      std::memcpy(ring.lse + qc * B * H * C + bh * C, lse + bh * Tl + qc * C,
+                  size_t(C) * sizeof(float));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < Tl; ++s) std::fill(dq.row(b, h, s), dq.row(b, h, s) + D, 0.f);
+  std::fill(ring.dkv[0], ring.dkv[0] + 4 * NC, 0.f);  // dk | dv of this rank's block
+  float *pdq = ring.part, *pdk = pdq + NC, *pdv = pdk + NC;
+  for (int step = 0; step < cp_; ++step) {
+    if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, bwd_traffic_);
+    const View kb = ring.block_k(), vb = ring.block_v(), gk = ring.grad_k(), gv = ring.grad_v();
+    ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
+      Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
+      Tensor tout = out.tokens(qc * C, C), tdout = dout.tokens(qc * C, C);
+      Tensor tlse = Tensor::lse(ring.lse + qc * B * H * C, B, H, C);
+      Tensor tdq(pdq, B, H, C, D), tdk(pdk, B, H, C, D), tdv(pdv, B, H, C, D);
+      attention_.backward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, &tdout.t, &tdq.t, &tdk.t, &tdv.t,
+                           causal, args.scale, plugin_work_.data(), plugin_work_.size()});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t s = 0; s < C; ++s) {
+            const int64_t pr = ((b * H + h) * C + s) * D;
+            add_rows(dq.row(b, h, qc * C + s), pdq + pr, D);
+            add_rows(gk.row(b, h, kc * C + s), pdk + pr, D);
+            add_rows(gv.row(b, h, kc * C + s), pdv + pr, D);
+          }
+    });
+    // This block's gradients go on with it; after the last step they go home to their owner,
+    // rank r + 1, as this rank's own arrive from rank r - 1.
+    if (cp_ > 1) ring.pass(ring.dkv, kTagDkv, bwd_traffic_);
+    ring.end_step();
+  }
+  const View gk = ring.grad_k(), gv = ring.grad_v();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < Tl; ++s) {
+        std::memcpy(dk.row(b, h, s), gk.row(b, h, s), size_t(D) * sizeof(float));
+        std::memcpy(dv.row(b, h, s), gv.row(b, h, s), size_t(D) * sizeof(float));
+      }
+}
+
+}  // namespace triad
