@@ -1,13 +1,11 @@
 // parallel-groups-check PLUGIN.so WORLD TP PP: forks WORLD ranks, builds the TP / DP / PP
 // communicators with make_parallel_comms, and checks on each that its size and rank match
 // ProcessGroups and that an all-reduce of world ranks sums exactly the group's members.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <numeric>
 #include <string>
 
+#include "forked_ranks.hpp"
 #include "triad/core/dist/process_groups.hpp"
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/dist/transport.hpp"
@@ -64,29 +62,10 @@ int main(int argc, char** argv) {
   }
   const std::string path = argv[1];
   const int world = std::stoi(argv[2]), tp = std::stoi(argv[3]), pp = std::stoi(argv[4]);
-  const std::string token = triad::make_job_token();
-  triad::RendezvousServer server("127.0.0.1", 0, token);
-  std::vector<pid_t> kids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        code = run_rank(path, r, world, tp, pp, server.port(), token);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      _exit(code);
-    }
-    kids.push_back(pid);
-  }
-  server.start();
-  int failed = 0;
-  for (pid_t k : kids) {
-    int st = 0;
-    waitpid(k, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
-  }
+  const int failed =
+      triad::test::run_forked_ranks(world, [&](int rank, uint16_t port, const std::string& token) {
+        return run_rank(path, rank, world, tp, pp, port, token);
+      });
   triad::ProcessGroups g(world, tp, pp);
   std::printf("%s over %d ranks: %d passed, %d failed\n", g.describe().c_str(), world,
               world - failed, failed);
