@@ -1,6 +1,6 @@
-// context-attention-check TRANSPORT.so NAIVE.so FLASH2.so CP: forks CP ranks, one
-// context-parallel group, and checks ContextAttention (ulysses and ring; causal and not; naive,
-// and flash2 with 16-row tiles) against the plugin on the whole sequence: random q, k, v, dout
+// context-attention-check TRANSPORT.so CP ATTENTION.so...: forks CP ranks, one context-parallel
+// group, and checks ContextAttention (ulysses and ring; causal and not; each attention plugin,
+// the flash ones with 16-row tiles) against the plugin on the whole sequence: random q, k, v, dout
 // (B 2, H 4, T 32 and 64, D 16, fp32) alike on every rank, each rank's slice at the positions
 // the component names, held inside a fused qkv row as the model holds them. Every rank's out, dq,
 // dk, dv (and lse) must be within 1e-5 of the largest element of the whole reference tensor; the
@@ -19,6 +19,7 @@
 #include "triad/core/device/device.hpp"
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/dist/transport.hpp"
+#include "triad/core/error.hpp"
 #include "triad/core/model/context_attention.hpp"
 #include "triad/core/plugins/attention.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
@@ -202,8 +203,19 @@ int check(ContextMethod method, AttentionBackend& attn, const std::string& attn_
   return bad;
 }
 
-int run_rank(const std::string& transport, const std::string& naive, const std::string& flash2,
-             int rank, int world, uint16_t port, const std::string& token) {
+// 16-row tiles for every tile parameter the plugin declares (flash1, flash2; naive has none), so
+// a chunk of 4 to 32 tokens spans one or two tiles.
+std::map<std::string, std::string> small_tiles(const triad_plugin_v1& desc) {
+  std::map<std::string, std::string> p;
+  for (size_t i = 0; i < desc.num_params; ++i) {
+    const std::string key = desc.params[i].name;
+    if (key.find("block_") != std::string::npos) p[key] = "16";
+  }
+  return p;
+}
+
+int run_rank(const std::string& transport, const std::vector<std::string>& attention, int rank,
+             int world, uint16_t port, const std::string& token) {
   auto tp = PluginLoader().load_file(transport, "transport");
   CoreServices services(1);
   Transport t(tp, resolve_params(tp->descriptor(), {}, "transport"), services.c_services());
@@ -211,33 +223,68 @@ int run_rank(const std::string& transport, const std::string& naive, const std::
   Communicator group = t.init_world(rank, world, store, "cp/", std::chrono::seconds(60));
   auto dev = make_device("cpu");
   int bad = 0;
-  const std::map<std::string, std::string> small_tiles = {
-      {"block_q", "16"}, {"block_k", "16"}, {"bwd_block_q", "16"}, {"bwd_block_k", "16"}};
-  for (const auto& [name, path, params] :
-       {std::tuple{std::string("naive"), naive, std::map<std::string, std::string>{}},
-        std::tuple{std::string("flash2"), flash2, small_tiles}}) {
+  for (const std::string& path : attention) {
     auto ap = PluginLoader().load_file(path, "attention");
-    AttentionBackend attn(ap, resolve_params(ap->descriptor(), params, "attention"),
-                          services.c_services());
+    AttentionBackend attn(
+        ap, resolve_params(ap->descriptor(), small_tiles(ap->descriptor()), "attention"),
+        services.c_services());
     for (ContextMethod m : {ContextMethod::ulysses, ContextMethod::ring})
       for (int64_t T : {32, 64})
-        for (int causal : {1, 0}) bad += check(m, attn, name, group, *dev, T, causal);
+        for (int causal : {1, 0}) bad += check(m, attn, attn.name(), group, *dev, T, causal);
   }
   group.barrier().wait(std::chrono::seconds(60));
   return bad ? 1 : 0;
 }
 
+// What cp cannot split is refused, naming the numbers.
+int check_refusals() {
+  int bad = 0;
+  auto refused = [&](ContextMethod m, ContextShape s, int cp, const char* want) {
+    try {
+      check_context_shape(m, s, cp);
+    } catch (const UserError& e) {
+      if (std::string(e.what()).find(want) != std::string::npos) return;
+      std::fprintf(stderr, "refusal '%s' does not name '%s'\n", e.what(), want);
+      ++bad;
+      return;
+    }
+    std::fprintf(stderr, "%s accepted cp %d of heads %lld, seq %lld\n", context_method_name(m), cp,
+                 static_cast<long long>(s.heads), static_cast<long long>(s.seq_len));
+    ++bad;
+  };
+  refused(ContextMethod::ulysses, {1, 6, 64, 16}, 4, "6 attention heads");
+  refused(ContextMethod::ring, {1, 4, 36, 16}, 4, "divisible by 8");
+  try {
+    parse_context_method("striped");
+    ++bad;
+  } catch (const UserError& e) {
+    if (std::string(e.what()).find("ulysses, ring") == std::string::npos) ++bad;
+  }
+  const std::vector<int64_t> ring = context_token_positions(ContextMethod::ring, 16, 2, 1);
+  const std::vector<int64_t> want = {4, 5, 6, 7, 8, 9, 10, 11};
+  const std::vector<int64_t> ring0 = context_token_positions(ContextMethod::ring, 16, 2, 0);
+  const std::vector<int64_t> want0 = {0, 1, 2, 3, 12, 13, 14, 15};
+  if (ring != want || ring0 != want0) {
+    std::fprintf(stderr, "ring positions at T 16, cp 2 are not chunks (r, 3 - r)\n");
+    ++bad;
+  }
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: context-attention-check TRANSPORT.so NAIVE.so FLASH2.so CP\n");
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: context-attention-check TRANSPORT.so CP ATTENTION.so...\n");
     return 2;
   }
-  const int world = std::stoi(argv[4]);
+  const std::string transport = argv[1];
+  const int world = std::stoi(argv[2]);
+  const std::vector<std::string> attention(argv + 3, argv + argc);
+  if (check_refusals()) return 1;
   const int failed =
       triad::test::run_forked_ranks(world, [&](int rank, uint16_t port, const std::string& token) {
-        return run_rank(argv[1], argv[2], argv[3], rank, world, port, token);
+        return run_rank(transport, attention, rank, world, port, token);
       });
   std::printf("context attention over cp %d: %d ranks passed, %d failed\n", world, world - failed,
               failed);
