@@ -67,9 +67,9 @@ int run(int argc, char** argv) {
     // the output folders; every node's ranks read the data.
     const triad::Config cfg = load_launch_config(a, plan.world_size);
     log_import_notes(cfg);
-    triad::check_runnable(cfg);
     triad::preflight(cfg);
     check_transport(cfg, plan.world_size);
+    triad::check_runnable(cfg);
     bool runs_rank0 = false;
     for (const RankSlot& r : plan.ranks) runs_rank0 = runs_rank0 || r.rank == 0;
     triad::check_run_paths(cfg, runs_rank0);

@@ -12,6 +12,7 @@
 #include "triad/core/config/config.hpp"
 #include "triad/core/config/megatron.hpp"
 #include "triad/core/dist/dist_env.hpp"
+#include "triad/core/dist/process_groups.hpp"
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/dist/transport.hpp"
 #include "triad/core/model/memory_plan.hpp"
@@ -77,6 +78,8 @@ void check_transport(const Config& cfg, int world_size) {
   Transport transport(
       plugin, resolve_params(plugin->descriptor(), cfg.transport.params, cfg.transport.yaml_path),
       services.c_services());
+  check_context_parallel_transport(transport, cfg.parallel.context_parallel_size,
+                                   cfg.parallel.context_parallel_method);
 }
 
 Config load_launch_config(const LaunchArgs& a, int world_size) {
@@ -98,11 +101,17 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   std::cout << "# resolved config ("
             << (a.megatron_args.empty() ? a.config_path : "--megatron-args") << ")\n"
             << to_yaml(cfg) << "\n";
+  const int cp = par.context_parallel_size;
   std::cout << "layout:              world " << world_size << " = tp "
-            << par.tensor_model_parallel_size << " x pp " << par.pipeline_model_parallel_size
-            << " x dp " << par.data_parallel_size
+            << par.tensor_model_parallel_size << (cp > 1 ? " x cp " + std::to_string(cp) : "")
+            << " x pp " << par.pipeline_model_parallel_size << " x dp " << par.data_parallel_size
             << (par.sequence_parallel && par.tensor_model_parallel_size > 1 ? ", sequence parallel"
                                                                             : "")
+            << (cp > 1 ? ", context parallel " + par.context_parallel_method + " (" +
+                             std::to_string(cfg.model.seq_length / cp) +
+                             " tokens per rank; ZeRO over dp x cp = " +
+                             std::to_string(zero_shards(par)) + ")"
+                       : "")
             << "\n";
   std::cout << "parameters:          " << p.num_params << " (vocabulary " << cfg.model.vocab_size
             << " padded to " << p.padded_vocab_size << ")\n";

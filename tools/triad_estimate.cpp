@@ -78,6 +78,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
           {"param_windows", e.param_windows},
           {"pipeline_sends", e.pipeline_sends},
           {"tensor_exchange", e.tensor_exchange},
+          {"context_exchange", e.context_exchange},
           {"scalars", e.scalars},
           {"step", e.step()},
           {"setup", e.setup},
@@ -125,6 +126,9 @@ int print_json(const std::string& path, int world, const triad::Config& cfg, con
                    {"tensor_model_parallel_size", par.tensor_model_parallel_size},
                    {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
                    {"data_parallel_size", par.data_parallel_size},
+                   {"context_parallel_size", par.context_parallel_size},
+                   {"context_parallel_method", par.context_parallel_method},
+                   {"zero_shards", triad::zero_shards(par)},
                    {"configured_stage", configured},
                    {"peak_per_rank", need},
                    {"limit_bytes", limit},
@@ -153,10 +157,13 @@ void print_table(const std::string& path, int world, const triad::Config& cfg,
   const auto& par = cfg.parallel;
   const int configured = cfg.zero_optimization.stage;
   const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
-  std::cout << "triad-estimate: " << path << " | world " << world << " = tp " << tp << " x pp "
-            << pp << " x dp " << par.data_parallel_size
-            << (par.sequence_parallel && tp > 1 ? " (sequence parallel)" : "") << " | micro-batch "
-            << cfg.training.micro_batch_size << " x accumulation "
+  const int cp = par.context_parallel_size;
+  std::cout << "triad-estimate: " << path << " | world " << world << " = tp " << tp
+            << (cp > 1 ? " x cp " + std::to_string(cp) : "") << " x pp " << pp << " x dp "
+            << par.data_parallel_size
+            << (par.sequence_parallel && tp > 1 ? " (sequence parallel)" : "")
+            << (cp > 1 ? " (context parallel " + par.context_parallel_method + ")" : "")
+            << " | micro-batch " << cfg.training.micro_batch_size << " x accumulation "
             << cfg.training.gradient_accumulation_steps << " | " << cfg.precision << " on "
             << cfg.device << " | pipeline " << cfg.pipeline.name << " | attention "
             << cfg.attention.name
@@ -165,9 +172,12 @@ void print_table(const std::string& path, int world, const triad::Config& cfg,
                     : "")
             << "\n";
   std::cout << "memory per rank in MiB at the step's peak (buffers: ZeRO windows, pipeline send "
-               "copies, tensor-parallel exchange); paper: the ZeRO paper's model states, N = dp "
-            << par.data_parallel_size << (world == 1 ? " (one process: nothing partitioned)" : "")
-            << "\n";
+               "copies, tensor-parallel exchange"
+            << (cp > 1 ? ", context attention's buffers" : "")
+            << "); paper: the ZeRO paper's model states, N = dp "
+            << (cp > 1 ? "x cp " + std::to_string(triad::zero_shards(par))
+                       : std::to_string(par.data_parallel_size))
+            << (world == 1 ? " (one process: nothing partitioned)" : "") << "\n";
   const std::vector<int> layers = triad::pipeline_partition(cfg);
   bool marked_setup = false, marked_export = false;
   int first = 0;
@@ -304,7 +314,7 @@ int main(int argc, char** argv) {
   bool json = false;
   app.add_option("config", config, "YAML config file")->required();
   CLI::Option* world_opt =
-      app.add_option("--world", world, "the job's ranks (tp x pp x dp); default 1")
+      app.add_option("--world", world, "the job's ranks (tp x cp x pp x dp); default 1")
           ->check(triad::cli::at_least(1));
   app.add_option("--set", sets, "override a key: --set zero_optimization.stage=2 (repeatable)");
   app.add_option("--memory-per-device", memory,

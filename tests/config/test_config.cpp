@@ -1167,5 +1167,73 @@ TEST_F(ConfigTest, DeviceSection) {
   expect_error(std::string(kBase) + "gemm: onednn\n", {"'gemm' belongs in the 'device' section"});
 }
 
+// Context parallelism (issue 32): the keys, their defaults, the layout they derive and every
+// divisibility rule, each refused in one message naming the key, the value and the fix.
+TEST_F(ConfigTest, ContextParallelKeysAndLayout) {
+  Config one = load_config(write(kBase), {});
+  EXPECT_EQ(one.parallel.context_parallel_size, 1);
+  EXPECT_EQ(one.parallel.context_parallel_method, "ring");
+  EXPECT_EQ(zero_shards(one.parallel), 1);
+  // world 8 = tp 2 x cp 2 x pp 1 x dp 2: the batch is split over dp only.
+  Config c =
+      load_config(write(kBase),
+                  {"parallel.tensor_model_parallel_size=2", "parallel.context_parallel_size=2",
+                   "training.micro_batch_size=2", "training.gradient_accumulation_steps=1"},
+                  8);
+  EXPECT_EQ(c.parallel.data_parallel_size, 2);
+  EXPECT_EQ(c.training.global_batch_size, 4);
+  EXPECT_EQ(zero_shards(c.parallel), 4);
+  EXPECT_NE(to_yaml(c).find("context_parallel_size: 2"), std::string::npos) << to_yaml(c);
+  Config u = load_config(
+      write(kBase),
+      {"parallel.context_parallel_size=4", "parallel.context_parallel_method=ulysses"}, 4);
+  EXPECT_EQ(u.parallel.context_parallel_method, "ulysses");
+  EXPECT_EQ(u.parallel.data_parallel_size, 1);
+  EXPECT_NE(runnable_refusal(u).find("does not train yet"), std::string::npos);
+  EXPECT_EQ(runnable_refusal(one), "");
+}
+
+TEST_F(ConfigTest, ContextParallelBadInput) {
+  // cp not dividing world / (tp x pp): tp, cp, pp and the world named.
+  expect_error(kBase, {"parallel.context_parallel_size 3", "world size 8", "tp 2", "pp 1", "= 4"},
+               {"parallel.tensor_model_parallel_size=2", "parallel.context_parallel_size=3"}, 8);
+  // A data-parallel size given must leave cp out.
+  expect_error(kBase, {"parallel.data_parallel_size 4", "× cp 2"},
+               {"parallel.context_parallel_size=2", "parallel.data_parallel_size=4"}, 4);
+  // ring: seq_length by 2·cp (32 is not divisible by 2 x 32 = 64... use cp 4 and T 36).
+  expect_error(kBase,
+               {"model.seq_length 36", "2 × parallel.context_parallel_size 4", "= 8",
+                "chunks i and 2·cp−1−i", "e.g. 40"},
+               {"model.seq_length=36", "parallel.context_parallel_size=4"}, 4);
+  // ulysses: seq_length by cp only (36 / 4 is fine), heads by cp x tp.
+  EXPECT_EQ(error_of(kBase,
+                     {"model.seq_length=36", "parallel.context_parallel_size=4",
+                      "parallel.context_parallel_method=ulysses"},
+                     4),
+            "");
+  expect_error(kBase, {"model.seq_length 30", "context_parallel_method ulysses", "multiple of 4"},
+               {"model.seq_length=30", "parallel.context_parallel_size=4",
+                "parallel.context_parallel_method=ulysses"},
+               4);
+  expect_error(
+      kBase,
+      {"model.num_attention_heads 4", "context_parallel_size 4 × tensor_model_parallel_size 2",
+       "= 8", "context_parallel_method: ring"},
+      {"parallel.tensor_model_parallel_size=2", "parallel.context_parallel_size=4",
+       "parallel.context_parallel_method=ulysses"},
+      8);
+  // An unknown method.
+  expect_error(kBase, {"'striped' is not one of ring, ulysses"},
+               {"parallel.context_parallel_method=striped"});
+  expect_error(kBase, {"context_parallel_size"}, {"parallel.context_parallel_size=0"});
+  // Sequence parallelism splits seq_length / cp over tp.
+  expect_error(kBase,
+               {"model.seq_length 36", "context_parallel_size 2 × tensor_model_parallel_size 4"},
+               {"model.seq_length=36", "model.num_attention_heads=8",
+                "parallel.tensor_model_parallel_size=4", "parallel.sequence_parallel=true",
+                "parallel.context_parallel_size=2"},
+               8);
+}
+
 }  // namespace
 }  // namespace triad

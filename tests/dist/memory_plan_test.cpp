@@ -172,3 +172,55 @@ TEST(MemoryPlan, HostMemoryIsKnown) {
   EXPECT_GT(host_memory_available(&how), 0u);
   EXPECT_FALSE(how.empty());
 }
+
+// Context parallelism: every activation of a block holds T / cp tokens per rank, so a one-layer
+// gpt-tiny's activations at cp 2 and 4 are exactly 1/2 and 1/4 of cp 1's (T 4096 and 8192; all
+// of them are linear in the tokens: the blocks' sets, the head's logits, recomputation's work
+// and backward's scratch). Context attention's buffers come on top, by hand (fp32, micro-batch
+// 1, C 128, H 4, u = T/cp x C x 4 bytes): ulysses 8u; ring 4u of key/value blocks + u of partial
+// output + its lse (T/cp x H x 4) + 4u of dk/dv blocks in fp32 + u of partial dq in fp32.
+TEST(MemoryPlan, ContextParallelActivationsHoldTokensOverCp) {
+  for (const int T : {4096, 8192}) {
+    auto cfg = [&](int cp, const std::string& method) {
+      return tiny(cp, {"model.num_layers=1", "training.micro_batch_size=1",
+                       "model.seq_length=" + std::to_string(T),
+                       "model.max_position_embeddings=" + std::to_string(T),
+                       "parallel.context_parallel_size=" + std::to_string(cp),
+                       "parallel.context_parallel_method=" + method});
+    };
+    const MemoryEstimate one = estimate_memory(cfg(1, "ring"), 1)[0];
+    EXPECT_EQ(one.context_exchange, 0u);
+    for (const int cp : {2, 4})
+      for (const std::string method : {"ring", "ulysses"}) {
+        const MemoryEstimate e = estimate_memory(cfg(cp, method), cp)[0];
+        const std::string what = method + " cp " + std::to_string(cp) + " T " + std::to_string(T);
+        EXPECT_EQ(e.activations * size_t(cp), one.activations) << what;
+        // ZeRO 0: the model states do not shrink with cp.
+        EXPECT_EQ(e.params, one.params) << what;
+        EXPECT_EQ(e.grads, one.grads) << what;
+        EXPECT_EQ(e.optimizer, one.optimizer) << what;
+        const size_t t = size_t(T / cp), u = t * 128 * 4;
+        const size_t want = method == "ulysses" ? 8 * u : 10 * u + t * 4 * 4;
+        EXPECT_EQ(e.context_exchange, want) << what;
+        EXPECT_EQ(e.buffers(), want + e.scalars + e.pipeline_sends + e.tensor_exchange) << what;
+      }
+  }
+}
+
+// ZeRO shards over DP x CP: dp 2 x cp 2 holds the model states of dp 4 at every stage (N = 4),
+// and half the activations of dp 2 (each rank has its data-parallel rank's samples, half of each
+// sequence).
+TEST(MemoryPlan, ContextParallelZeroShardsOverDpTimesCp) {
+  const auto dp4 = estimate_memory_zero_stages(tiny(4), 4);
+  const auto dp2cp2 = estimate_memory_zero_stages(tiny(4, {"parallel.context_parallel_size=2"}), 4);
+  const auto dp2 = estimate_memory_zero_stages(tiny(2), 2);
+  for (int s = 0; s < 4; ++s) {
+    const MemoryEstimate &a = dp4[size_t(s)][0], &b = dp2cp2[size_t(s)][0];
+    EXPECT_EQ(b.model_states(), a.model_states()) << "stage " << s;
+    EXPECT_EQ(b.paper_formula, a.paper_formula) << "stage " << s;
+    EXPECT_DOUBLE_EQ(b.paper_model_states, a.paper_model_states) << "stage " << s;
+    EXPECT_EQ(b.activations * 2, dp2[size_t(s)][0].activations) << "stage " << s;
+  }
+  const double psi = double(dp2cp2[3][0].elements);
+  EXPECT_DOUBLE_EQ(dp2cp2[3][0].paper_model_states, 16 * psi / 4);
+}

@@ -185,6 +185,29 @@ if [[ -e "$BIN/../lib/triad/libtriad-transport-nccl.so" ]]; then
   expect_error nccl_on_cpu_2_ranks "transport 'nccl' cannot touch host memory" "$BASE" \
     --nproc-per-node 2 --set transport=nccl
 fi
+# Context parallelism (issue 32): every layout rule before any rank starts, then the refusal
+# of a run the model cannot train yet.
+expect_error cp_world "parallel.context_parallel_size 3" "$BASE" --nproc-per-node 4 \
+  --set parallel.tensor_model_parallel_size=2 --set parallel.context_parallel_size=3
+expect_error cp_ring_seq "model.seq_length 62 is not divisible by 2 × parallel.context_parallel_size 2" \
+  "$BASE" --nproc-per-node 2 --set parallel.context_parallel_size=2 --set model.seq_length=62
+expect_error cp_ulysses_seq "model.seq_length 62 is not divisible by parallel.context_parallel_size 4" \
+  "$BASE" --nproc-per-node 4 --set parallel.context_parallel_size=4 --set model.seq_length=62 \
+  --set parallel.context_parallel_method=ulysses
+expect_error cp_ulysses_heads "model.num_attention_heads 4 is not divisible by context_parallel_size 4" \
+  "$BASE" --nproc-per-node 8 --set parallel.context_parallel_size=4 \
+  --set parallel.tensor_model_parallel_size=2 --set parallel.context_parallel_method=ulysses
+expect_error cp_method "'striped' is not one of ring, ulysses" "$BASE" --nproc-per-node 2 \
+  --set parallel.context_parallel_size=2 --set parallel.context_parallel_method=striped
+TEST_PLUGINS="$BIN/../tests/plugins/test_plugins"
+if [[ -e "$TEST_PLUGINS/libtriad-transport-v1old.so" ]]; then
+  TRIAD_PLUGIN_PATH="$TEST_PLUGINS" expect_error cp_ulysses_transport \
+    "parallel.context_parallel_method ulysses (context_parallel_size 2) needs a transport with all_to_all" \
+    "$BASE" --nproc-per-node 2 --set parallel.context_parallel_size=2 \
+    --set parallel.context_parallel_method=ulysses --set transport=v1old
+fi
+expect_error cp_not_trained_yet "context parallelism is planned by --dry-run and triad-estimate but does not train yet" \
+  "$BASE" --nproc-per-node 2 --set parallel.context_parallel_size=2
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

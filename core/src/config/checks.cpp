@@ -351,6 +351,7 @@ void check_pipeline(Config& c, const Checker& k) {
 void check_layout(Config& c, const Checker& k, int world_size) {
   ParallelConfig& p = c.parallel;
   int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+  const int cp = p.context_parallel_size;
   int model_ranks = tp * pp;
   if (world_size % model_ranks != 0)
     fail("world size " + str(world_size) + " is not divisible by tensor_model_parallel_size " +
@@ -359,14 +360,67 @@ void check_layout(Config& c, const Checker& k, int world_size) {
                   ? "parallel.pipeline_model_parallel_size"
                   : "parallel.tensor_model_parallel_size") +
          "); launch a multiple of " + str(model_ranks) + " ranks");
+  if ((world_size / model_ranks) % cp != 0)
+    fail("parallel.context_parallel_size " + str(cp) + " (" +
+         k.at("parallel.context_parallel_size") + ") does not divide world size " +
+         str(world_size) + " / (tp " + str(tp) + " × pp " + str(pp) +
+         ") = " + str(world_size / model_ranks) +
+         "; launch a multiple of tp × cp × pp = " + str(model_ranks * cp) +
+         " ranks, or choose a context_parallel_size that divides " + str(world_size / model_ranks));
+  // The context-parallel ranks of a data-parallel rank share its samples (they split each
+  // sequence), so the data-parallel size, and with it the batch sizes, leave them out.
+  const std::string cps = cp > 1 ? " × cp " + str(cp) : "";
+  model_ranks *= cp;
   int dp = world_size / model_ranks;
   if (p.data_parallel_size != 0 && p.data_parallel_size != dp)
     fail("parallel.data_parallel_size " + str(p.data_parallel_size) +
          " does not match the layout (" + k.at("parallel.data_parallel_size") + "): world size " +
-         str(world_size) + " / (tp " + str(tp) + " × pp " + str(pp) + ") = " + str(dp) +
+         str(world_size) + " / (tp " + str(tp) + cps + " × pp " + str(pp) + ") = " + str(dp) +
          "; drop data_parallel_size to have it derived, or launch " +
          str(p.data_parallel_size * model_ranks) + " ranks");
   p.data_parallel_size = dp;
+}
+
+// Context parallelism's divisibility rules (the layout's is check_layout's): each rank holds
+// seq_length / cp tokens of every sequence; ring attention splits the sequence into 2·cp chunks
+// and gives rank i chunks i and 2cp−1−i (Megatron's load balance for causal masks); Ulysses
+// re-splits q, k, v by heads over the group, so each rank of it needs whole heads of its tensor
+// slice. A method given with cp 1 has no effect.
+void check_context_parallel(const Config& c, const Checker& k) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  const int cp = p.context_parallel_size, tp = p.tensor_model_parallel_size;
+  if (cp == 1) return;
+  const std::string& method = p.context_parallel_method;
+  const bool ring = method == "ring";
+  const int unit = ring ? 2 * cp : cp;
+  const std::string how =
+      " (context_parallel_method " + method + ", " + k.at("parallel.context_parallel_size") + ")";
+  const std::string where = "parallel.context_parallel_size " + str(cp) + how;
+  if (m.seq_length % unit != 0)
+    fail(
+        "model.seq_length " + str(m.seq_length) + " is not divisible by " +
+        (ring ? "2 × parallel.context_parallel_size " + str(cp) + " = " + str(unit) + how : where) +
+        "; " +
+        (ring ? "ring attention gives each rank chunks i and 2·cp−1−i of 2·cp equal chunks"
+              : "each rank holds seq_length / cp tokens") +
+        ", so choose a seq_length that is a multiple of " + str(unit) + ", e.g. " +
+        str(std::max(1, (m.seq_length + unit / 2) / unit) * unit));
+  if (!ring && m.num_attention_heads % (cp * tp) != 0)
+    fail("model.num_attention_heads " + str(m.num_attention_heads) + " is not divisible by " +
+         "context_parallel_size " + str(cp) + " × tensor_model_parallel_size " + str(tp) + " = " +
+         str(cp * tp) + " for " + where +
+         "; Ulysses gives each rank heads / (cp × tp) whole heads, so choose heads that are a "
+         "multiple of " +
+         str(cp * tp) + ", a smaller context_parallel_size, or context_parallel_method: ring");
+  // Sequence parallelism splits each rank's seq_length / cp tokens over the tensor group.
+  if (p.sequence_parallel && tp > 1 && m.seq_length % (cp * tp) != 0)
+    fail("model.seq_length " + str(m.seq_length) + " is not divisible by " +
+         "context_parallel_size " + str(cp) + " × tensor_model_parallel_size " + str(tp) + " = " +
+         str(cp * tp) + " with parallel.sequence_parallel (" + k.at("parallel.sequence_parallel") +
+         "); each rank holds seq_length / (cp × tp) tokens of the layernorm regions, so choose a "
+         "seq_length that is a multiple of " +
+         str(cp * tp) + " or turn sequence_parallel off");
 }
 
 // Where the batch sizes were given, for their messages: the file, or each place when one came
@@ -401,6 +455,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_tensor_parallel(c, k);
   check_pipeline(c, k);
   check_layout(c, k, world_size);
+  check_context_parallel(c, k);
   resolve_batch_sizes(c.training, c.parallel, world_size, batch_source(k, loc));
 }
 

@@ -83,7 +83,9 @@ YAML::Node load_yaml(const std::string& path) {
 }
 
 std::string layout_text(const ParallelConfig& p, int world_size) {
-  return "(tp " + std::to_string(p.tensor_model_parallel_size) + ", pp " +
+  const int cp = p.context_parallel_size;
+  return "(tp " + std::to_string(p.tensor_model_parallel_size) +
+         (cp > 1 ? ", cp " + std::to_string(cp) : "") + ", pp " +
          std::to_string(p.pipeline_model_parallel_size) + ", world " + std::to_string(world_size) +
          ")";
 }
@@ -262,6 +264,10 @@ std::string to_yaml(const Config& config) {
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+int zero_shards(const ParallelConfig& p) {
+  return std::max(1, p.data_parallel_size) * std::max(1, p.context_parallel_size);
 }
 
 }  // namespace triad

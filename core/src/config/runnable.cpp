@@ -12,8 +12,13 @@
 namespace triad {
 
 std::string runnable_refusal(const Config& c) {
-  if (c.device != "cuda") return "";
   const std::string in = c.source_path.empty() ? "" : " (" + c.source_path + ")";
+  // Until the model splits the sequence (issue 32), context parallelism is a layout to plan.
+  if (const int cp = c.parallel.context_parallel_size; cp > 1)
+    return "parallel.context_parallel_size " + std::to_string(cp) + in +
+           ": context parallelism is planned by --dry-run and triad-estimate but does not train "
+           "yet (the model does not split the sequence); set context_parallel_size: 1 to train";
+  if (c.device != "cuda") return "";
   if (!cuda_device_built())
     return "device 'cuda'" + in +
            " is not available in this build: no CUDA toolkit (nvcc) was found when it was "

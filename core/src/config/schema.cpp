@@ -155,6 +155,9 @@ std::vector<Section> runtime_sections() {
                .min(1),
            // 0 = derived from the world size
            F("data_parallel_size", TRIAD_SLOT(parallel.data_parallel_size)).min(0),
+           F("context_parallel_size", TRIAD_SLOT(parallel.context_parallel_size)).min(1),
+           F("context_parallel_method", TRIAD_SLOT(parallel.context_parallel_method))
+               .one_of({"ring", "ulysses"}),
            F("sequence_parallel", TRIAD_SLOT(parallel.sequence_parallel)),
            F("pipeline_partition", TRIAD_SLOT(parallel.pipeline_partition)),
            F("virtual_pipeline_model_parallel_size",

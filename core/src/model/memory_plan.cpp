@@ -441,9 +441,36 @@ struct ActShapes {
   size_t recompute_work = 0;             // the recomputation's shared work set (per chunk)
   size_t scratch = 0;                    // backward scratch (per chunk)
   size_t exchange = 0;                   // the tensor-parallel exchange buffers (per chunk)
+  size_t context = 0;                    // context attention's exchange buffers (per chunk)
   size_t workspace = 0;                  // the attention plugin's (per chunk)
   TensorShards shards;                   // the parts the plan splits
 };
+
+// Context attention's exchange buffers per model chunk, in bytes, as the attention component
+// (core/src/model/context_attention.cpp) allocates them; u = one (B, T/cp, C/tp) tensor of this
+// rank's tokens in the activation dtype (`tokens_channels` = B·T/cp · C/tp elements),
+// `tokens_heads` = B·T/cp · H/tp (one lse). Per chunk, not per block: the blocks of a chunk take
+// turns.
+//  - ulysses: forward: q, k, v all-to-all'd from sequence-split (B, T/cp, 3C/tp) to head-split
+//    (B, T, H/(tp·cp), D) in 3u, the plugin's head-split output u, all-to-all'd back into the
+//    block's sequence-split attention output; nothing head-split is kept per block. Backward:
+//    q, k, v and the output all-to-all'd again into those 4u, the output gradient into a
+//    head-split u, the plugin's dq, dk, dv into head-split 3u, all-to-all'd back into dqkv.
+//    8u in all. (The attention core's own tensors hold as many elements as T/cp tokens × H/tp
+//    heads, so the block's kept set is the same bytes as without cp.)
+//  - ring: forward: two key/value blocks in flight (the one received and the one being sent,
+//    k and v each, T/cp tokens): 4u; the partial output of one step (u) and its lse (fp32),
+//    merged by log-sum-exp into the block's output and lse. Backward: the same 4u of key/value
+//    blocks, two dk/dv blocks in flight accumulated in fp32 (4u at 4 bytes) and the partial dq
+//    of one step (fp32).
+size_t context_buffers(size_t cp, bool ulysses, size_t tokens_channels, size_t tokens_heads,
+                       size_t a) {
+  if (cp <= 1) return 0;
+  const size_t u = tokens_channels * a;
+  if (ulysses) return 8 * u;
+  return 4 * u + u + tokens_heads * 4 /* forward */ + 4 * tokens_channels * 4 +
+         tokens_channels * 4 /* backward */;
+}
 
 ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const ModelConfig& m = cfg.model;
@@ -468,9 +495,12 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   s.vocab_parallel_ce = s.shards.vocab > 1 && plan.boundary[TRIAD_TENSOR_BOUNDARY_LOGITS].forward !=
                                                   TRIAD_TENSOR_IDENTITY;
   const size_t a = s.a;
+  const size_t cp = size_t(par.context_parallel_size);
   s.T = size_t(m.seq_length);
   s.C = size_t(m.hidden_size);
-  s.BT = size_t(micro) * s.T;
+  // Context parallelism splits every sequence over the cp ranks from the embedding to the loss:
+  // each activation below holds this rank's T / cp tokens of each sequence.
+  s.BT = size_t(micro) * s.T / cp;
   s.BTs = s.sp ? s.BT / size_t(tp) : s.BT;
   const size_t BT = s.BT, BTs = s.BTs, C = s.C;
   const size_t Cl = C / size_t(s.shards.attention), Fl = 4 * C / size_t(s.shards.mlp);
@@ -486,9 +516,18 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   // Backward scratch: dres, dln, dqkv, datty, dfch, dfch_gelu.
   s.scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
   s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
+  const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";
+  s.context = context_buffers(cp, ulysses, BT * Cl, BT * Hl, a);
+  // The attention plugin's shape: Ulysses runs it on the whole sequence with Hl / cp heads,
+  // ring on blocks of T / cp queries and keys (the same shape for every block).
   const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
-  const triad_attention_shape_v1 shape{
-      micro, int(Hl), m.seq_length, m.hidden_size / m.num_attention_heads, 1, dl_dtype(act), dev};
+  const triad_attention_shape_v1 shape{micro,
+                                       int(ulysses ? Hl / cp : Hl),
+                                       int(ulysses ? s.T : s.T / cp),
+                                       m.hidden_size / m.num_attention_heads,
+                                       1,
+                                       dl_dtype(act),
+                                       dev};
   size_t f = 0, b = 0;
   plugins.attention->workspace_size(shape, &f, &b);
   s.workspace = std::max(f, b);
@@ -578,7 +617,7 @@ void set_paper_model_states(MemoryEstimate& e, int zero_stage, double P, double 
 // rank 0): parameters, gradients, AdamW's moments or the offload host's copies.
 void set_model_states(MemoryEstimate& e, const Config& cfg, const ParamSpec& spec, int zero_stage,
                       bool distributed, size_t cb, size_t* shard_out) {
-  const int dp = std::max(1, cfg.parallel.data_parallel_size);
+  const int dp = zero_shards(cfg.parallel);  // the data plugin's group: DP x CP
   const bool part_grads = distributed && zero_stage >= 2;
   const bool part_params = distributed && zero_stage >= 3;
   const size_t psi = spec.total;
@@ -612,7 +651,7 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
                               const StagePlan& plan, const PipeSchedule& stream, int send_copies) {
   const int tp = cfg.parallel.tensor_model_parallel_size;
   const int pp = cfg.parallel.pipeline_model_parallel_size;
-  const int dp = std::max(1, cfg.parallel.data_parallel_size);
+  const int dp = zero_shards(cfg.parallel);
   const bool distributed = world_size > 1;
   const bool part_params = distributed && zero_stage >= 3;
   const ParamSpec& spec = plan.spec;
@@ -636,6 +675,7 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
     acts += size_t(stream.buffers) * set + s.recompute_work + s.scratch;
     e.workspace += s.workspace;
     e.tensor_exchange += s.exchange;
+    e.context_exchange += s.context;
   }
   e.activations = acts;
   const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
@@ -655,14 +695,15 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
   // the stage keeps) beside every GPT allocation; at stage 3 ModelState::partition briefly
   // holds the whole weights, their shard copy and the gradient shard. (With offload the
   // moments are allocated on the host device from the start.)
-  const size_t model_side = acts + e.workspace + e.tensor_exchange + (distributed ? 4 : 0);
+  const size_t model_side =
+      acts + e.workspace + e.tensor_exchange + e.context_exchange + (distributed ? 4 : 0);
   e.setup = (4 + s.cb) * psi + model_side;
   if (part_params) e.setup = std::max(e.setup, (4 + s.cb) * psi + 8 * shard + model_side);
   if (!cfg.output.export_hf.empty()) {
     // ModelState::whole_params, then whole_model's tensor-parallel and pipeline gathers.
     const size_t F = gpt_layout(cfg.model).total;
-    const size_t end =
-        e.model_states() + acts + e.workspace + e.tensor_exchange + e.pipeline_sends + e.scalars;
+    const size_t end = e.model_states() + acts + e.workspace + e.tensor_exchange +
+                       e.context_exchange + e.pipeline_sends + e.scalars;
     e.export_hf =
         end + 4 * psi + std::max(tp > 1 ? 4 * psi * size_t(tp) : 0, pp > 1 ? 4 * F : size_t(0));
   }
@@ -748,7 +789,7 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
   // per-rank batch (largest first), recomputation (selective, then full).
   std::vector<int> stages{s0}, micros{b0};
   std::vector<Recompute> ckpts{c0};
-  if (world_size > 1 && dp > 1)
+  if (world_size > 1 && zero_shards(cfg.parallel) > 1)
     for (int s = s0 + 1; s <= 3; ++s) stages.push_back(s);
   // The divisors of per_rank below b0 in O(sqrt(per_rank)) steps, not b0: a micro-batch of
   // two billion is answered at once.

@@ -107,6 +107,8 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
     ops |= TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_REDUCE_SCATTER;
   if (groups.pp_size() > 1) ops |= TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_TAGS;
   run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
+  check_context_parallel_transport(*run->transport, groups.cp_size(),
+                                   cfg.parallel.context_parallel_method);
   run->data->explain_failures_with([t = run->transport.get()] { return t->last_error(); });
   run->store = std::make_unique<RendezvousClient>(env.master_addr, env.master_port, env.token);
   run->world = run->transport->init_world(env.rank, env.world_size, *run->store,
@@ -155,12 +157,14 @@ void check_attention(const AttentionBackend& chosen, const ModelConfig& m, int t
 ProcessGroups checked_groups(const Config& cfg, const DistEnv& env) {
   const auto& par = cfg.parallel;
   const int tp = par.tensor_model_parallel_size, dp = par.data_parallel_size;
-  if (env.world_size != dp * tp * par.pipeline_model_parallel_size)
+  const int cp = par.context_parallel_size;
+  if (env.world_size != dp * tp * cp * par.pipeline_model_parallel_size)
     throw UserError("the job has " + std::to_string(env.world_size) +
-                    " ranks but the config's layout is tp " + std::to_string(tp) + " x pp " +
+                    " ranks but the config's layout is tp " + std::to_string(tp) +
+                    (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x pp " +
                     std::to_string(par.pipeline_model_parallel_size) + " x dp " +
                     std::to_string(dp) + "; load the config with the job's world size");
-  return ProcessGroups(env.world_size, tp, par.pipeline_model_parallel_size, dp);
+  return ProcessGroups(env.world_size, tp, par.pipeline_model_parallel_size, dp, cp);
 }
 
 TrainOptions speaking_for_the_job(const TrainOptions& in) {

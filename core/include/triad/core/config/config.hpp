@@ -116,7 +116,14 @@ struct LrScheduleConfig {
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
-  int data_parallel_size = 1;  // derived: world / (tp * pp) when 0
+  int data_parallel_size = 1;  // derived: world / (tp * cp * pp) when 0
+  // Context parallelism (Megatron's --context-parallel-size): the sequence of every micro-batch
+  // split over cp ranks from the embedding to the loss; gradients reduce over dp x cp.
+  int context_parallel_size = 1;
+  // How attention sees the whole sequence under cp > 1: "ring" (Megatron's: key/value blocks
+  // passed around the group, causal chunks load-balanced) or "ulysses" (DeepSpeed-Ulysses:
+  // all-to-all from sequence-split to head-split around the attention plugin).
+  std::string context_parallel_method = "ring";
   // Megatron's sequence parallelism: layernorm/residual regions split along the tokens over
   // the tensor group (no effect at tp 1).
   bool sequence_parallel = false;
@@ -259,6 +266,10 @@ bool has_checkpoint(const std::string& dir);
 // The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
 // checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
 std::string checkpoint_to_load(const Config& cfg);
+
+// The ranks ZeRO shards the model states over and gradients are reduced over: data parallel x
+// context parallel (Megatron's distributed optimizer with context parallelism); at least 1.
+int zero_shards(const ParallelConfig& p);
 
 // Resolves micro × accumulation × dp = global. Throws UserError naming all three and the
 // layout when inconsistent.

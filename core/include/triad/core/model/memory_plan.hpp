@@ -31,8 +31,10 @@ struct MemoryEstimate {
   size_t workspace = 0;    // the attention plugin's workspace (one per model chunk)
   // Communication: ZeRO windows at the step's peak (a unit's whole gradient while backward
   // writes it and while it is reduced; ZeRO-3's gathered weights), the pipeline's send staging
-  // copies, the tensor-parallel exchange buffers and the collectives' scalars.
-  size_t grad_windows = 0, param_windows = 0, pipeline_sends = 0, tensor_exchange = 0, scalars = 0;
+  // copies, the tensor-parallel exchange buffers, context parallelism's attention buffers
+  // (Ulysses' all-to-all buffers, ring's key/value blocks in flight) and the collectives' scalars.
+  size_t grad_windows = 0, param_windows = 0, pipeline_sends = 0, tensor_exchange = 0,
+         context_exchange = 0, scalars = 0;
   size_t setup = 0;      // the peak before the first step (whole weights, partitioning)
   size_t export_hf = 0;  // the peak while output.export_hf gathers the model; 0 without it
   // ZeRO-Offload (offload_optimizer.device cpu): the host device's memory (Adam's moments, the
@@ -45,7 +47,8 @@ struct MemoryEstimate {
   std::string paper_formula;  // "16Ψ", "8Ψ+8Ψ/N", ...
 
   size_t buffers() const {
-    return grad_windows + param_windows + pipeline_sends + tensor_exchange + scalars;
+    return grad_windows + param_windows + pipeline_sends + tensor_exchange + context_exchange +
+           scalars;
   }
   size_t model_states() const { return params + grads + optimizer; }
   size_t step() const { return model_states() + activations + workspace + buffers(); }
