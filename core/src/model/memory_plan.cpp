@@ -446,30 +446,23 @@ struct ActShapes {
   TensorShards shards;                   // the parts the plan splits
 };
 
-// Context attention's exchange buffers per model chunk, in bytes, as the attention component
-// (core/src/model/context_attention.cpp) allocates them; u = one (B, T/cp, C/tp) tensor of this
-// rank's tokens in the activation dtype (`tokens_channels` = B·T/cp · C/tp elements),
-// `tokens_heads` = B·T/cp · H/tp (one lse). Per chunk, not per block: the blocks of a chunk take
-// turns.
-//  - ulysses: forward: q, k, v all-to-all'd from sequence-split (B, T/cp, 3C/tp) to head-split
-//    (B, T, H/(tp·cp), D) in 3u, the plugin's head-split output u, all-to-all'd back into the
-//    block's sequence-split attention output; nothing head-split is kept per block. Backward:
-//    q, k, v and the output all-to-all'd again into those 4u, the output gradient into a
-//    head-split u, the plugin's dq, dk, dv into head-split 3u, all-to-all'd back into dqkv.
-//    8u in all. (The attention core's own tensors hold as many elements as T/cp tokens × H/tp
-//    heads, so the block's kept set is the same bytes as without cp.)
-//  - ring: forward: two key/value blocks in flight (the one received and the one being sent,
-//    k and v each, T/cp tokens): 4u; the partial output of one step (u) and its lse (fp32),
-//    merged by log-sum-exp into the block's output and lse. Backward: the same 4u of key/value
-//    blocks, two dk/dv blocks in flight accumulated in fp32 (4u at 4 bytes) and the partial dq
-//    of one step (fp32).
+// Context attention's workspace per model chunk, in bytes, as ContextAttention
+// (core/include/triad/core/model/context_attention.hpp) allocates it once for the largest
+// micro-batch: u = one (B, H/tp, T/cp, D) tensor of this rank's tokens (`tokens_channels` =
+// B·T/cp · C/tp elements, in the activation dtype: fp32 today), `tokens_heads` = B·T/cp · H/tp
+// (one lse). Per chunk, not per block: the blocks of a chunk take turns.
+//  - ulysses: 10u: head-split q, k, v, out, dout, dq, dk, dv (8u; nothing head-split is kept
+//    per block, so the backward all-to-alls q, k, v and out again) and the all-to-all's send and
+//    receive staging (2u).
+//  - ring: 9.5u + one lse: the key/value block in use and the one arriving (4u), the dk/dv block
+//    and the one arriving (4u), a chunk pair's partial output or its dq, dk, dv (1.5u), and the
+//    lse of a pair / of both query chunks.
 size_t context_buffers(size_t cp, bool ulysses, size_t tokens_channels, size_t tokens_heads,
                        size_t a) {
   if (cp <= 1) return 0;
   const size_t u = tokens_channels * a;
-  if (ulysses) return 8 * u;
-  return 4 * u + u + tokens_heads * 4 /* forward */ + 4 * tokens_channels * 4 +
-         tokens_channels * 4 /* backward */;
+  if (ulysses) return 10 * u;
+  return 9 * u + u / 2 + tokens_heads * 4;
 }
 
 ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
@@ -519,11 +512,11 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";
   s.context = context_buffers(cp, ulysses, BT * Cl, BT * Hl, a);
   // The attention plugin's shape: Ulysses runs it on the whole sequence with Hl / cp heads,
-  // ring on blocks of T / cp queries and keys (the same shape for every block).
+  // ring on pairs of chunks of T / (2 cp) queries and keys (the same shape for every pair).
   const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
   const triad_attention_shape_v1 shape{micro,
                                        int(ulysses ? Hl / cp : Hl),
-                                       int(ulysses ? s.T : s.T / cp),
+                                       int(ulysses ? s.T : s.T / (2 * cp)),
                                        m.hidden_size / m.num_attention_heads,
                                        1,
                                        dl_dtype(act),
