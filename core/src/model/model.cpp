@@ -400,6 +400,12 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
 }
 
 namespace {
+// A layernorm's output as the following GEMM read it: gathered over the tensor group when the
+// layer keeps a gathered copy, else this rank's own.
+const void* gemm_input(const ActBuffer& own, const ActBuffer& gathered) {
+  return gathered.data() ? gathered.data() : own.data();
+}
+
 // Whether a row-parallel matmul's output is whole on every rank (its plan reduces nothing): every
 // token's gradient then gives each rank the whole weight and bias gradients.
 bool row_output_whole(bool split, const triad_tensor_collectives_v1& c) {
@@ -626,7 +632,7 @@ void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now, Half half)
   // half leaves them there for head_weights().
   dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
                              loss_scale / N, N, vocab_, act_);
-  const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
+  const void* lnf = gemm_input(s.lnf, s.lnf_full);
   // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
   dev_.matmul_backward(dcol_, half == Half::whole ? state_.grad(wte_) : nullptr, nullptr,
                        s.logits.data(), lnf, state_.weight(wte_), N, C, vocab_.rows, act_,
@@ -641,7 +647,7 @@ void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now, Half half)
 
 void GPT::head_weights(ActSet& s, bool reduce_now) {
   const int N = s.B * T_;
-  const void* lnf = s.lnf_full.data() ? s.lnf_full.data() : s.lnf.data();
+  const void* lnf = gemm_input(s.lnf, s.lnf_full);
   dev_.matmul_backward(nullptr, state_.grad(wte_), nullptr, s.logits.data(), lnf, nullptr, N, C_,
                        vocab_.rows, act_, GradWrite::overwrite);
   if (reduce_now) reduce_replicated({state_.grad(lnf_w_), state_.grad(lnf_b_)});
@@ -655,6 +661,13 @@ std::vector<float*> GPT::block_partial_grads(size_t i) const {
   if (shards_.attention > 1) partial.push_back(g.attn_proj_b);
   if (shards_.mlp > 1) partial.push_back(g.fc_proj_b);
   return partial;
+}
+
+GPT::DeferredWeights GPT::deferred_weights() const {
+  if (recompute_ == Recompute::full) return {};
+  return {true, row_output_grad_op(shards_.mlp > 1) == TRIAD_TENSOR_IDENTITY,
+          recompute_ == Recompute::none &&
+              row_output_grad_op(shards_.attention > 1) == TRIAD_TENSOR_IDENTITY};
 }
 
 // dres_ holds d loss / d (residual stream) at the block's output; turns it into the gradient at
@@ -672,16 +685,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const void* in = s.layers[i].res_in.data();
   const BlockParams p = state_.block_params(chunk_.first_block + i);
   const BlockGrads g = state_.block_grads(chunk_.first_block + i);
-  const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
-  const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
-  // What waits for block_weights(): the GEMMs whose inputs this set keeps (all four without
-  // recomputation; the attention projection's input is work_'s under selective recomputation).
-  // A projection whose output gradient a collective brings (sequence parallelism's all-gather)
-  // keeps its weight gradient here too: the second half would have to move it again.
-  const bool later = half == Half::input && !full;
-  const bool mlp_proj_later = later && row_output_grad_op(shards_.mlp > 1) == TRIAD_TENSOR_IDENTITY;
-  const bool proj_later = later && recompute_ == Recompute::none &&
-                          row_output_grad_op(shards_.attention > 1) == TRIAD_TENSOR_IDENTITY;
+  const void* ln1 = gemm_input(a.ln1, a.ln1_full);
+  const void* ln2 = gemm_input(a.ln2, a.ln2_full);
+  // What waits for block_weights() (deferred_weights()), in the first half only.
+  const DeferredWeights deferred = half == Half::input ? deferred_weights() : DeferredWeights{};
   const auto keep = [&](void* to, const ActBuffer& from, size_t rows, size_t width) {
     dev_.copy(to, from.data(), rows * width * dtype_bytes(act_));
   };
@@ -689,13 +696,14 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
   // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
   // stream's, accumulates each branch's part. dfch_ is the gradient at the GELU's input.
-  if (mlp_proj_later) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
+  if (deferred.mlp_proj) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
   row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
-                        mlp_proj_later ? nullptr : g.fc_proj_w,
-                        mlp_proj_later ? nullptr : g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
-  if (later) keep(a.fch.data(), dfch_, size_t(N), size_t(Fl));
-  dev_.matmul_backward(dcol_, later ? nullptr : g.fc_w, later ? nullptr : g.fc_b, dfch_.data(), ln2,
-                       p.fc_w, N, C, Fl, act_, GradWrite::overwrite);
+                        deferred.mlp_proj ? nullptr : g.fc_proj_w,
+                        deferred.mlp_proj ? nullptr : g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
+  if (deferred.column) keep(a.fch.data(), dfch_, size_t(N), size_t(Fl));
+  dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.fc_w,
+                       deferred.column ? nullptr : g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl,
+                       act_, GradWrite::overwrite);
   const void* dln2 = column_input_grad(N, mlp_split);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
@@ -703,10 +711,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   // Selective recomputation: the attention core's output and lse again, from the kept (rotated)
   // q, k and v; the same plugin call on the same inputs, so the same bits.
   if (recompute_ == Recompute::selective) attention_forward(a, B);
-  if (proj_later) keep(a.res_mid.data(), dres_, size_t(Ns), size_t(C));
+  if (deferred.attn_proj) keep(a.res_mid.data(), dres_, size_t(Ns), size_t(C));
   row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
-                        proj_later ? nullptr : g.attn_proj_w, proj_later ? nullptr : g.attn_proj_b,
-                        N, Cl, attn_split);
+                        deferred.attn_proj ? nullptr : g.attn_proj_w,
+                        deferred.attn_proj ? nullptr : g.attn_proj_b, N, Cl, attn_split);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
   if (rope_) {
     dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
@@ -714,9 +722,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
     dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
                        act_);
   }
-  if (later) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
-  dev_.matmul_backward(dcol_, later ? nullptr : g.attn_w, later ? nullptr : g.attn_b, dqkv_.data(),
-                       ln1, p.attn_w, N, C, 3 * Cl, act_, GradWrite::overwrite);
+  if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
+  dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
+                       deferred.column ? nullptr : g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C,
+                       3 * Cl, act_, GradWrite::overwrite);
   const void* dln1 = column_input_grad(N, attn_split);
   dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
                           a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
@@ -726,19 +735,20 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
 // The weight and bias gradients block_backward(Half::input) left, from the output gradients it
 // kept and the inputs the set kept.
 void GPT::block_weights(size_t i, ActSet& s, bool reduce_now) {
-  if (recompute_ != Recompute::full) {
+  const DeferredWeights deferred = deferred_weights();
+  if (deferred.column) {
     const int N = s.B * T_, C = C_;
     LayerActs& a = s.layers[i];
     const BlockGrads g = state_.block_grads(chunk_.first_block + i);
-    const void* ln1 = a.ln1_full.data() ? a.ln1_full.data() : a.ln1.data();
-    const void* ln2 = a.ln2_full.data() ? a.ln2_full.data() : a.ln2.data();
+    const void* ln1 = gemm_input(a.ln1, a.ln1_full);
+    const void* ln2 = gemm_input(a.ln2, a.ln2_full);
     const bool mlp_split = shards_.mlp > 1, attn_split = shards_.attention > 1;
-    if (row_output_grad_op(mlp_split) == TRIAD_TENSOR_IDENTITY)
+    if (deferred.mlp_proj)
       row_parallel_weights(block_out_grad(s, i), a.fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, N,
                            Fl_, mlp_split);
     dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.fch.data(), ln2, nullptr, N, C, Fl_, act_,
                          GradWrite::overwrite);
-    if (recompute_ == Recompute::none && row_output_grad_op(attn_split) == TRIAD_TENSOR_IDENTITY)
+    if (deferred.attn_proj)
       row_parallel_weights(a.res_mid.data(), a.atty.data(), g.attn_proj_w, g.attn_proj_b, N, Cl_,
                            attn_split);
     dev_.matmul_backward(nullptr, g.attn_w, g.attn_b, a.qkv.data(), ln1, nullptr, N, C, 3 * Cl_,
@@ -769,9 +779,7 @@ void GPT::backward_input(float loss_scale, int set) {
 void GPT::backward_weight(const GradsReady& grads_ready, bool last_micro, int set) {
   ActSet& s = sets_.at(static_cast<size_t>(set));
   const ParamSpec& spec = state_.spec();
-  const auto reduce_now = [&](const ArenaRange& r) {
-    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
-  };
+  const auto reduce_now = [&](const ArenaRange& r) { return reduce_replicated_now(r, last_micro); };
   if (has_head_) {
     const TraceSpan span(TraceKind::compute, "weight gradients head");
     head_weights(s, reduce_now(spec.head));
@@ -797,11 +805,7 @@ void GPT::backward_pass(float loss_scale, int set, Half half, const GradsReady* 
   const auto done = [&](const ArenaRange& r) {
     if (whole && *ready) (*ready)(r.begin, r.size());
   };
-  // Sequence parallelism leaves replicated gradients partial over the tensor group; they are
-  // summed once per step, or after every micro-batch where ZeRO-2/3 reduces each one.
-  auto reduce_now = [&](const ArenaRange& r) {
-    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
-  };
+  const auto reduce_now = [&](const ArenaRange& r) { return reduce_replicated_now(r, last_micro); };
   auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
   const size_t nl = s.layers.size();
   if (nl) state_.prefetch(block_range(nl - 1));

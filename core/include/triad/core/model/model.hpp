@@ -201,6 +201,23 @@ class GPT {
   }
   // The partial gradients of replicated tensors sequence parallelism leaves in block i.
   std::vector<float*> block_partial_grads(size_t i) const;
+  // Which of a block's GEMMs leave their weight and bias gradients to block_weights(): those
+  // whose inputs the set keeps (none under full recomputation; not the attention projection
+  // under selective recomputation, its input is work_'s), but not a projection whose output
+  // gradient a collective brings (sequence parallelism's all-gather): the second half would
+  // have to move it again. block_backward(Half::input) and block_weights() both follow it.
+  struct DeferredWeights {
+    bool column = false;     // the qkv GEMM and the MLP's first
+    bool mlp_proj = false;   // the MLP's projection
+    bool attn_proj = false;  // the attention projection
+  };
+  DeferredWeights deferred_weights() const;
+  // Whether sequence parallelism's partial replicated gradients in `r` are summed over the
+  // tensor group by this backward: once per step, or after every micro-batch where ZeRO-2/3
+  // reduces each one.
+  bool reduce_replicated_now(const ArenaRange& r, bool last_micro) const {
+    return sp_ && (last_micro || state_.reduced_each_micro_batch(r));
+  }
   void embedding_backward(ActSet& s);
 
   struct AttnViews;
