@@ -3,9 +3,9 @@
 // reverse, m buffers), one virtual stage. It proves the loader's adapter: the core speaks
 // version 2 to it, and the pipeline suite passes.
 #include <cstdio>
-#include <new>
 #include <vector>
 
+#include "raw_plugin.hpp"
 #include "triad/sdk/pipeline_v1.h"
 
 namespace {
@@ -14,21 +14,6 @@ struct Plugin {
   char err[256] = "";
 };
 
-int create(const triad_services_v1*, const triad_params_v1*, void** handle, char* err, size_t len) {
-  Plugin* p = new (std::nothrow) Plugin;
-  if (!p) {
-    std::snprintf(err, len, "out of memory");
-    return TRIAD_ERR_INTERNAL;
-  }
-  *handle = p;
-  return TRIAD_OK;
-}
-void destroy(void* h) {
-  delete static_cast<Plugin*>(h);
-}
-const char* last_error(void* h) {
-  return static_cast<Plugin*>(h)->err;
-}
 int capabilities(void*, triad_pipe_caps_v1* c) {
   c->max_virtual_stages = 1;
   return TRIAD_OK;
@@ -92,7 +77,7 @@ const triad_plugin_v1 triad_plugin_descriptor_v1 = {
     "a version-1 pipeline plugin (GPipe), for the loader's adapter",
     0,
     nullptr,
-    &create,
-    &destroy,
-    &last_error,
+    &triad::test::raw_create<Plugin>,
+    &triad::test::raw_destroy<Plugin>,
+    &triad::test::raw_last_error<Plugin>,
     &kOps};

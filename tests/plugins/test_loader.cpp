@@ -245,23 +245,29 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   EXPECT_FALSE(p->adapted());
 }
 
+// The test plugin "v1old" of `kind`, of kind ABI 1, loaded through the adapter to `current`
+// (version 2): the core sees the current table.
+namespace {
+std::shared_ptr<const LoadedPlugin> v1old_through_adapter(const std::string& kind,
+                                                          unsigned current) {
+  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load(kind, "v1old");
+  EXPECT_EQ(p->kind_abi_version(), 1u) << kind;
+  EXPECT_TRUE(p->adapted()) << kind;
+  EXPECT_EQ(p->descriptor().kind_abi_version, current) << kind;
+  EXPECT_EQ(current, 2u) << kind;
+  return p;
+}
+}  // namespace
+
 // A data plugin of kind ABI 1 loads through the adapter: the core sees a version-2 table.
 TEST(PluginLoader, DataVersionOneIsAdapted) {
-  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("data", "v1old");
-  EXPECT_EQ(p->kind_abi_version(), 1u);
-  EXPECT_TRUE(p->adapted());
-  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_DATA_ABI_VERSION));
-  EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 2);
+  v1old_through_adapter("data", TRIAD_DATA_ABI_VERSION);
 }
 
 // A pipeline plugin of kind ABI 1 loads through the adapter (the same table; its streams never
 // split a backward), and plugins built with the SDK's C++ layer are of version 2.
 TEST(PluginLoader, PipelineVersionOneIsAdapted) {
-  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "v1old");
-  EXPECT_EQ(p->kind_abi_version(), 1u);
-  EXPECT_TRUE(p->adapted());
-  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_PIPELINE_ABI_VERSION));
-  EXPECT_EQ(TRIAD_PIPELINE_ABI_VERSION, 2);
+  v1old_through_adapter("pipeline", TRIAD_PIPELINE_ABI_VERSION);
   auto hostile = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "hostile");
   EXPECT_EQ(hostile->kind_abi_version(), 2u);
   EXPECT_FALSE(hostile->adapted());
@@ -270,11 +276,7 @@ TEST(PluginLoader, PipelineVersionOneIsAdapted) {
 // A transport plugin of kind ABI 1 loads through the adapter: progress does nothing, all-to-all
 // is not offered (and refused by name), and its world-1 all_reduce works through the wrapper.
 TEST(PluginLoader, TransportVersionOneIsAdapted) {
-  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("transport", "v1old");
-  EXPECT_EQ(p->kind_abi_version(), 1u);
-  EXPECT_TRUE(p->adapted());
-  EXPECT_EQ(p->descriptor().kind_abi_version, unsigned(TRIAD_TRANSPORT_ABI_VERSION));
-  EXPECT_EQ(TRIAD_TRANSPORT_ABI_VERSION, 2);
+  auto p = v1old_through_adapter("transport", TRIAD_TRANSPORT_ABI_VERSION);
   const auto& ops = *static_cast<const triad_transport_ops_v2*>(p->descriptor().ops);
   EXPECT_EQ(ops.all_to_all(nullptr, nullptr, nullptr, nullptr, 0, dl_float32(), dl_cpu(), nullptr),
             TRIAD_ERR_UNSUPPORTED);
