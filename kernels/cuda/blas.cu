@@ -9,7 +9,10 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <type_traits>
 
 #include "blas.cuh"
@@ -36,7 +39,7 @@ uint32_t alignment(const void* p) {
   return low >= 256 ? 256u : static_cast<uint32_t>(low);
 }
 
-// The cuBLASLt descriptors of one call, destroyed together.
+// The cuBLASLt descriptors of one problem, destroyed together.
 struct LtCall {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -64,24 +67,56 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
   detail::check_cublas(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), name);
 }
 
-}  // namespace
+cublasLtEpilogue_t epilogue_of(const detail::Gemm& g) {
+  if (g.aux)
+    return g.dgelu ? CUBLASLT_EPILOGUE_DGELU
+                   : (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
 
-namespace detail {
+// Everything the heuristic's answer depends on: the problem, its types, its epilogue and the
+// alignment of every pointer it reads (not the pointers, nor alpha and beta).
+using LtKey = std::array<int64_t, 17>;
 
-// False when cuBLASLt has no algorithm for this problem (the caller falls back).
-bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
+LtKey key_of(const Blas& blas, const detail::Gemm& g) {
+  return {g.ta,
+          g.tb,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldc,
+          g.ab_type,
+          g.c_type,
+          detail::compute_type(blas, g),
+          epilogue_of(g),
+          alignment(g.A),
+          alignment(g.B),
+          alignment(g.C),
+          g.bias ? alignment(g.bias) : 0,
+          g.aux ? alignment(g.aux) : 0};
+}
+
+// One problem's descriptors and the heuristic's algorithm; `found` false where it has none (the
+// caller falls back, and the heuristic is not asked again).
+struct LtPlan {
   LtCall call;
-  check_cublas(cublasLtMatmulDescCreate(&call.op, compute_type(blas, g), CUDA_R_32F), name);
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+};
+
+// Builds the descriptors of g's problem and asks the heuristic once.
+std::unique_ptr<LtPlan> make_plan(Blas& blas, const detail::Gemm& g, const char* name) {
+  auto plan = std::make_unique<LtPlan>();
+  LtCall& call = plan->call;
+  detail::check_cublas(
+      cublasLtMatmulDescCreate(&call.op, detail::compute_type(blas, g), CUDA_R_32F), name);
   const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, name);
   set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, name);
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (g.aux)
-    epilogue = g.dgelu ? CUBLASLT_EPILOGUE_DGELU
-                       : (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
-  else if (g.bias)
-    epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = epilogue_of(g);
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, name);
   if (g.bias) {
@@ -95,14 +130,14 @@ bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
     set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.c_type, name);
   }
   // Stored shapes (before op): A is (m,k) or (k,m), B is (k,n) or (n,k).
-  check_cublas(
+  detail::check_cublas(
       cublasLtMatrixLayoutCreate(&call.a, g.ab_type, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda),
       name);
-  check_cublas(
+  detail::check_cublas(
       cublasLtMatrixLayoutCreate(&call.b, g.ab_type, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb),
       name);
-  check_cublas(cublasLtMatrixLayoutCreate(&call.c, g.c_type, g.m, g.n, g.ldc), name);
-  check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), name);
+  detail::check_cublas(cublasLtMatrixLayoutCreate(&call.c, g.c_type, g.m, g.n, g.ldc), name);
+  detail::check_cublas(cublasLtMatmulPreferenceCreate(&call.pref), name);
   set_pref(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(blas.workspace_bytes()),
            name);
   // Arena offsets are arbitrary: tell the heuristic the alignment the pointers really have
@@ -119,12 +154,43 @@ bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
       call.pref, 1, &heuristic, &found);
   // No algorithm (NOT_SUPPORTED, or none found): cublasGemmEx takes any alignment, and reports
   // a problem that is really invalid with its own status.
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  plan->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan->found) plan->algo = heuristic.algo;
+  return plan;
+}
+
+}  // namespace
+
+// Building the descriptors and asking the heuristic cost the host tens of microseconds per
+// GEMM, ~150 times a GPT-2 step; a plan per problem does it once per run.
+struct Blas::LtPlans {
+  std::map<LtKey, std::unique_ptr<LtPlan>> plans;
+};
+
+size_t Blas::lt_plan_count() const {
+  return plans_->plans.size();
+}
+
+namespace detail {
+
+// False when cuBLASLt has no algorithm for this problem (the caller falls back).
+bool lt_gemm(Blas& blas, const Gemm& g, const char* name) {
+  std::unique_ptr<LtPlan>& slot = blas.lt_plans().plans[key_of(blas, g)];
+  if (!slot) slot = make_plan(blas, g, name);
+  LtPlan& plan = *slot;
+  if (!plan.found) return false;
+  // The plan's pointers are the first call's: this call's bias and aux (same alignment).
+  if (g.bias)
+    set_desc(plan.call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias),
+             name);
+  if (g.aux)
+    set_desc(plan.call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(g.aux),
+             name);
   // C and D are the same matrix (in place; with beta = 0 C is not read).
   check_cublas(
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.lt_handle()), call.op, &g.alpha, g.A,
-                     call.a, g.B, call.b, &g.beta, g.C, call.c, g.C, call.c, &heuristic.algo,
-                     blas.workspace(), blas.workspace_bytes(), blas.stream()),
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.lt_handle()), plan.call.op, &g.alpha, g.A,
+                     plan.call.a, g.B, plan.call.b, &g.beta, g.C, plan.call.c, g.C, plan.call.c,
+                     &plan.algo, blas.workspace(), blas.workspace_bytes(), blas.stream()),
       name);
   return true;
 }
@@ -175,10 +241,13 @@ Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(
   blas_ = handle;
   workspace_ = ws;
   workspace_bytes_ = kWorkspaceBytes;
+  plans_ = std::make_unique<LtPlans>();
 }
 
 Blas::~Blas() {
-  // The workspace may still be in use by queued GEMMs; cudaFree waits for the device.
+  // The plans' descriptors go before the handle that made them. The workspace may still be in
+  // use by queued GEMMs; cudaFree waits for the device.
+  plans_.reset();
   release(lt_, blas_, workspace_);
 }
 

@@ -297,6 +297,32 @@ TEST_F(Bf16Matmul, GeluForwardAndBackwardAreDeterministic) {
   EXPECT_TRUE(bit_equal(dwt[0], dwt[1]));
 }
 
+// The fused pair's plans are reused with each call's aux (pre-activation) buffer: a second call
+// on other buffers gives the bits a fresh Blas gives and leaves the first call's outputs alone.
+TEST_F(Bf16Matmul, GeluPlansAreReusedWithEachCallsAux) {
+  const int N = 128, C = 256, OC = 512;
+  const FVec x = randn(size_t(N) * C, 70), w = randn(size_t(OC) * C, 71), b = randn(OC, 72),
+             x2 = randn(size_t(N) * C, 73);
+  DBf16 dx(x, 0), dw(w, 0), db(b, 0), dx2(x2, 0);
+  DBf16 o1(size_t(N) * OC, 0), p1(size_t(N) * OC, 0), o2(size_t(N) * OC, 0), p2(size_t(N) * OC, 0),
+      o3(size_t(N) * OC, 0), p3(size_t(N) * OC, 0);
+  Blas shared(stream);
+  matmul_gelu_forward(shared, o1.ptr(), p1.ptr(), dx.ptr(), dw.ptr(), db.ptr(), N, C, OC);
+  sync();
+  const FVec first_out = o1.values(), first_pre = p1.values();
+  matmul_gelu_forward(shared, o2.ptr(), p2.ptr(), dx2.ptr(), dw.ptr(), db.ptr(), N, C, OC);
+  {
+    Blas fresh(stream);
+    matmul_gelu_forward(fresh, o3.ptr(), p3.ptr(), dx2.ptr(), dw.ptr(), db.ptr(), N, C, OC);
+    sync();
+  }
+  EXPECT_TRUE(bit_equal(o1.values(), first_out));
+  EXPECT_TRUE(bit_equal(p1.values(), first_pre));
+  EXPECT_TRUE(bit_equal(o2.values(), o3.values()));
+  EXPECT_TRUE(bit_equal(p2.values(), p3.values()));
+  EXPECT_FALSE(bit_equal(p2.values(), first_pre));
+}
+
 // --- cross-entropy ------------------------------------------------------------------------
 
 // N, V, offset of the logits. V % 8 == 0 (the 8-wide path) aligned and not, V % 4 == 0 only,

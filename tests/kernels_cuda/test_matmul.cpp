@@ -1,6 +1,7 @@
 // matmul_forward/backward (cuBLASLt, fp32 and TF32) against kernels::cpu in double: odd shapes,
 // operands at offsets that break 16-byte alignment, bias on and off, poisoned outputs,
 // accumulation into pre-filled gradients, and each gradient skipped when its pointer is null.
+#include <deque>
 #include <tuple>
 #include <vector>
 
@@ -151,6 +152,37 @@ TEST_F(Matmul, BackwardBiasGradientIsDeterministic) {
     out = db.download();
   }
   EXPECT_TRUE(bit_equal(r[0], r[1]));
+}
+
+// A Blas builds one cuBLASLt plan per problem and alignment and reuses it: each call still
+// reads and writes its own operands and bias, and an operand at another alignment gets a plan
+// of its own.
+TEST_F(Matmul, PlansAreReusedWithEachCallsOperands) {
+  const int N = 64, C = 128, OC = 96;
+  Blas blas(stream);
+  std::deque<DFloat> keep;  // every call's buffers stay alive: no address is reused
+  auto call = [&](uint64_t seed, size_t off) {
+    const FVec x = randn(size_t(N) * C, seed), w = randn(size_t(OC) * C, seed + 1),
+               b = randn(OC, seed + 2);
+    keep.emplace_back(x, off), keep.emplace_back(w, off), keep.emplace_back(b, off);
+    keep.emplace_back(size_t(N) * OC, off);
+    DFloat &dx = keep[keep.size() - 4], &dw = keep[keep.size() - 3], &db = keep[keep.size() - 2],
+           &dout = keep.back();
+    dout.poison();
+    matmul_forward(blas, dout.get(), dx.get(), dw.get(), db.get(), N, C, OC);
+    sync();
+    Vec want(size_t(N) * OC);
+    cpu::matmul_forward(want.data(), to_double(x).data(), to_double(w).data(), to_double(b).data(),
+                        N, C, OC);
+    EXPECT_TRUE(close_rel(dout.download(), want, kTol)) << "seed " << seed << " offset " << off;
+  };
+  call(10, 0);
+  call(20, 0);
+  EXPECT_EQ(blas.lt_plan_count(), 1u);
+  call(30, 1);
+  EXPECT_EQ(blas.lt_plan_count(), 2u);
+  call(40, 0);
+  EXPECT_EQ(blas.lt_plan_count(), 2u);
 }
 
 TEST_F(Matmul, BlasHandlesAndWorkspace) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace triad::kernels::cuda {
 
@@ -29,6 +30,11 @@ class Blas {
   void* blas_handle() const { return blas_; }  // cublasHandle_t
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // cuBLASLt plans built so far: one per problem shape, types, epilogue and operand alignment,
+  // each holding its descriptors and the heuristic's algorithm (or that it has none).
+  struct LtPlans;
+  LtPlans& lt_plans() { return *plans_; }
+  size_t lt_plan_count() const;
 
  private:
   cudaStream_t stream_;
@@ -37,6 +43,7 @@ class Blas {
   void* blas_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::unique_ptr<LtPlans> plans_;
 };
 
 // Token + position embedding. out (B,T,C); tokens (B,T) on the device; wte (V,C); wpe (maxT,C)
