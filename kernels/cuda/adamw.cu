@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "common.cuh"
 #include "triad/kernels/cuda.hpp"
@@ -31,6 +32,11 @@ __device__ inline void store_bf16x4(bf16* q, float4 p, bool aligned8) {
 // 8-byte aligned in `dst`.
 bool bf16x4_aligned(const bf16* dst, const detail::VecSplit& s) {
   return s.vec && ((reinterpret_cast<uintptr_t>(dst) + 2 * s.head) & 7u) == 0;
+}
+
+// p *= decay_factor before the step: 1 - lr wd, rounded once from double.
+float decay_factor(float lr, float weight_decay) {
+  return float(1.0 - double(lr) * double(weight_decay));
 }
 
 // kCompute: also compute[i] = bf16(new params[i]).
@@ -74,27 +80,128 @@ struct AdamW {
   }
 };
 
+// The scalars every element's update shares; `decay` is per tensor.
+template <bool kCompute>
+AdamW<kCompute> adamw_op(float* params, const float* grads, float* m, float* v, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t,
+                         bf16* compute) {
+  const double bc1 = 1.0 - std::pow(double(beta1), t);
+  const double bc2 = 1.0 - std::pow(double(beta2), t);
+  return AdamW<kCompute>{params,
+                         grads,
+                         m,
+                         v,
+                         beta1,
+                         beta2,
+                         float(1.0 - double(beta1)),
+                         float(1.0 - double(beta2)),
+                         eps,
+                         decay_factor(lr, weight_decay),
+                         float(-(double(lr) / bc1)),
+                         float(std::sqrt(bc2)),
+                         compute,
+                         false};
+}
+
 template <bool kCompute>
 void update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
             float beta2, float eps, float weight_decay, int t, bf16* compute, cudaStream_t stream) {
-  const double bc1 = 1.0 - std::pow(double(beta1), t);
-  const double bc2 = 1.0 - std::pow(double(beta2), t);
   const detail::VecSplit s = detail::vec_split(n, params, grads, m, v);
-  AdamW<kCompute> op{params,
-                     grads,
-                     m,
-                     v,
-                     beta1,
-                     beta2,
-                     float(1.0 - double(beta1)),
-                     float(1.0 - double(beta2)),
-                     eps,
-                     float(1.0 - double(lr) * double(weight_decay)),
-                     float(-(double(lr) / bc1)),
-                     float(std::sqrt(bc2)),
-                     compute,
-                     kCompute && bf16x4_aligned(compute, s)};
+  AdamW<kCompute> op =
+      adamw_op<kCompute>(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, t, compute);
+  op.compute_aligned8 = kCompute && bf16x4_aligned(compute, s);
   detail::launch_elementwise("adamw_update", op, n, s, stream);
+}
+
+// --- many tensors in one launch ------------------------------------------------------------
+
+// One tensor of a multi-tensor launch: its elements walked as adamw_update's launch walks them
+// (`head` scalars, `nvec` float4 groups, then the scalar tail), `items` of them in all, from
+// block `first_block` on.
+struct SegPlan {
+  size_t begin = 0;
+  size_t head = 0, nvec = 0, items = 0;
+  float decay = 1.0f;
+  bool vec = false, aligned8 = false;
+  uint32_t first_block = 0;
+};
+constexpr int kMaxSegs = 64;  // 64 plans, 3 KiB: within the 4 KiB of a launch's parameters
+constexpr int kItemsPerThread = 4;
+constexpr size_t kItemsPerBlock = size_t(detail::kThreads) * kItemsPerThread;
+struct SegTable {
+  SegPlan seg[kMaxSegs];
+  int count = 0;
+};
+
+// Each block finds its tensor (the last whose first_block it reaches) and updates its part of
+// it with the same per-element arithmetic as adamw_update: the same bits.
+template <bool kCompute>
+__global__ void __launch_bounds__(detail::kThreads)
+    adamw_segments_kernel(AdamW<kCompute> base, const __grid_constant__ SegTable table) {
+  int lo = 0, hi = table.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.seg[mid].first_block <= blockIdx.x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const SegPlan& s = table.seg[lo];
+  AdamW<kCompute> op = base;
+  op.params += s.begin, op.grads += s.begin, op.m += s.begin, op.v += s.begin;
+  if constexpr (kCompute) op.compute += s.begin;
+  op.decay = s.decay;
+  op.compute_aligned8 = s.aligned8;
+  const size_t first = size_t(blockIdx.x - s.first_block) * kItemsPerBlock + threadIdx.x;
+  for (int r = 0; r < kItemsPerThread; ++r) {
+    const size_t item = first + size_t(r) * detail::kThreads;
+    if (item >= s.items) return;
+    if (!s.vec || item < s.head)
+      op.scalar(item);
+    else if (item < s.head + s.nvec)
+      op.vec(s.head + 4 * (item - s.head));
+    else
+      op.scalar(s.head + 4 * s.nvec + (item - s.head - s.nvec));
+  }
+}
+
+template <bool kCompute>
+void update_segments(float* params, const float* grads, float* m, float* v,
+                     const AdamwSegment* segs, size_t count, float lr, float beta1, float beta2,
+                     float eps, int t, bf16* compute, cudaStream_t stream) {
+  const AdamW<kCompute> base =
+      adamw_op<kCompute>(params, grads, m, v, lr, beta1, beta2, eps, 0.0f, t, compute);
+  SegTable table;
+  size_t blocks = 0;
+  auto launch = [&] {
+    if (table.count == 0) return;
+    adamw_segments_kernel<kCompute>
+        <<<static_cast<unsigned>(blocks), detail::kThreads, 0, stream>>>(base, table);
+    detail::check_launch("adamw_update_segments");
+    table.count = 0;
+    blocks = 0;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    const AdamwSegment& g = segs[i];
+    if (g.n == 0) continue;
+    const size_t b = g.offset;
+    const detail::VecSplit vs = detail::vec_split(g.n, params + b, grads + b, m + b, v + b);
+    SegPlan p;
+    p.begin = b;
+    p.vec = vs.vec;
+    p.head = vs.head;
+    p.nvec = vs.nvec;
+    p.items = vs.vec ? g.n - 3 * vs.nvec : g.n;
+    p.decay = decay_factor(lr, g.weight_decay);
+    p.aligned8 = kCompute && bf16x4_aligned(compute + b, vs);
+    const size_t need = (p.items + kItemsPerBlock - 1) / kItemsPerBlock;
+    if (table.count == kMaxSegs || blocks + need > size_t(std::numeric_limits<int32_t>::max()))
+      launch();
+    p.first_block = static_cast<uint32_t>(blocks);
+    table.seg[table.count++] = p;
+    blocks += need;
+  }
+  launch();
 }
 
 struct Convert {
@@ -120,6 +227,17 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
                   float beta1, float beta2, float eps, float weight_decay, int t, bf16* compute,
                   cudaStream_t stream) {
   update<true>(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, compute, stream);
+}
+
+void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                           const AdamwSegment* segs, size_t count, float lr, float beta1,
+                           float beta2, float eps, int t, bf16* compute, cudaStream_t stream) {
+  if (compute)
+    update_segments<true>(params, grads, m, v, segs, count, lr, beta1, beta2, eps, t, compute,
+                          stream);
+  else
+    update_segments<false>(params, grads, m, v, segs, count, lr, beta1, beta2, eps, t, nullptr,
+                           stream);
 }
 
 void convert(bf16* dst, const float* src, size_t n, cudaStream_t stream) {

@@ -4,7 +4,9 @@
 // middle, tail; different ones: all scalar), poisoned outputs, pre-filled gradients.
 #include <cmath>
 #include <limits>
+#include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -192,6 +194,62 @@ TEST_F(Bf16Elementwise, AdamwWritesTheComputeCopy) {
     EXPECT_TRUE(bit_equal(c, conv.download()));
     EXPECT_TRUE(dc.guards_intact());
     EXPECT_TRUE(dp.guards_intact());
+  }
+}
+
+// Many tensors of one arena in a few launches give the bits of one adamw_update per tensor,
+// with and without the compute copy: more tensors than one launch takes (64), sizes from 1 to
+// past a block's share, every alignment, per-tensor decay, and gaps between tensors untouched.
+TEST_F(Bf16Elementwise, AdamwSegmentsEqualOneUpdatePerTensor) {
+  std::vector<AdamwSegment> segs;
+  size_t at = 0;
+  std::mt19937 rng(7);
+  const size_t sizes[] = {1, 3, 4, 7, 768, 2304, 5000, 100003};
+  for (int i = 0; i < 150; ++i) {
+    at += rng() % 3;  // a gap of 0-2 elements
+    const size_t n = i < 8 ? sizes[i] : 1 + rng() % 3000;
+    segs.push_back({at, n, rng() % 2 ? 0.1f : 0.0f});
+    at += n;
+  }
+  const size_t total = at + 5;
+  for (auto [oo, io] : {std::pair<size_t, size_t>{0, 0}, {1, 3}, {0, 1}}) {
+    for (bool with_compute : {true, false}) {
+      SCOPED_TRACE("offsets " + std::to_string(oo) + "/" + std::to_string(io) +
+                   (with_compute ? " compute copy" : " fp32"));
+      const FVec p0 = randn(total, 21), m0 = randn(total, 22, 0.01);
+      FVec v0 = randn(total, 23, 0.01);
+      for (auto& x : v0) x = x * x;
+      DFloat dp(p0, oo), dm(m0, oo), dv(v0, oo), rp(p0, oo), rm(m0, oo), rv(v0, oo);
+      DBf16 dc(total, io), rc(total, io);
+      dc.poison();
+      rc.poison();
+      for (int t = 1; t <= 2; ++t) {
+        const FVec g = randn(total, 200 + t);
+        DFloat dg(g, oo);
+        adamw_update_segments(dp.get(), dg.get(), dm.get(), dv.get(), segs.data(), segs.size(),
+                              1e-3f, 0.9f, 0.95f, 1e-8f, t, with_compute ? dc.ptr() : nullptr,
+                              stream);
+        for (const AdamwSegment& sg : segs) {
+          const size_t k = sg.offset;
+          if (with_compute)
+            adamw_update(rp.get() + k, dg.get() + k, rm.get() + k, rv.get() + k, sg.n, 1e-3f, 0.9f,
+                         0.95f, 1e-8f, sg.weight_decay, t, rc.ptr() + k, stream);
+          else
+            adamw_update(rp.get() + k, dg.get() + k, rm.get() + k, rv.get() + k, sg.n, 1e-3f, 0.9f,
+                         0.95f, 1e-8f, sg.weight_decay, t, stream);
+        }
+        sync();
+      }
+      const FVec p = dp.download();
+      EXPECT_TRUE(bit_equal(p, rp.download()));
+      EXPECT_TRUE(bit_equal(dm.download(), rm.download()));
+      EXPECT_TRUE(bit_equal(dv.download(), rv.download()));
+      EXPECT_TRUE(bit_equal(dc.download(), rc.download()));
+      EXPECT_FALSE(bit_equal(p, p0));          // something was updated
+      EXPECT_EQ(p[total - 1], p0[total - 1]);  // past the last tensor: untouched
+      EXPECT_TRUE(dp.guards_intact());
+      EXPECT_TRUE(dc.guards_intact());
+    }
   }
 }
 

@@ -22,6 +22,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,37 @@ void usage() {
   std::cout << "usage: bench-kernels-cuda [--batch B=8] [--seq T=1024] [--channels C=768]\n"
                "         [--vocab V=50304] [--layers L=12] [--warmup W=5] [--reps R=30]\n"
                "         [--peak-gbs GBS=3000] [--no-gemm] [--json FILE]\n";
+}
+
+// GPT-2's parameter tensors in the arena's order (wte, wpe, then per layer ln1, qkv, proj, ln2,
+// fc, mlp proj, each weight then bias; then ln_f), matmul weights and embeddings decayed; cut
+// or padded with one last tensor so that they cover `params` elements.
+std::vector<kc::AdamwSegment> gpt_tensors(const Options& o, size_t params) {
+  const size_t C = size_t(o.channels), V = size_t(o.vocab), T = size_t(o.seq);
+  std::vector<std::pair<size_t, bool>> sizes{{V * C, true}, {T * C, true}};
+  for (int l = 0; l < o.layers; ++l)
+    for (auto [w, b] : {std::pair<size_t, size_t>{C, C},
+                        {3 * C * C, 3 * C},
+                        {C * C, C},
+                        {C, C},
+                        {4 * C * C, 4 * C},
+                        {4 * C * C, C}}) {
+      const bool ln = w == C;
+      sizes.push_back({w, !ln});
+      sizes.push_back({b, false});
+    }
+  sizes.push_back({C, false});
+  sizes.push_back({C, false});
+  std::vector<kc::AdamwSegment> out;
+  size_t at = 0;
+  for (auto [n, decay] : sizes) {
+    if (at >= params) break;
+    n = std::min(n, params - at);
+    out.push_back({at, n, decay ? 0.1f : 0.0f});
+    at += n;
+  }
+  if (at < params) out.push_back({at, params - at, 0.0f});
+  return out;
 }
 
 Options parse(int argc, char** argv) {
@@ -453,6 +485,22 @@ std::vector<KernelRow> bench_kernels_bf16(const Options& o, cudaStream_t s) {
                        s);
     });
     add("convert", shape, (f + h) * params, [&] { kc::convert(compute.p, p.p, params, s); });
+    // The same update as the optimizer runs it: GPT-2's tensors, each with its own decay, one
+    // launch per tensor against adamw_update_segments.
+    const std::vector<kc::AdamwSegment> segs = gpt_tensors(o, params);
+    add("adamw per tensor (+ compute copy)", "(" + std::to_string(segs.size()) + " tensors)",
+        f * 7 * params + h * params, [&] {
+          ++t;
+          for (const kc::AdamwSegment& sg : segs)
+            kc::adamw_update(p.p + sg.offset, g.p + sg.offset, m.p + sg.offset, v.p + sg.offset,
+                             sg.n, 3e-4f, 0.9f, 0.95f, 1e-8f, sg.weight_decay, t,
+                             compute.p + sg.offset, s);
+        });
+    add("adamw_update_segments (+ compute copy)", "(" + std::to_string(segs.size()) + " tensors)",
+        f * 7 * params + h * params, [&] {
+          kc::adamw_update_segments(p.p, g.p, m.p, v.p, segs.data(), segs.size(), 3e-4f, 0.9f,
+                                    0.95f, 1e-8f, ++t, compute.p, s);
+        });
   }
   {  // embedding
     Buf<bf16> wte(V * C), wpe(T * C), out(NC), dout(NC);

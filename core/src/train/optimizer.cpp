@@ -1,6 +1,7 @@
 #include "triad/core/train/optimizer.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "triad/core/train/run.hpp"
 
@@ -58,20 +59,28 @@ void Optimizer::after_step() {
 
 // AdamW over each tensor of the arena, decaying only matmul weights and embeddings; only the
 // pieces whose moments this rank keeps (its ZeRO shard; the whole arena below stage 1). In
-// mixed precision the compute copy of the weights is refreshed in the same pass.
+// mixed precision the compute copy of the weights is refreshed in the same pass. Each piece's
+// tensors go to the device together (a GPU updates them in a few launches).
 void Optimizer::adamw(double lr, int t) {
   Device& dev = state_.device();
   const OptimizerConfig& o = cfg_;
+  std::vector<Device::AdamwSegment> segs;
+  const ModelState::Piece* piece = nullptr;
+  auto flush = [&] {
+    if (segs.empty()) return;
+    dev.adamw_update_segments(state_.piece_params(*piece), state_.piece_grads(*piece),
+                              state_.piece_m(*piece), state_.piece_v(*piece), segs.data(),
+                              segs.size(), float(lr), float(o.adam_beta1), float(o.adam_beta2),
+                              float(o.adam_eps), t, state_.piece_compute(*piece), state_.act());
+    segs.clear();
+  };
   for_each_overlap(state_.pieces(), arena_.params,
                    [&](const ModelState::Piece& pc, const ParamInfo& p, size_t k, size_t n) {
-                     void* compute = state_.piece_compute(pc);
-                     dev.adamw_update(state_.piece_params(pc) + k, state_.piece_grads(pc) + k,
-                                      state_.piece_m(pc) + k, state_.piece_v(pc) + k, n, float(lr),
-                                      float(o.adam_beta1), float(o.adam_beta2), float(o.adam_eps),
-                                      p.weight_decay ? float(o.weight_decay) : 0.0f, t,
-                                      compute ? advance(compute, k, state_.act()) : nullptr,
-                                      state_.act());
+                     if (&pc != piece) flush();
+                     piece = &pc;
+                     segs.push_back({k, n, p.weight_decay ? float(o.weight_decay) : 0.0f});
                    });
+  flush();
 }
 
 // ZeRO-Offload: the same update on the host: each piece's gradients down, AdamW over the host's

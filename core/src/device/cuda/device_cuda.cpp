@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
@@ -277,6 +278,20 @@ class CudaDevice final : public Device {
       k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
                       static_cast<k::bf16*>(compute), stream_);
     }
+  }
+  // One launch per 64 tensors instead of one per tensor (GPT-2 124M: 148 tensors, 3 launches).
+  void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                             const AdamwSegment* segs, size_t count, float lr, float beta1,
+                             float beta2, float eps, int t, void* compute, DType act) override {
+    if (act == DType::f32 && compute && compute != params) {
+      Device::adamw_update_segments(params, grads, m, v, segs, count, lr, beta1, beta2, eps, t,
+                                    compute, act);
+      return;
+    }
+    std::vector<k::AdamwSegment> ks(count);
+    for (size_t i = 0; i < count; ++i) ks[i] = {segs[i].offset, segs[i].n, segs[i].weight_decay};
+    k::adamw_update_segments(params, grads, m, v, ks.data(), count, lr, beta1, beta2, eps, t,
+                             act == DType::f32 ? nullptr : static_cast<k::bf16*>(compute), stream_);
   }
   void convert(void* dst, DType act, const float* src, size_t n) override {
     if (act == DType::f32)

@@ -148,6 +148,23 @@ class Device {
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
                             int t, void* compute, DType act) = 0;
+  // adamw_update over many tensors of one arena: segs[i] is the range [offset, offset + n) of
+  // params, grads, m, v and compute, decayed with its own weight_decay. The same bits as one
+  // adamw_update per range, which is what this default does; a device may do it in fewer
+  // launches.
+  struct AdamwSegment {
+    size_t offset = 0, n = 0;
+    float weight_decay = 0.0f;
+  };
+  virtual void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                                     const AdamwSegment* segs, size_t count, float lr, float beta1,
+                                     float beta2, float eps, int t, void* compute, DType act) {
+    for (size_t i = 0; i < count; ++i) {
+      const size_t k = segs[i].offset;
+      adamw_update(params + k, grads + k, m + k, v + k, segs[i].n, lr, beta1, beta2, eps,
+                   segs[i].weight_decay, t, compute ? advance(compute, k, act) : nullptr, act);
+    }
+  }
   // dst (n elements of `act`) = src rounded.
   virtual void convert(void* dst, DType act, const float* src, size_t n) = 0;
   // Sum of x and of its squares, accumulated in double; they wait for the result.

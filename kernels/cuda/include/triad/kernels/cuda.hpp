@@ -232,6 +232,16 @@ void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st,
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int t, bf16* compute,
                   cudaStream_t stream);
+// AdamW over many tensors of one arena in as few launches as fit (64 tensors each): tensor i
+// is the range [segs[i].offset, + segs[i].n) of params, grads, m, v (and compute when not
+// null), with its own weight decay. The same bits as adamw_update on each range.
+struct AdamwSegment {
+  size_t offset = 0, n = 0;
+  float weight_decay = 0.0f;
+};
+void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                           const AdamwSegment* segs, size_t count, float lr, float beta1,
+                           float beta2, float eps, int t, bf16* compute, cudaStream_t stream);
 // dst[i] = round-to-nearest-even(src[i]).
 void convert(bf16* dst, const float* src, size_t n, cudaStream_t stream);
 
