@@ -84,7 +84,26 @@ __global__ void __launch_bounds__(kCeThreads)
   const T* z = logits + size_t(row) * V;
   const int tid = threadIdx.x;
   MaxSum acc;
-  for_each_logit(z, valid, s, [&](float x) { acc.add(x); });
+  if (s.vec) {
+    // A vector's values are independent: their max first, then their exponentials (W at once,
+    // no chain through the running pair), merged into the pair once per vector.
+    constexpr int W = detail::kVecOf<T>;
+    const size_t tail0 = s.head + W * s.nvec;
+    if (size_t(tid) < s.head) acc.add(detail::to_float(z[tid]));
+    if (size_t(tid) < valid - tail0) acc.add(detail::to_float(z[tail0 + tid]));
+    for (size_t j = tid; j < s.nvec; j += blockDim.x) {
+      float x[W];
+      detail::load_vec(z + s.head + W * j, x);
+      float m = x[0];
+      for (int k = 1; k < W; ++k) m = fmaxf(m, x[k]);
+      if (m == -INFINITY) continue;
+      float sum = 0.0f;
+      for (int k = 0; k < W; ++k) sum += expf(x[k] - m);
+      acc.merge(m, sum);
+    }
+  } else {
+    for (int v = tid; v < valid; v += blockDim.x) acc.add(detail::to_float(z[v]));
+  }
   acc = warp_max_sum(acc);
   const int lane = tid & 31, warp = tid >> 5;
   if (lane == 0) {
