@@ -10,16 +10,17 @@
 namespace triad::kernels::cpu {
 namespace {
 
-// cos and sin of t * theta_i, (T, D/2) each.
+// cos and sin of (pos0 + t) * theta_i, (T, D/2) each.
 template <class F>
-void rope_table(std::vector<F>& cos_t, std::vector<F>& sin_t, int T, int D, double base) {
+void rope_table(std::vector<F>& cos_t, std::vector<F>& sin_t, int T, int D, double base,
+                int64_t pos0) {
   const int half = D / 2;
   cos_t.resize(size_t(T) * half);
   sin_t.resize(size_t(T) * half);
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < half; ++i) {
-      const double angle = double(t) * std::pow(base, -2.0 * i / D);
+      const double angle = double(pos0 + t) * std::pow(base, -2.0 * i / D);
       cos_t[size_t(t) * half + i] = F(std::cos(angle));
       sin_t[size_t(t) * half + i] = F(std::sin(angle));
     }
@@ -29,10 +30,10 @@ void rope_table(std::vector<F>& cos_t, std::vector<F>& sin_t, int T, int D, doub
 // sign = +1 rotates by +angle (forward), -1 by -angle (backward: the transpose).
 template <class F>
 void rope_apply(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh, double base,
-                F sign) {
+                int64_t pos0, F sign) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   std::vector<F> cos_t, sin_t;
-  rope_table(cos_t, sin_t, T, D, base);
+  rope_table(cos_t, sin_t, T, D, base, pos0);
   const int half = D / 2;
   const int BT = B * T;
 #pragma omp parallel for schedule(static)
@@ -56,20 +57,24 @@ void rope_apply(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_
 }  // namespace
 
 template <class F>
-void rope_forward(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base) {
-  rope_apply(x, B, T, H, D, sb, st, sh, base, F(1));
+void rope_forward(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh, double base,
+                  int64_t pos0) {
+  rope_apply(x, B, T, H, D, sb, st, sh, base, pos0, F(1));
 }
 
 template <class F>
 void rope_backward(F* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base) {
-  rope_apply(dx, B, T, H, D, sb, st, sh, base, F(-1));
+                   double base, int64_t pos0) {
+  rope_apply(dx, B, T, H, D, sb, st, sh, base, pos0, F(-1));
 }
 
-template void rope_forward<float>(float*, int, int, int, int, int64_t, int64_t, int64_t, double);
-template void rope_forward<double>(double*, int, int, int, int, int64_t, int64_t, int64_t, double);
-template void rope_backward<float>(float*, int, int, int, int, int64_t, int64_t, int64_t, double);
-template void rope_backward<double>(double*, int, int, int, int, int64_t, int64_t, int64_t, double);
+template void rope_forward<float>(float*, int, int, int, int, int64_t, int64_t, int64_t, double,
+                                  int64_t);
+template void rope_forward<double>(double*, int, int, int, int, int64_t, int64_t, int64_t, double,
+                                   int64_t);
+template void rope_backward<float>(float*, int, int, int, int, int64_t, int64_t, int64_t, double,
+                                   int64_t);
+template void rope_backward<double>(double*, int, int, int, int, int64_t, int64_t, int64_t, double,
+                                    int64_t);
 
 }  // namespace triad::kernels::cpu

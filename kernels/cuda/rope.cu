@@ -11,13 +11,14 @@
 namespace triad::kernels::cuda {
 namespace {
 
-__global__ void rope_table_kernel(float* cos_t, float* sin_t, int T, int D, double base) {
+__global__ void rope_table_kernel(float* cos_t, float* sin_t, int T, int D, double base,
+                                  int64_t pos0) {
   const int half = D / 2;
   const size_t total = size_t(T) * half;
   for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
        j += size_t(gridDim.x) * blockDim.x) {
     const int t = static_cast<int>(j / half), i = static_cast<int>(j % half);
-    const double angle = double(t) * pow(base, -2.0 * i / D);
+    const double angle = double(pos0 + t) * pow(base, -2.0 * i / D);
     cos_t[j] = float(cos(angle));
     sin_t[j] = float(sin(angle));
   }
@@ -47,7 +48,7 @@ __global__ void rope_apply_kernel(E* x, const float* cos_t, const float* sin_t, 
 
 template <class E>
 void rope_apply(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh, double base,
-                float sign, cudaStream_t stream, const char* name) {
+                int64_t pos0, float sign, cudaStream_t stream, const char* name) {
   const int half = D / 2;
   if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
   const size_t table = size_t(T) * half;
@@ -55,7 +56,7 @@ void rope_apply(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_
   float* cos_t = scratch.as<float>();
   float* sin_t = cos_t + table;
   rope_table_kernel<<<detail::grid_for(table), detail::kThreads, 0, stream>>>(cos_t, sin_t, T, D,
-                                                                              base);
+                                                                              base, pos0);
   detail::check_launch(name);
   const size_t total = size_t(B) * T * H * half;
   rope_apply_kernel<E><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(
@@ -66,23 +67,23 @@ void rope_apply(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_
 }  // namespace
 
 void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream) {
-  rope_apply(x, B, T, H, D, sb, st, sh, base, 1.0f, stream, "rope_forward");
+                  double base, cudaStream_t stream, int64_t pos0) {
+  rope_apply(x, B, T, H, D, sb, st, sh, base, pos0, 1.0f, stream, "rope_forward");
 }
 
 void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base, cudaStream_t stream) {
-  rope_apply(dx, B, T, H, D, sb, st, sh, base, -1.0f, stream, "rope_backward");
+                   double base, cudaStream_t stream, int64_t pos0) {
+  rope_apply(dx, B, T, H, D, sb, st, sh, base, pos0, -1.0f, stream, "rope_backward");
 }
 
 void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream) {
-  rope_apply(x, B, T, H, D, sb, st, sh, base, 1.0f, stream, "rope_forward");
+                  double base, cudaStream_t stream, int64_t pos0) {
+  rope_apply(x, B, T, H, D, sb, st, sh, base, pos0, 1.0f, stream, "rope_forward");
 }
 
 void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base, cudaStream_t stream) {
-  rope_apply(dx, B, T, H, D, sb, st, sh, base, -1.0f, stream, "rope_backward");
+                   double base, cudaStream_t stream, int64_t pos0) {
+  rope_apply(dx, B, T, H, D, sb, st, sh, base, pos0, -1.0f, stream, "rope_backward");
 }
 
 }  // namespace triad::kernels::cuda

@@ -53,6 +53,36 @@ TEST(Rope, ForwardMatchesFormulaAndLeavesKvAlone) {
   }
 }
 
+// Tokens that start at position pos0 (a context-parallel rank's) rotate as the same tokens do
+// inside a longer sequence that starts at 0, bit for bit, forward and backward.
+TEST(Rope, PositionOffsetEqualsTheSameRowsOfALongerSequence) {
+  const QkvView whole{2, 24, 3, 8}, part{2, 7, 3, 8};
+  const int pos0 = 13;
+  for (bool backward : {false, true}) {
+    const Vec r = randn(whole.size(), 3);
+    std::vector<float> w(r.begin(), r.end());
+    std::vector<float> p(part.size());
+    for (int b = 0; b < 2; ++b)
+      for (int t = 0; t < part.T; ++t)
+        for (size_t k = 0; k < size_t(part.st()); ++k)
+          p[b * part.sb() + t * part.st() + k] = w[b * whole.sb() + (pos0 + t) * whole.st() + k];
+    auto apply = [&](std::vector<float>& x, const QkvView& q, int64_t at) {
+      if (backward)
+        rope_backward(x.data(), q.B, q.T, q.H, q.D, q.sb(), q.st(), q.sh(), 10000.0, at);
+      else
+        rope_forward(x.data(), q.B, q.T, q.H, q.D, q.sb(), q.st(), q.sh(), 10000.0, at);
+    };
+    apply(w, whole, 0);
+    apply(p, part, pos0);
+    for (int b = 0; b < 2; ++b)
+      for (int t = 0; t < part.T; ++t)
+        for (size_t k = 0; k < size_t(part.st()); ++k)
+          ASSERT_EQ(p[b * part.sb() + t * part.st() + k],
+                    w[b * whole.sb() + (pos0 + t) * whole.st() + k])
+              << "b " << b << " t " << t << " k " << k << (backward ? " backward" : " forward");
+  }
+}
+
 TEST(Rope, ForwardPreservesNormsAndFloatAgreesAtLongPositions) {
   const QkvView q{1, 4096, 2, 16};
   const Vec x = randn(q.size(), 2);

@@ -135,12 +135,12 @@ class CpuDevice final : public Device {
     k::bias_backward(dbias, f(dout, act), N, C);
   }
   void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                    double base, DType act) override {
-    k::rope_forward(f(x, act), B, T, H, D, sb, st, sh, base);
+                    double base, int64_t pos0, DType act) override {
+    k::rope_forward(f(x, act), B, T, H, D, sb, st, sh, base, pos0);
   }
   void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                     double base, DType act) override {
-    k::rope_backward(f(dx, act), B, T, H, D, sb, st, sh, base);
+                     double base, int64_t pos0, DType act) override {
+    k::rope_backward(f(dx, act), B, T, H, D, sb, st, sh, base, pos0);
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int t, void* compute,

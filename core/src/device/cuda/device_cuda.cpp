@@ -255,17 +255,17 @@ class CudaDevice final : public Device {
     });
   }
   void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                    double base, DType act) override {
+                    double base, int64_t pos0, DType act) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);
-      k::rope_forward(as<T_>(x), B, T, H, D, sb, st, sh, base, stream_);
+      k::rope_forward(as<T_>(x), B, T, H, D, sb, st, sh, base, stream_, pos0);
     });
   }
   void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                     double base, DType act) override {
+                     double base, int64_t pos0, DType act) override {
     typed(act, [&](auto z) {
       using T_ = decltype(z);
-      k::rope_backward(as<T_>(dx), B, T, H, D, sb, st, sh, base, stream_);
+      k::rope_backward(as<T_>(dx), B, T, H, D, sb, st, sh, base, stream_, pos0);
     });
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,

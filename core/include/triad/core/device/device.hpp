@@ -139,10 +139,11 @@ class Device {
   // added after the tensor-parallel reduction).
   virtual void bias_forward(void* out, const void* bias, int N, int C, DType act) = 0;
   virtual void bias_backward(float* dbias, const void* dout, int N, int C, DType act) = 0;
+  // Rotary positions on a strided (B,T,H,D) view; token t is at position pos0 + t.
   virtual void rope_forward(void* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                            double base, DType act) = 0;
+                            double base, int64_t pos0, DType act) = 0;
   virtual void rope_backward(void* dx, int B, int T, int H, int D, int64_t sb, int64_t st,
-                             int64_t sh, double base, DType act) = 0;
+                             int64_t sh, double base, int64_t pos0, DType act) = 0;
   // AdamW on fp32 master weights; when `compute` is not null it also receives the updated
   // weights rounded to `act` (the copy the next forward reads).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,

@@ -105,15 +105,16 @@ void bias_backward(F* dbias, const F* dout, int N, int C);
 
 // Rotary position embedding (GPT-NeoX / LLaMA "rotate half" form), in place on a strided
 // (B,T,H,D) view: x[b,t,h,:] is at x + b*sb + t*st + h*sh, D contiguous, D even.
-// Position of token t is t; frequencies theta_i = base^(-2i/D), i in [0, D/2).
+// Position of token t is pos0 + t (a context-parallel rank's tokens start past 0); frequencies
+// theta_i = base^(-2i/D), i in [0, D/2).
 // forward:  (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1 = x[:D/2], x2 = x[D/2:]
 // backward: the transpose rotation (applied in place to the gradient).
 template <class F>
 void rope_forward(F* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base = 10000.0);
+                  double base = 10000.0, int64_t pos0 = 0);
 template <class F>
 void rope_backward(F* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base = 10000.0);
+                   double base = 10000.0, int64_t pos0 = 0);
 
 // AdamW (decoupled weight decay, PyTorch semantics) on a flat range; step t starts at 1.
 template <class F>

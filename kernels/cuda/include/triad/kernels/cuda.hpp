@@ -128,9 +128,9 @@ void crossentropy_finish(float* losses, float* lse, const float* rowmax, const f
 
 // Rotary embedding in place on a strided (B,T,H,D) view, as kernels::cpu::rope_forward.
 void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream);
+                  double base, cudaStream_t stream, int64_t pos0 = 0);
 void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base, cudaStream_t stream);
+                   double base, cudaStream_t stream, int64_t pos0 = 0);
 
 // AdamW (decoupled weight decay, PyTorch semantics) on a flat range; step t starts at 1.
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
@@ -224,9 +224,9 @@ void crossentropy_row_sums(float* sumexp, float* target_logit, const bf16* logit
                            const float* rowmax, const int32_t* targets, int N, int V, int valid,
                            int64_t vocab_start, cudaStream_t stream);
 void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream);
+                  double base, cudaStream_t stream, int64_t pos0 = 0);
 void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base, cudaStream_t stream);
+                   double base, cudaStream_t stream, int64_t pos0 = 0);
 // AdamW on fp32 master weights that also writes the updated weights, rounded, into `compute`
 // (the bf16 copy the next forward reads), in the same pass.
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
