@@ -511,12 +511,14 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
   const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";
   s.context = context_buffers(cp, ulysses, BT * Cl, BT * Hl, a);
-  // The attention plugin's shape: Ulysses runs it on the whole sequence with Hl / cp heads,
-  // ring on pairs of chunks of T / (2 cp) queries and keys (the same shape for every pair).
+  // The attention plugin's shape: without context parallelism the whole sequence; Ulysses runs
+  // it on the whole sequence with Hl / cp heads, ring on pairs of chunks of T / (2 cp) queries
+  // and keys (the same shape for every pair).
   const DLDevice dev{cfg.device == "cuda" ? kDLCUDA : kDLCPU, 0};
+  const bool ring = cp > 1 && !ulysses;
   const triad_attention_shape_v1 shape{micro,
                                        int(ulysses ? Hl / cp : Hl),
-                                       int(ulysses ? s.T : s.T / (2 * cp)),
+                                       int(ring ? s.T / (2 * cp) : s.T),
                                        m.hidden_size / m.num_attention_heads,
                                        1,
                                        dl_dtype(act),
