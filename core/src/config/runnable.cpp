@@ -13,11 +13,16 @@ namespace triad {
 
 std::string runnable_refusal(const Config& c) {
   const std::string in = c.source_path.empty() ? "" : " (" + c.source_path + ")";
-  // Until the model splits the sequence (issue 32), context parallelism is a layout to plan.
-  if (const int cp = c.parallel.context_parallel_size; cp > 1)
-    return "parallel.context_parallel_size " + std::to_string(cp) + in +
-           ": context parallelism is planned by --dry-run and triad-estimate but does not train "
-           "yet (the model does not split the sequence); set context_parallel_size: 1 to train";
+  // Context parallelism trains on the CPU (ContextAttention's layout moves and lse merges are
+  // host loops), so in fp32.
+  if (const int cp = c.parallel.context_parallel_size; cp > 1) {
+    const std::string what = "parallel.context_parallel_size " + std::to_string(cp) + in;
+    if (c.device != "cpu")
+      return what +
+             " trains on device: cpu only for now (its attention moves tensors with host "
+             "loops); --dry-run and triad-estimate plan it for " +
+             c.device + "; use device: cpu, or context_parallel_size: 1";
+  }
   if (c.device != "cuda") return "";
   if (!cuda_device_built())
     return "device 'cuda'" + in +

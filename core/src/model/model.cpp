@@ -70,8 +70,9 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
 
 GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
          AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk,
-         Recompute recompute)
+         Recompute recompute, const ContextParallel& cp)
     : cfg_(cfg),
+      cp_(cp),
       state_(state),
       dev_(state.device()),
       attn_(attention),
@@ -88,7 +89,9 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   tp_ = tp;
   act_ = state_.act();
   maxB_ = max_batch;
-  T_ = cfg.seq_length;
+  if (cp_.size > 1 && !cp_.comm)
+    throw std::logic_error("GPT: context-parallel size > 1 without a communicator");
+  T_ = cfg.seq_length / cp_.size;
   C_ = cfg.hidden_size;
   H_ = cfg.num_attention_heads;
   L_ = cfg.num_layers;
@@ -148,11 +151,46 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   dfch_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
   dfch_gelu_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
 
+  setup_context();
+  if (ctx_) return;  // ContextAttention sizes the plugin's workspace for its own calls
   triad_attention_shape_v1 shape{maxB_, Hl_, T_, C_ / H_, 1, dl_dtype(act_), dev_.dl_device()};
   attn_.check_supported(shape);
   attn_.workspace_size(shape, &ws_fwd_, &ws_bwd_);
   const size_t ws = std::max(ws_fwd_, ws_bwd_);
   if (ws) attn_workspace_ = Buffer<uint8_t>(dev_, ws, "attention workspace");
+}
+
+void GPT::setup_context() {
+  runs_.clear();
+  if (cp_.size == 1) {
+    runs_.push_back({0, 0, T_});
+    return;
+  }
+  const std::vector<int64_t> pos =
+      context_token_positions(cp_.method, cfg_.seq_length, cp_.size, cp_.rank);
+  for (size_t i = 0; i < pos.size(); ++i) {
+    if (!runs_.empty() && runs_.back().pos + runs_.back().len == pos[i])
+      ++runs_.back().len;
+    else
+      runs_.push_back({static_cast<int>(i), static_cast<int>(pos[i]), 1});
+  }
+  ctx_ = std::make_unique<ContextAttention>(cp_.method, attn_, *cp_.comm, dev_,
+                                            ContextShape{maxB_, Hl_, cfg_.seq_length, C_ / H_}, 1,
+                                            tp_.timeout);
+  if (has_embedding_ && !rope_) {
+    wpe_own_ = ActBuffer(dev_, size_t(T_) * C_, act_, "activations");
+    dwpe_own_ = Buffer<float>(dev_, size_t(T_) * C_, "activation gradients");
+  }
+}
+
+const int32_t* GPT::own_tokens(const int32_t* whole, int B, std::vector<int32_t>& out) const {
+  if (cp_.size == 1) return whole;
+  const size_t S = size_t(cfg_.seq_length);
+  out.resize(size_t(B) * T_);
+  for (int b = 0; b < B; ++b)
+    for (const TokenRun& r : runs_)
+      std::copy_n(whole + b * S + r.pos, r.len, out.data() + size_t(b) * T_ + r.local);
+  return out.data();
 }
 
 void GPT::alloc_block_acts(LayerActs& a, bool core) {
@@ -311,7 +349,10 @@ void GPT::attention_forward(LayerActs& a, int B) {
                                    1.0f / std::sqrt(static_cast<float>(D)),
                                    attn_workspace_.data(),
                                    attn_workspace_.size()};
-  attn_.forward(args);
+  if (ctx_)
+    ctx_->forward(args);
+  else
+    attn_.forward(args);
 }
 
 void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
@@ -335,7 +376,10 @@ void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B)
                                    1.0f / std::sqrt(static_cast<float>(D)),
                                    attn_workspace_.data(),
                                    attn_workspace_.size()};
-  attn_.backward(args);
+  if (ctx_)
+    ctx_->backward(args);
+  else
+    attn_.backward(args);
 }
 
 const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t, double* counter) {
@@ -473,6 +517,12 @@ void GPT::embedding_forward(ActSet& s) {
   // A whole embedding: every rank looks up every token and keeps its own.
   const bool split = shards_.vocab > 1;
   const void* wpe = rope_ || (split && tp_.rank != 0) ? nullptr : state_.weight(wpe_);
+  if (wpe && ctx_) {  // the rows of this rank's positions
+    for (const TokenRun& r : runs_)
+      dev_.copy(wpe_own_.at(size_t(r.local) * C), advance(wpe, size_t(r.pos) * C, act_),
+                size_t(r.len) * C * dtype_bytes(act_));
+    wpe = wpe_own_.data();
+  }
   const void* wte = state_.weight(wte_);
   const auto& emb = at(TRIAD_TENSOR_BOUNDARY_EMBEDDING_OUTPUT);
   void* x0 = stage_in(s);
@@ -506,10 +556,11 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
   if (rope_) {
     // rotate q and k in place: (B,T,Hl,D) views with row stride 3Cl
-    dev_.rope_forward(a.qkv.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
-                      act_);
-    dev_.rope_forward(a.qkv.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
-                      act_);
+    // (each run of this rank's tokens at its true positions)
+    for (const TokenRun& r : runs_)
+      for (int part = 0; part < 2; ++part)
+        dev_.rope_forward(a.qkv.at(size_t(r.local) * 3 * Cl + size_t(part) * Cl), B, r.len, Hl, D,
+                          int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base, r.pos, act_);
   }
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
@@ -589,7 +640,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   if (has_embedding_) {
     state_.prefetch(spec.embedding);
     if (nl) state_.prefetch(block_range(0));
-    dev_.to_device(s.inputs.data(), inputs, sizeof(int32_t) * N);
+    dev_.to_device(s.inputs.data(), own_tokens(inputs, B, own_inputs_), sizeof(int32_t) * N);
     const TraceSpan span(TraceKind::compute, "forward embedding");
     embedding_forward(s);
     if (!has_head_) state_.release(spec.embedding);
@@ -605,7 +656,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
-  dev_.to_device(s.targets.data(), targets, sizeof(int32_t) * N);
+  dev_.to_device(s.targets.data(), own_tokens(targets, B, own_targets_), sizeof(int32_t) * N);
   const float loss = [&] {
     const TraceSpan span(TraceKind::compute, "forward head");
     return head_forward(s, nl > 0);
@@ -717,10 +768,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
                         deferred.attn_proj ? nullptr : g.attn_proj_b, N, Cl, attn_split);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
   if (rope_) {
-    dev_.rope_backward(dqkv_.data(), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
-                       act_);
-    dev_.rope_backward(dqkv_.at(Cl), B, T, Hl, D, int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base,
-                       act_);
+    for (const TokenRun& r : runs_)
+      for (int part = 0; part < 2; ++part)
+        dev_.rope_backward(dqkv_.at(size_t(r.local) * 3 * Cl + size_t(part) * Cl), B, r.len, Hl, D,
+                           int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base, r.pos, act_);
   }
   if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
@@ -765,7 +816,16 @@ void GPT::embedding_backward(ActSet& s) {
   const void* dx =
       exchange(c, dres_.data(), drow_full_.data(), s.B * T_, C_, act_, &volume_.activations);
   float* dwpe = rope_ ? nullptr : state_.grad(wpe_);
-  dev_.embedding_backward(state_.grad(wte_), dwpe, dx, s.inputs.data(), s.B, T_, C_, vocab_, act_);
+  float* dwpe_into = dwpe && ctx_ ? dwpe_own_.data() : dwpe;
+  if (dwpe && ctx_) dev_.fill_zero(dwpe_into, size_t(T_) * C_ * sizeof(float));
+  dev_.embedding_backward(state_.grad(wte_), dwpe_into, dx, s.inputs.data(), s.B, T_, C_, vocab_,
+                          act_);
+  if (dwpe && ctx_)  // this rank's positions' rows, added into wpe's gradient
+    for (const TokenRun& r : runs_) {
+      float* row = dwpe + size_t(r.pos) * C_;
+      dev_.residual_forward(row, row, dwpe_into + size_t(r.local) * C_, size_t(r.len) * C_,
+                            DType::f32);
+    }
 }
 
 void GPT::backward(float loss_scale, const GradsReady& grads_ready, bool last_micro, int set) {

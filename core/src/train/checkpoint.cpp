@@ -150,8 +150,8 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
                          {"chunks", t.split.chunks},
                          {"strided_parts", t.split.strided_parts}}},
                        {"tie_group", t.tie_group}});
-  const ProcessGroups groups(me.world, tp, par.pipeline_model_parallel_size,
-                             par.data_parallel_size);
+  const ProcessGroups groups(me.world, tp, par.pipeline_model_parallel_size, par.data_parallel_size,
+                             par.context_parallel_size);
   nlohmann::json files = nlohmann::json::array();
   for (int r = 0; r < me.world; ++r) {
     const FileReport& f = reports[size_t(r)];
@@ -162,6 +162,7 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
                      {"tp", c.tp},
                      {"pp", c.pp},
                      {"dp", c.dp},
+                     {"cp", c.cp},
                      {"bytes", f.bytes},
                      {"crc32", f.crc}});
   }
@@ -176,6 +177,7 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
            {{"tensor_model_parallel_size", tp},
             {"pipeline_model_parallel_size", par.pipeline_model_parallel_size},
             {"data_parallel_size", par.data_parallel_size},
+            {"context_parallel_size", par.context_parallel_size},
             {"virtual_pipeline_model_parallel_size", par.virtual_pipeline_model_parallel_size},
             {"sequence_parallel", par.sequence_parallel},
             {"world_size", me.world},
@@ -258,8 +260,9 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
   const fs::path root = cfg.checkpoint.save;
   const fs::path final = root / iter_name(step), tmp = root / (iter_name(step) + ".tmp");
   // ZeRO 1-3 partition the optimizer over the data-parallel group: each rank saves its part.
-  // Without ZeRO the replicas are equal and the group's first rank saves for all.
-  const bool writes = cfg.zero_optimization.stage >= 1 || me.coords.dp == 0;
+  // Without ZeRO the replicas (and the context-parallel ranks, which hold the same weights) are
+  // equal and the group's first rank saves for all.
+  const bool writes = cfg.zero_optimization.stage >= 1 || (me.coords.dp == 0 && me.coords.cp == 0);
   FileReport mine;
   std::string error;
   if (writes) {
@@ -526,8 +529,11 @@ std::string Checkpoint::describe() const {
     << ", global batch " << m.at("global_batch_size") << ", of train_iters " << m.at("train_iters")
     << ")\n"
     << "layout: tp " << l.at("tensor_model_parallel_size") << " x pp "
-    << l.at("pipeline_model_parallel_size") << " x dp " << l.at("data_parallel_size") << " (world "
-    << l.at("world_size") << "), ZeRO stage " << l.at("zero_stage")
+    << l.at("pipeline_model_parallel_size") << " x dp " << l.at("data_parallel_size")
+    << (l.value("context_parallel_size", 1) > 1
+            ? " x cp " + std::to_string(l.value("context_parallel_size", 1))
+            : std::string())
+    << " (world " << l.at("world_size") << "), ZeRO stage " << l.at("zero_stage")
     << (l.at("sequence_parallel").get<bool>() ? ", sequence parallel" : "") << "\n"
     << "model: " << md.num_layers << " layers, hidden " << md.hidden_size << ", "
     << md.num_attention_heads << " heads, vocab " << md.vocab_size << ", context "

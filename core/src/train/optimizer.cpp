@@ -26,7 +26,7 @@ double Optimizer::grad_norm() {
                        if (ts.tie_group == "wte" && pp > 1 && place_.stage != 0) return;
                        sq += dev.sum_squares(state_.piece_grads(pc) + k, n);
                      });
-    if (partitioned) sq = dist_->sum(*dist_->comms.dp, sq);
+    if (partitioned) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
     if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
     if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);
   }

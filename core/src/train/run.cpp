@@ -117,8 +117,9 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   if (groups.pp_size() > 1) {
     const RankCoords c = groups.coords(env.rank);
     const bool ends = c.pp == 0 || c.pp == groups.pp_size() - 1;
-    run->embedding =
-        run->world.split(ends ? c.tp + groups.tp_size() * c.dp : TRIAD_COMM_SPLIT_NONE, c.pp);
+    // One group per (tp, cp, dp) place: the first and last stage of the same pipeline.
+    const int place = c.tp + groups.tp_size() * (c.cp + groups.cp_size() * c.dp);
+    run->embedding = run->world.split(ends ? place : TRIAD_COMM_SPLIT_NONE, c.pp);
     run->embedding.trace_group("pp");  // the tied embedding's sum over the end stages
   }
   return run;
@@ -348,6 +349,11 @@ void Run::build_model() {
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   timeout = wait_bound(t);
   tpc.timeout = timeout;
+  ContextParallel cpc;
+  if (cp() > 1) {
+    cpc = {me.cp, cp(), parse_context_method(cfg.parallel.context_parallel_method),
+           dist->comms.cp.get()};
+  }
   // AdamW's moments come once the data plugin says which range this rank steps.
   // ZeRO-Offload's host device: its memory is counted apart from the training device's.
   if (cfg.zero_optimization.offload_optimizer.device == "cpu") host_device = make_device("cpu");
@@ -360,7 +366,7 @@ void Run::build_model() {
     if (v > 1)
       sc = {c * chunk_layers, chunk_layers, me.pp == 0 && c == 0, me.pp == pp - 1 && c == v - 1};
     chunks.push_back(std::make_unique<GPT>(cfg.model, *state, tpc, *attention, t.micro_batch_size,
-                                           schedule.buffers, sc, recompute_of(t)));
+                                           schedule.buffers, sc, recompute_of(t), cpc));
   }
   GPT& gpt = model();
   if (ckpt) {
@@ -380,7 +386,9 @@ void Run::build_model() {
   // progresses only inside its calls (ucx) would otherwise leave them where they are while the
   // layers compute.
   for (auto& c : chunks) c->set_progress([t = dist->transport.get()] { t->progress(); });
-  Communicator& dpc = *dist->comms.dp;
+  // Gradients are summed (and ZeRO shards kept) over data x context parallel ranks: each holds
+  // other tokens of the same weights.
+  Communicator& dpc = dist->comms.grad_reduce();
   std::vector<std::pair<size_t, size_t>> unit_list;
   for (const ArenaRange& r : units) unit_list.emplace_back(r.begin, r.size());
   dist->data->setup(arena, unit_list, device->dl_device(), dpc.rank(), dpc.size(), dpc.c_ref(),
@@ -411,7 +419,7 @@ void Run::shard_state() {
   // Model states against the ZeRO paper (fp32 weights, gradients and Adam's two moments; a
   // mixed-precision compute copy is counted apart by the device, not here).
   const int zstage = cfg.zero_optimization.stage;
-  const double psi = double(state->size()), nd = dist ? dist->comms.dp->size() : 1;
+  const double psi = double(state->size()), nd = dist ? dist->comms.grad_reduce().size() : 1;
   model_state_bytes = 4.0 * (state->params_size() + state->grads_size()) + 8.0 * state->opt_count();
   model_state_paper = zstage == 0   ? 16 * psi
                       : zstage == 1 ? 8 * psi + 8 * psi / nd
@@ -419,11 +427,12 @@ void Run::shard_state() {
                                     : 16 * psi / nd;
   if (dist && !opts.quiet)
     spdlog::info(
-        "ZeRO stage {} over {} data-parallel ranks: model states {} per rank (parameters {}, "
+        "ZeRO stage {} over {} {} ranks: model states {} per rank (parameters {}, "
         "gradients {}, Adam moments {}); the ZeRO paper's {} = {} ({:.0f} B counted, {:.0f} B "
         "by the formula)",
-        zstage, int(nd), mib(size_t(model_state_bytes)), mib(state->params_size() * 4),
-        mib(state->grads_size() * 4), mib(state->opt_count() * 8),
+        zstage, int(nd), cp() > 1 ? "data x context-parallel" : "data-parallel",
+        mib(size_t(model_state_bytes)), mib(state->params_size() * 4), mib(state->grads_size() * 4),
+        mib(state->opt_count() * 8),
         zstage == 0   ? "16Ψ"
         : zstage == 1 ? "8Ψ + 8Ψ/N"
         : zstage == 2 ? "4Ψ + 12Ψ/N"

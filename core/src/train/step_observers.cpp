@@ -214,6 +214,40 @@ void CheckpointSaver::after_step(int step, bool stopping) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
 }
 
+namespace {
+
+// Context parallelism's traffic per step (what ContextAttention handed the transport) against
+// issue 32's formulas: per block and micro-batch one forward and one backward, and one more
+// forward where recomputation (full or selective) runs the attention again.
+void log_context_traffic(const Run& run, double steps) {
+  const Config& cfg = run.cfg;
+  const ContextMethod method = parse_context_method(cfg.parallel.context_parallel_method);
+  const ModelConfig& m = cfg.model;
+  const int64_t heads = m.num_attention_heads / tensor_shards(run.spec.placement).attention;
+  const ContextShape shape{cfg.training.micro_batch_size, heads, m.seq_length,
+                           m.hidden_size / m.num_attention_heads};
+  const int64_t B = cfg.training.micro_batch_size;
+  const uint64_t fwd = expected_context_traffic(method, false, shape, run.cp(), B, 4).bytes;
+  const uint64_t bwd = expected_context_traffic(method, true, shape, run.cp(), B, 4).bytes;
+  const uint64_t forwards = recompute_of(cfg.training) == Recompute::none ? 1 : 2;
+  double counted_fwd = 0, counted_bwd = 0, formula = 0;
+  for (const auto& ch : run.chunks) {
+    if (const ContextAttention* c = ch->context_attention()) {
+      counted_fwd += double(c->forward_traffic().bytes) / steps;
+      counted_bwd += double(c->backward_traffic().bytes) / steps;
+    }
+    formula += double(ch->num_blocks()) * cfg.training.gradient_accumulation_steps *
+               double(forwards * fwd + bwd);
+  }
+  spdlog::info(
+      "context-parallel traffic per step per rank ({}, cp {}): counted {:.0f} B (forward {:.0f}, "
+      "backward {:.0f}); the formula {:.0f} B",
+      context_method_name(method), run.cp(), counted_fwd + counted_bwd, counted_fwd, counted_bwd,
+      formula);
+}
+
+}  // namespace
+
 void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
   const Config& cfg = run.cfg;
   const bool quiet = run.opts.quiet;
@@ -240,7 +274,7 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
     // The paper counts one forward and backward per step: 2Ψ (reduce-scatter + all-gather, or
     // an all-reduce) for stages 0-2, 3Ψ for stage 3, each times (N-1)/N in ring accounting.
     const int zstage = cfg.zero_optimization.stage;
-    const double psi = double(run.state->size()), nd = run.dist->comms.dp->size();
+    const double psi = double(run.state->size()), nd = run.dist->comms.grad_reduce().size();
     result.zero_traffic_counted = run.dist->data->take_traffic() / ran;
     result.zero_traffic_paper = (zstage == 3 ? 3 : 2) * psi * 4 * (nd - 1) / nd;
     if (!quiet)
@@ -261,6 +295,7 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
         c.total(), c.activations, c.logits, c.replicated_grads, f.total(), f.activations, f.logits,
         f.replicated_grads);
   }
+  if (run.cp() > 1 && !quiet) log_context_traffic(run, ran);
   if (!cfg.output.export_hf.empty() && result.stopped_at == 0) {
     // Every tensor-parallel rank takes part in the gather; rank 0 writes.
     const Buffer<float> whole = run.state->whole_params();

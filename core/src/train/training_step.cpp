@@ -78,12 +78,15 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 TrainingStep::TrainingStep(Run& run, Optimizer& optimizer)
     : run_(run),
       optimizer_(optimizer),
-      // With data parallelism each rank also scales by 1/dp, so the data plugin's sum over the
-      // group is the mean (zero_optimization: no pass over the gradients after the reduction).
-      executor_(chunk_pointers(run), executor_place(run), *run.device, run.act,
-                run.dist ? run.dist->comms.pp.get() : nullptr, run.timeout,
-                1.0f / (float(run.cfg.training.gradient_accumulation_steps) * float(run.dp())),
-                run.pipeline->name()),
+      // With data (and context) parallelism each rank also scales by 1/(dp cp), so the data
+      // plugin's sum over the group is the mean (zero_optimization: no pass over the gradients
+      // after the reduction). A context-parallel rank's loss is the mean over its tokens, all
+      // ranks holding as many.
+      executor_(
+          chunk_pointers(run), executor_place(run), *run.device, run.act,
+          run.dist ? run.dist->comms.pp.get() : nullptr, run.timeout,
+          1.0f / (float(run.cfg.training.gradient_accumulation_steps) * float(run.grad_ranks())),
+          run.pipeline->name()),
       partitioned_(run.state->grads_partitioned()),
       // Without interleaving the last BACKWARD of the step hands finished gradient ranges to
       // the data plugin as it goes (overlapping its reduction); with interleaved chunks the
@@ -137,9 +140,9 @@ StepOutcome TrainingStep::run(int step) {
   std::vector<double> agreed{work.loss / cfg.training.gradient_accumulation_steps,
                              double(stop_signal() != 0)};
   if (pp > 1) agreed = dist->sum(*dist->comms.pp, agreed);
-  if (dist) agreed = dist->sum(*dist->comms.dp, agreed);
+  if (dist) agreed = dist->sum(dist->comms.grad_reduce(), agreed);
   if (run_.tp() > 1) agreed[1] = dist->sum(*dist->comms.tp, agreed[1]);
-  out.loss = agreed[0] / (dist ? run_.dp() : 1);
+  out.loss = agreed[0] / (dist ? run_.grad_ranks() : 1);
   out.stop_requested = agreed[1] > 0;
   run_.device->synchronize();  // the step's time includes its device work
   out.ms = ms_since(t0);
@@ -275,7 +278,7 @@ double TrainingStep::evaluate(int64_t round) {
   double loss = sum.loss / (double(t.eval_iters) * accum);
   DistributedRun* dist = run_.dist.get();
   if (run_.stages() > 1) loss = dist->sum(*dist->comms.pp, loss);
-  if (dist) loss = dist->sum(*dist->comms.dp, loss) / run_.dp();
+  if (dist) loss = dist->sum(dist->comms.grad_reduce(), loss) / run_.grad_ranks();
   return loss;
 }
 

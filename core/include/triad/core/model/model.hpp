@@ -20,6 +20,7 @@
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/device/device.hpp"
+#include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/model_state.hpp"
 #include "triad/core/model/param_spec.hpp"
@@ -39,6 +40,16 @@ struct TensorParallel {
   std::array<triad_tensor_collectives_v1, TRIAD_TENSOR_BOUNDARY_COUNT> boundary{};
   Communicator* comm = nullptr;  // the tensor group; null when size is 1
   std::chrono::milliseconds timeout{300000};
+};
+
+// This rank's place in its context-parallel group (issue 32): every micro-batch's sequence is
+// split over the group's ranks, each holding T/cp tokens from the embedding to the loss, at the
+// positions context_token_positions() gives, and attention runs through ContextAttention. The
+// default is one rank: the whole sequence, the attention plugin called directly.
+struct ContextParallel {
+  int rank = 0, size = 1;
+  ContextMethod method = ContextMethod::ring;
+  Communicator* comm = nullptr;  // the context-parallel group; null when size is 1
 };
 
 // Bytes one rank moved in the tensor group's collectives, counted as a ring moves them: an
@@ -67,9 +78,11 @@ class GPT {
   // micro-batches may be in flight between their forward and backward (the schedule's buffer
   // count; 1 for plain gradient accumulation). recompute: what backward recomputes rather than
   // keeps (training.recompute_granularity).
+  // cp: the context-parallel group (inputs and targets stay (B, seq_length): the model keeps
+  // its own tokens of them).
   GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
       AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {},
-      Recompute recompute = Recompute::none);
+      Recompute recompute = Recompute::none, const ContextParallel& cp = {});
   // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
@@ -102,7 +115,8 @@ class GPT {
   std::vector<float> grads_to_full() const;
 
   // inputs/targets (B,T) with B <= max_batch, T = seq_length. Returns the mean loss over the
-  // B*T tokens and keeps the activations in activation set `set` for backward().
+  // B*T tokens (under context parallelism: over this rank's B*T/cp) and keeps the activations
+  // in activation set `set` for backward().
   float forward(const int32_t* inputs, const int32_t* targets, int B, int set = 0);
   // Called during backward each time a range [offset, offset+count) of the gradient arena is
   // final: the head, then each block from the last to the first, then the embedding. The
@@ -143,6 +157,9 @@ class GPT {
   void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
   size_t stage_bytes(int B) const;  // of each, for a micro-batch of B
   const TensorCommVolume& comm_volume() const { return volume_; }
+  // Context parallelism's attention (null with cp 1): its traffic counters.
+  const ContextAttention* context_attention() const { return ctx_.get(); }
+  int num_blocks() const { return chunk_.blocks; }  // the blocks this GPT runs
 
  private:
   // One block's activations, kept from its forward for its backward.
@@ -175,6 +192,9 @@ class GPT {
   };
   void* stage_in(ActSet& s);
   void setup(const TensorParallel& tp, int max_batch, int activation_sets);
+  void setup_context();
+  // This rank's tokens of a (B, seq_length) host array of token ids, (B, T_) in `out`.
+  const int32_t* own_tokens(const int32_t* whole, int B, std::vector<int32_t>& out) const;
   ActSet make_act_set();
 
   // The stage: embedding | block x n | head, each a forward/backward pair over an ActSet.
@@ -272,6 +292,7 @@ class GPT {
   void reduce_replicated(const std::vector<float*>& grads);
 
   ModelConfig cfg_;
+  ContextParallel cp_;
   std::unique_ptr<ModelState> own_state_;  // the single-rank constructor's
   ModelState& state_;
   GptLayout full_;
@@ -279,9 +300,9 @@ class GPT {
   Device& dev_;
   DType act_;
   AttentionBackend& attn_;
-  int maxB_, T_, C_, H_, L_;
-  int Hl_, Cl_, Fl_;     // heads, attention width and MLP width on this rank
-  TensorShards shards_;  // which parts the plan splits (> 1) and which every rank holds whole
+  int maxB_, T_, C_, H_, L_;  // T_: this rank's tokens of a sequence (seq_length / cp)
+  int Hl_, Cl_, Fl_;          // heads, attention width and MLP width on this rank
+  TensorShards shards_;       // which parts the plan splits (> 1) and which every rank holds whole
   VocabShard vocab_;
   bool rope_, sp_, gather_in_;
   bool has_embedding_ = true, has_head_ = true, pipelined_ = false;
@@ -309,6 +330,18 @@ class GPT {
   Buffer<float> grad_pack_;  // the replicated gradients packed for one all-reduce
   Buffer<uint8_t> attn_workspace_;
   size_t ws_fwd_ = 0, ws_bwd_ = 0;
+  // Context parallelism: the attention over the group, and where this rank's tokens sit in the
+  // sequence: runs of local tokens [local, local + len) at positions [pos, pos + len) (one run
+  // {0, 0, T} with cp 1). Learned positions: the rows of wpe the runs name, gathered for the
+  // embedding, and their gradient before it is added back into wpe's.
+  struct TokenRun {
+    int local = 0, pos = 0, len = 0;
+  };
+  std::unique_ptr<ContextAttention> ctx_;
+  std::vector<TokenRun> runs_;
+  ActBuffer wpe_own_;
+  Buffer<float> dwpe_own_;
+  std::vector<int32_t> own_inputs_, own_targets_;
   TensorCommVolume volume_;
   std::function<void()> progress_;
   void progress() const {

@@ -95,6 +95,9 @@ class Run {
   int stages() const { return cfg.parallel.pipeline_model_parallel_size; }
   int tp() const { return cfg.parallel.tensor_model_parallel_size; }
   int dp() const { return cfg.parallel.data_parallel_size; }
+  int cp() const { return cfg.parallel.context_parallel_size; }
+  // The ranks a gradient is summed over (and ZeRO shards over): data x context parallel.
+  int grad_ranks() const { return dp() * cp(); }
   // Logs what the run is (model, layout, batch, pipeline, attention, data).
   void describe() const;
   // The whole model's host copy of an arena (parameters or gradients) from every
