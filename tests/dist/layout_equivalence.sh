@@ -21,14 +21,8 @@
 # Usage: layout_equivalence.sh TRIAD_LAUNCH TP_GRADS SOURCE_DIR WORK_DIR PYTHON
 set -euo pipefail
 LAUNCH=$1 GRADS=$2 SRC=$3 WORK=$4 PY=$5
-rm -rf "$WORK" && mkdir -p "$WORK"
-CFG="$SRC/configs/gpt-tiny.yaml"
-common=(--set model.num_layers=4 --set training.global_batch_size=8
-        --set training.micro_batch_size=4 --set training.gradient_accumulation_steps=0
-        --set transport.tls=sm,self)
-flash=(--set model.position_embedding=rope --set attention.name=flash2
-       --set attention.block_q=16 --set attention.block_k=16
-       --set attention.bwd_block_q=16 --set attention.bwd_block_k=16)
+# shellcheck source=equivalence_fixture.sh
+source "$SRC/tests/dist/equivalence_fixture.sh"
 # run NAME RANKS TP PP SP [extra --set ...]: 20 training steps, metrics in $WORK/NAME.
 run() {
   local name=$1 n=$2 tp=$3 pp=$4 sp=$5

@@ -3,7 +3,8 @@
 # measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
 # dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
 # chunks; tp 2 plans keeping attention + embedding or the MLP whole; optimizer offload;
-# activation recomputation, full and selective, also under tp 2 and pp 2; flash2), each checked
+# activation recomputation, full and selective, also under tp 2 and pp 2; flash2; context
+# parallelism, ring and ulysses, with ZeRO-3; T 512), each checked
 # against
 # triad-estimate's total per rank
 # at the configured stage: within 10% of the run's peak_memory_bytes (rank 0) and, with pp > 1,
@@ -77,6 +78,14 @@ run z0tp2sel 2 $(z 0) --set parallel.tensor_model_parallel_size=2 \
 run z0pp2sel 2 $(z 0) "${pp2[@]}" "${sel[@]}"
 run z0pp2ck 2 $(z 0) "${pp2[@]}" --set training.recompute_granularity=full
 run z2dp2flash2 2 $(z 2) --set attention.name=flash2 --set model.position_embedding=rope
+# Context parallelism: ring and ulysses at cp 2 (the plugin on T/(2cp)-token pairs or on H/cp
+# heads of the whole sequence), ZeRO-3 over dp 2 x cp 2; and one process at T 512, where the
+# naive plugin's T x T workspace is most of the peak.
+cp2=(--set parallel.context_parallel_size=2)
+run z0cp2ring 2 $(z 0) "${cp2[@]}"
+run z0cp2ulysses 2 $(z 0) "${cp2[@]}" --set parallel.context_parallel_method=ulysses
+run z3cp2dp2 4 $(z 3) "${cp2[@]}" --set training.micro_batch_size=2
+run z0T512 1 $(z 0) --set model.seq_length=512 --set model.num_layers=1
 
 "$PY" - "$WORK" <<'PYEOF'
 import glob, json, os, sys
