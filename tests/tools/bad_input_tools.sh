@@ -242,12 +242,13 @@ preprocess)
     "$BIN/$T" "${I[@]}" -o "$W/ds"
   expect $T "GPT-2 encoder.json '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "${I[@]}" \
     -o "$W/out" --vocab-file "$W/fifo"
-  expect $T "GPT-2 vocab.bpe '$W/adir' is a directory" "$BIN/$T" "${I[@]}" -o "$W/out" \
-    --merge-file "$W/adir"
-  expect $T "GPT-2 vocab.bpe '$W/nope.bpe' cannot be opened" "$BIN/$T" "${I[@]}" -o "$W/out" \
-    --merge-file "$W/nope.bpe"
-  # The output checks and a bad line found while tokenizing come after the vocabulary is read.
+  # The merges file, the output checks and a bad line found while tokenizing come after the
+  # vocabulary (encoder.json) is read.
   if [[ -f "$V/encoder.json" ]]; then
+    expect $T "GPT-2 vocab.bpe '$W/adir' is a directory" "$BIN/$T" "${I[@]}" -o "$W/out" \
+      --merge-file "$W/adir"
+    expect $T "GPT-2 vocab.bpe '$W/nope.bpe' cannot be opened" "$BIN/$T" "${I[@]}" -o "$W/out" \
+      --merge-file "$W/nope.bpe"
     expect $T "--output-prefix '/sys/triad-ds': cannot create a file in '/sys'" "$BIN/$T" \
       "${I[@]}" -o /sys/triad-ds
     expect $T "--output-prefix '$W/nodir/ds': the folder '$W/nodir' does not exist" "$BIN/$T" \
@@ -257,7 +258,8 @@ preprocess)
   elif [[ "${TRIAD_CI:-0}" == 1 ]]; then
     echo "FAIL: GPT-2's vocabulary is missing ($V); run tools/bootstrap"; fails=$((fails + 1))
   else
-    echo "SKIP the output-prefix cases: GPT-2's vocabulary is missing ($V; tools/bootstrap)"
+    echo "SKIP the merges and output-prefix cases: GPT-2's vocabulary is missing ($V;" \
+      "tools/bootstrap)"
   fi
   ;;
 info)
