@@ -89,12 +89,12 @@ grads g_tp2cp2pp2 8 2 --set parallel.tensor_model_parallel_size=2 \
   --set parallel.pipeline_model_parallel_size=2 "${mb2[@]}"
 grads g_z3ring2dp2 4 2 --set zero_optimization.stage=3 "${mb2[@]}"
 
-"$PY" - "$WORK" "$SRC/tests/reference" <<'PYEOF'
+"$PY" - "$WORK" "$SRC/tests/reference" "$SRC/tests/dist" <<'PYEOF'
 import json, sys
-import numpy as np
-work, ref = sys.argv[1], sys.argv[2]
-sys.path.insert(0, ref)
+work, ref, here = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:0] = [ref, here]
 from gpt_torch import read_safetensors
+from equivalence import compare_files, relative_to_largest
 
 fails = checks = 0
 def fail(msg):
@@ -138,21 +138,8 @@ for base, others in (("single", ["ring2", "ring4", "ulysses2", "ulysses4", "ring
 # Step 1's whole gradients, relative to each tensor's largest element.
 for base, others in (("g_single", ["g_ring2", "g_tp2cp2pp2", "g_z3ring2dp2"]),
                      ("g_single_rope", ["g_ulysses4_rope"])):
-    r_t = read_safetensors(f"{work}/{base}/grads.safetensors")
-    for o in others:
-        t = read_safetensors(f"{work}/{o}/grads.safetensors")
-        if set(t) != set(r_t):
-            fail(f"{o}: tensors {sorted(set(t) ^ set(r_t))} differ")
-            continue
-        worst = 0.0
-        for name, r in r_t.items():
-            checks += 1
-            err = float(np.abs(t[name].astype(np.float64) - r).max()) / (
-                float(np.abs(r).max()) or 1.0)
-            worst = max(worst, err)
-            if not err <= 1e-5:
-                fail(f"{o} gradient {name}: differs by {err:.2e} of its largest")
-        print(f"{o:22} gradients of {len(r_t)} tensors: worst difference {worst:.2e}")
+    checks += compare_files(read_safetensors, work, "gradients", base, "grads.safetensors", others,
+                            relative_to_largest, 1e-5, fail)
 print(f"{checks - fails} passed, {fails} failed")
 sys.exit(1 if fails else 0)
 PYEOF

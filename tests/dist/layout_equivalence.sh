@@ -171,12 +171,13 @@ run from_hf_single 1 1 1 false "${from_hf[@]}"
 run from_hf_tp2 2 2 1 true "${from_hf[@]}"
 run from_hf_pp2 2 1 2 false "${from_hf[@]}"
 
-"$PY" - "$WORK" "$SRC/tests/reference" <<'PYEOF'
+"$PY" - "$WORK" "$SRC/tests/reference" "$SRC/tests/dist" <<'PYEOF'
 import json, sys
 import numpy as np
-work, ref = sys.argv[1], sys.argv[2]
-sys.path.insert(0, ref)
+work, ref, here = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:0] = [ref, here]
 from gpt_torch import read_safetensors
+from equivalence import compare_files, relative_to_largest
 
 fails = 0
 def fail(msg):
@@ -225,36 +226,13 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
         print(f"{o:12} vs {base:12}: 20 steps, worst relative difference: loss {worst['loss']:.2e}, "
               f"grad norm {worst['grad_norm']:.2e}")
 
-def compare_files(what, path, others, measure, limit):
-    """Each other run's file has the same tensors as the single run's, within `limit`."""
-    ref_t = read_safetensors(f"{work}/g_single/{path}")
-    global checks
-    for o in others:
-        t = read_safetensors(f"{work}/{o}/{path}")
-        if set(t) != set(ref_t):
-            fail(f"{o} {what}: tensors {sorted(set(t) ^ set(ref_t))} differ")
-            continue
-        worst = 0.0
-        for name, r in ref_t.items():
-            checks += 1
-            if t[name].shape != r.shape:
-                fail(f"{o} {what} {name}: shape {t[name].shape} vs {r.shape}")
-                continue
-            err = measure(t[name].astype(np.float64), r)
-            worst = max(worst, err)
-            if not err <= limit:
-                fail(f"{o} {what} {name}: differs by {err:.2e}")
-        print(f"{o:12} {what} of {len(ref_t)} tensors: worst difference {worst:.2e}")
-
 # Step 1's whole gradients, relative to each tensor's largest element.
-zero_grads = ("g_z2dp2", "g_z3tp2dp2")
-compare_files("gradients", "grads.safetensors",
-              ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb") + zero_grads,
-              lambda x, r: float(np.abs(x - r).max()) / (float(np.abs(r).max()) or 1.0), 1e-5)
+g_runs = ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb", "g_z2dp2", "g_z3tp2dp2")
+checks += compare_files(read_safetensors, work, "gradients", "g_single", "grads.safetensors",
+                        g_runs, relative_to_largest, 1e-5, fail)
 # export_hf after one step (padding dropped), absolute.
-compare_files("export_hf", "hf/model.safetensors",
-              ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb") + zero_grads,
-              lambda x, r: float(np.abs(x - r).max()), 1e-6)
+checks += compare_files(read_safetensors, work, "export_hf", "g_single", "hf/model.safetensors",
+                        g_runs, lambda x, r: float(np.abs(x - r).max()), 1e-6, fail)
 
 # init_from_hf into tp 2 and pp 2 gives the single-process step-1 loss.
 a = metrics("from_hf_single")[0]["loss"]
