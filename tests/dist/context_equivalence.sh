@@ -3,7 +3,8 @@
 # the same global batch (8 samples, T 64):
 #   - the loss at each of 20 steps to 1e-5 relative (the gradient norm to 1e-4), for cp 2 and 4
 #     with ring and ulysses attention, with naive attention and learned positions and with
-#     flash2 (small tiles) and rotary positions, causal; cp 2 with full and selective
+#     flash2 (small tiles) and rotary positions, causal, and flash1; validation every 5 steps
+#     (its losses too, its forwards left out of the traffic); cp 2 with full and selective
 #     recomputation, with pp 2 (1f1b, interleaved and zb-h1), with tp 2, with dp 2 under ZeRO
 #     1-3, and 4D: tp 2 x cp 2 x pp 2 (8 ranks) and cp 2 x ZeRO-3 dp 2;
 #   - step 1's gradients, gathered to whole tensors, to 1e-5 of each tensor's largest (cp 2
@@ -57,6 +58,17 @@ run ring2_rope 2 2 "${flash[@]}"
 run ring4_rope 4 4 "${flash[@]}"
 run ulysses2_rope 2 2 "${ulysses[@]}" "${flash[@]}"
 run ulysses4_rope 4 4 "${ulysses[@]}" "${flash[@]}"
+# flash1 (learned positions, small tiles).
+flash1=(--set attention.name=flash1 --set attention.block_q=16 --set attention.block_k=16)
+run single_flash1 1 1 "${flash1[@]}"
+run ring2_flash1 2 2 "${flash1[@]}"
+run ulysses4_flash1 4 4 "${ulysses[@]}" "${flash1[@]}"
+# Validation every 5 steps (10% of the synthetic tokens): the validation losses equal one
+# process's, and validation's forwards stay out of the traffic per training step.
+valid=(--set data.split=90,10,0 --set training.eval_interval=5 --set training.eval_iters=2)
+run single_valid 1 1 "${valid[@]}"
+run ring2_valid 2 2 "${valid[@]}"
+run ulysses2_valid 2 2 "${valid[@]}" "${ulysses[@]}"
 run ring2_full 2 2 --set training.recompute_granularity=full
 run ulysses2_sel 2 2 "${ulysses[@]}" --set training.recompute_granularity=selective
 mb2=(--set training.micro_batch_size=2)
@@ -112,7 +124,9 @@ for base, others in (("single", ["ring2", "ring4", "ulysses2", "ulysses4", "ring
                                  "ck_single_to_ulysses2", "ck_z3ring2dp2",
                                  "ck_z3ring2dp2_to_dp2"]),
                      ("single_rope", ["ring2_rope", "ring4_rope", "ulysses2_rope",
-                                      "ulysses4_rope"])):
+                                      "ulysses4_rope"]),
+                     ("single_flash1", ["ring2_flash1", "ulysses4_flash1"]),
+                     ("single_valid", ["ring2_valid", "ulysses2_valid"])):
     a = metrics(base)
     if sorted(a) != list(range(1, 21)):
         fail(f"{base}: steps {sorted(a)}")
@@ -123,9 +137,14 @@ for base, others in (("single", ["ring2", "ring4", "ulysses2", "ulysses4", "ring
         if [s for s in sorted(b) if s in want] != want:
             fail(f"{o}: steps {sorted(b)}, expected {want[0]}-{want[-1]}")
             continue
-        worst = {"loss": 0.0, "grad_norm": 0.0}
+        worst = {"loss": 0.0, "grad_norm": 0.0, "valid_loss": 0.0}
         for s in want:
-            for key, limit in (("loss", 1e-5), ("grad_norm", 1e-4)):
+            for key, limit in (("loss", 1e-5), ("grad_norm", 1e-4), ("valid_loss", 1e-5)):
+                if key not in a[s] and key not in b[s]:
+                    continue
+                if key not in a[s] or key not in b[s]:
+                    fail(f"{o} step {s}: {key} in one run only")
+                    continue
                 rel = abs(a[s][key] - b[s][key]) / abs(a[s][key])
                 worst[key] = max(worst[key], rel)
                 checks += 1
@@ -133,7 +152,8 @@ for base, others in (("single", ["ring2", "ring4", "ulysses2", "ulysses4", "ring
                     fail(f"{o} step {s}: {key} {b[s][key]:.8f} vs {base} {a[s][key]:.8f} "
                          f"(rel {rel:.2e})")
         print(f"{o:22} vs {base:12}: steps {want[0]}-{want[-1]}, worst relative difference: "
-              f"loss {worst['loss']:.2e}, grad norm {worst['grad_norm']:.2e}")
+              f"loss {worst['loss']:.2e}, grad norm {worst['grad_norm']:.2e}"
+              + (f", validation loss {worst['valid_loss']:.2e}" if "valid" in o else ""))
 
 # Step 1's whole gradients, relative to each tensor's largest element.
 for base, others in (("g_single", ["g_ring2", "g_tp2cp2pp2", "g_z3ring2dp2"]),

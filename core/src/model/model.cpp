@@ -183,6 +183,17 @@ void GPT::setup_context() {
   }
 }
 
+GPT::TrafficCounters GPT::traffic_counters() const {
+  TrafficCounters c{volume_, {}, {}};
+  if (ctx_) c.context_fwd = ctx_->forward_traffic(), c.context_bwd = ctx_->backward_traffic();
+  return c;
+}
+
+void GPT::restore_traffic_counters(const TrafficCounters& c) {
+  volume_ = c.tensor;
+  if (ctx_) ctx_->set_traffic(c.context_fwd, c.context_bwd);
+}
+
 const int32_t* GPT::own_tokens(const int32_t* whole, int B, std::vector<int32_t>& out) const {
   if (cp_.size == 1) return whole;
   const size_t S = size_t(cfg_.seq_length);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/io/safetensors.hpp"
@@ -272,8 +273,13 @@ double TrainingStep::evaluate(int64_t round) {
   const std::vector<triad_pipe_instr_v1> stream =
       forward_only_stream(run_.me.pp, run_.stages(), run_.chunks_per_stage, accum);
   PipelineExecutor::Work sum;
+  // The traffic per training step the log reports leaves validation's forwards out.
+  std::vector<GPT::TrafficCounters> counters;
+  for (const auto& c : run_.chunks) counters.push_back(c->traffic_counters());
   for (int it = 0; it < t.eval_iters; ++it)
     sum = executor_.run(stream, *run_.valid, round * t.eval_iters + it, nullptr, kEvalTags, sum);
+  for (size_t i = 0; i < counters.size(); ++i)
+    run_.chunks[i]->restore_traffic_counters(counters[i]);
   executor_.drain_sends();
   double loss = sum.loss / (double(t.eval_iters) * accum);
   DistributedRun* dist = run_.dist.get();

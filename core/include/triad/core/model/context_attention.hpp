@@ -129,6 +129,10 @@ class ContextAttention {
   const ContextTraffic& forward_traffic() const { return fwd_traffic_; }
   const ContextTraffic& backward_traffic() const { return bwd_traffic_; }
   void reset_traffic() { fwd_traffic_ = bwd_traffic_ = {}; }
+  void set_traffic(const ContextTraffic& fwd, const ContextTraffic& bwd) {
+    fwd_traffic_ = fwd;
+    bwd_traffic_ = bwd;
+  }
 
   // Everything allocated: the component's workspace and the plugin's.
   size_t workspace_bytes() const;

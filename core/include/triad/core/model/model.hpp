@@ -159,6 +159,14 @@ class GPT {
   const TensorCommVolume& comm_volume() const { return volume_; }
   // Context parallelism's attention (null with cp 1): its traffic counters.
   const ContextAttention* context_attention() const { return ctx_.get(); }
+  // Everything the traffic counters hold (the tensor group's volume, context attention's
+  // counts), so that work other than training steps (validation) can be left out of them.
+  struct TrafficCounters {
+    TensorCommVolume tensor;
+    ContextTraffic context_fwd, context_bwd;
+  };
+  TrafficCounters traffic_counters() const;
+  void restore_traffic_counters(const TrafficCounters& c);
   int num_blocks() const { return chunk_.blocks; }  // the blocks this GPT runs
 
  private:
