@@ -194,7 +194,7 @@ void update_segments(float* params, const float* grads, float* m, float* v,
     p.items = vs.vec ? g.n - 3 * vs.nvec : g.n;
     p.decay = decay_factor(lr, g.weight_decay);
     p.aligned8 = kCompute && bf16x4_aligned(compute + b, vs);
-    const size_t need = (p.items + kItemsPerBlock - 1) / kItemsPerBlock;
+    const size_t need = detail::ceil_div(p.items, kItemsPerBlock);
     if (table.count == kMaxSegs || blocks + need > size_t(std::numeric_limits<int32_t>::max()))
       launch();
     p.first_block = static_cast<uint32_t>(blocks);

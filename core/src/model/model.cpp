@@ -194,6 +194,19 @@ void GPT::restore_traffic_counters(const TrafficCounters& c) {
   if (ctx_) ctx_->set_traffic(c.context_fwd, c.context_bwd);
 }
 
+void GPT::rotate_qk(const ActBuffer& qkv, int B, bool backward) {
+  const int Cl = Cl_, D = C_ / H_;
+  const int64_t row = 3 * int64_t(Cl);
+  for (const TokenRun& r : runs_)
+    for (int part = 0; part < 2; ++part) {
+      void* x = qkv.at(size_t(r.local) * row + size_t(part) * Cl);
+      if (backward)
+        dev_.rope_backward(x, B, r.len, Hl_, D, T_ * row, row, D, cfg_.rope_base, r.pos, act_);
+      else
+        dev_.rope_forward(x, B, r.len, Hl_, D, T_ * row, row, D, cfg_.rope_base, r.pos, act_);
+    }
+}
+
 const int32_t* GPT::own_tokens(const int32_t* whole, int B, std::vector<int32_t>& out) const {
   if (cp_.size == 1) return whole;
   const size_t S = size_t(cfg_.seq_length);
@@ -553,7 +566,7 @@ void GPT::embedding_forward(ActSet& s) {
 void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   const int Ns = sp_ ? N / tp_.size : N;
-  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const int Cl = Cl_, Fl = Fl_;
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   LayerActs& a = recompute_ == Recompute::full ? work_ : s.layers[i];
   const void* in = s.layers[i].res_in.data();  // the block's input
@@ -566,12 +579,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   const void* ln1 = column_input(a.ln1, a.ln1_full, N, attn_split);
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
   if (rope_) {
-    // rotate q and k in place: (B,T,Hl,D) views with row stride 3Cl
-    // (each run of this rank's tokens at its true positions)
-    for (const TokenRun& r : runs_)
-      for (int part = 0; part < 2; ++part)
-        dev_.rope_forward(a.qkv.at(size_t(r.local) * 3 * Cl + size_t(part) * Cl), B, r.len, Hl, D,
-                          int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base, r.pos, act_);
+    rotate_qk(a.qkv, B, false);
   }
   attention_forward(a, B);
   // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
@@ -740,7 +748,7 @@ GPT::DeferredWeights GPT::deferred_weights() const {
 void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const int B = s.B, T = T_, C = C_, N = B * T;
   const int Ns = sp_ ? N / tp_.size : N;
-  const int D = C / H_, Cl = Cl_, Fl = Fl_, Hl = Hl_;
+  const int Cl = Cl_, Fl = Fl_;
   const bool full = recompute_ == Recompute::full;
   if (full) block_forward(i, s, recompute_out_.data(), false);  // this block's activations again
   LayerActs& a = full ? work_ : s.layers[i];
@@ -778,12 +786,7 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
                         deferred.attn_proj ? nullptr : g.attn_proj_w,
                         deferred.attn_proj ? nullptr : g.attn_proj_b, N, Cl, attn_split);
   attention_backward(a, dqkv_.data(), datty_.data(), B);
-  if (rope_) {
-    for (const TokenRun& r : runs_)
-      for (int part = 0; part < 2; ++part)
-        dev_.rope_backward(dqkv_.at(size_t(r.local) * 3 * Cl + size_t(part) * Cl), B, r.len, Hl, D,
-                           int64_t(T) * 3 * Cl, 3 * Cl, D, cfg_.rope_base, r.pos, act_);
-  }
+  if (rope_) rotate_qk(dqkv_, B, true);
   if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
                        deferred.column ? nullptr : g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C,

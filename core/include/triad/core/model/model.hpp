@@ -253,6 +253,10 @@ class GPT {
   // recomputation the pair in work_ that every block shares.
   LayerActs& attention_core(LayerActs& a) { return recompute_ == Recompute::selective ? work_ : a; }
   void attention_forward(LayerActs& a, int B);
+  // Rotary positions on q and k of a (N,3Cl) qkv buffer in place (their gradients when
+  // backward): (B,T,Hl,D) views with row stride 3Cl, each run of this rank's tokens at its true
+  // positions.
+  void rotate_qk(const ActBuffer& qkv, int B, bool backward);
   void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
 
   const triad_tensor_collectives_v1& at(triad_tensor_boundary b) const { return tp_.boundary[b]; }
