@@ -191,6 +191,23 @@ TEST(Predict, DataParallelRingAllReduceByHand) {
   EXPECT_NEAR(p.step_s, compute + all_reduce, 1e-6 * (compute + all_reduce));
 }
 
+TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
+  const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
+  for (const bool scatter : {true, false}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, reduce_scatter: ") +
+                   (scatter ? "true" : "false") + "}\n"),
+        {}, 2);
+    const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+    const double psi = double(triad::plan_run(cfg).stage_params[0]);
+    // 2Ψ: the gradients' ring reduce-scatter and the parameters' all-gather over 2 ranks, one
+    // latency and half the bytes each; 3Ψ: the all-reduce (2 latencies, the bytes once) first.
+    const double half = 10e-6 + psi * 4 / 2 / 1e9;
+    const double want = scatter ? 2 * half : 2 * 10e-6 + psi * 4 / 1e9 + half;
+    EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "reduce_scatter " << scatter;
+  }
+}
+
 TEST(Machine, RefusesWhatIsMissingOrWrong) {
   const std::string base = kToy;
   auto refused = [&](const std::string& text, const std::string& want) {

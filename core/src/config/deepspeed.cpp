@@ -70,8 +70,6 @@ const std::vector<Rule>& rules() {
        "Triad's gradients always live in one flat arena"},
       {"zero_optimization.allgather_partitions", false, "Triad gathers parameters its own way"},
       {"zero_optimization.allgather_bucket_size", false, "Triad gathers whole layers"},
-      {"zero_optimization.reduce_scatter", false,
-       "Triad reduce-scatters gradients from stage 2 on"},
       {"zero_optimization.round_robin_gradients", false, "Triad partitions by offsets"},
       {"zero_optimization.sub_group_size", false, "Triad steps each shard whole"},
       {"zero_optimization.elastic_checkpoint", false, "Triad's checkpoints load into any layout"},

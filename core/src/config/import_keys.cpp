@@ -55,6 +55,7 @@ const std::vector<KeyRow>& key_table() {
       {"zero_optimization.stage", "zero_optimization.stage", "--zero-stage"},
       {"zero_optimization.reduce_bucket_size", "zero_optimization.reduce_bucket_size", ""},
       {"zero_optimization.overlap_comm", "zero_optimization.overlap_comm", ""},
+      {"zero_optimization.reduce_scatter", "zero_optimization.reduce_scatter", ""},
       {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.device",
        ""},
       {"zero_optimization.offload_optimizer.pin_memory",

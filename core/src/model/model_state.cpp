@@ -54,6 +54,13 @@ void ModelState::shard_optimizer(size_t offset, size_t count) {
   alloc_optimizer(count);
 }
 
+double ModelState::owned_grad_sum_squares() const {
+  if (comm_ || pieces_.empty()) return dev_.sum_squares(grads_.data(), grads_size());
+  double sq = 0;  // ZeRO-1: one piece, the owned block
+  for (const Piece& p : pieces_) sq += dev_.sum_squares(piece_grads(p), p.count);
+  return sq;
+}
+
 void ModelState::alloc_optimizer(size_t n) {
   // On the host with ZeRO-Offload (never on the training device first).
   Device& d = host_ ? *host_ : dev_;

@@ -177,7 +177,11 @@ double data_parallel_time(const Setup& u, int stage, double fwd_compute, double 
     return collective_time(link, op, grads, u.dp) + (count - 1) * steps * alpha;
   };
   double hidden_behind = 0, total = 0, after = 0;
-  if (z <= 1) {
+  if (z == 1 && u.cfg.zero_optimization.reduce_scatter) {
+    // One reduce-scatter of the arena once the backward pass is done, the gather after the step.
+    after = collective_time(link, "reduce_scatter", grads, u.dp) +
+            collective_time(link, "all_gather", grads, u.dp);
+  } else if (z <= 1) {
     const double buckets =
         std::ceil(psi / double(std::max<int64_t>(1, u.cfg.zero_optimization.reduce_bucket_size)));
     total = many("all_reduce", buckets);

@@ -13,20 +13,21 @@ Optimizer::Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& 
 
 double Optimizer::grad_norm() {
   Device& dev = state_.device();
-  const bool partitioned = state_.grads_partitioned();
+  // Sharded (ZeRO-1's owned block, ZeRO-2/3's slices): only the pieces hold the group's sums.
+  const bool sharded = dist_ && state_.grads_sharded();
   const int tp = place_.tp_size, pp = place_.stages;
   double sq = 0;
-  if (!partitioned && tp == 1 && pp == 1) {
+  if (!sharded && tp == 1 && pp == 1) {
     sq = dev.sum_squares(state_.grads(), state_.size());
   } else {
     const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
-    for_each_overlap(partitioned ? state_.pieces() : whole, spec_.tensors,
+    for_each_overlap(sharded ? state_.pieces() : whole, spec_.tensors,
                      [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t k, size_t n) {
                        if (ts.replicated_in_tp && place_.tp_rank != 0) return;
                        if (ts.tie_group == "wte" && pp > 1 && place_.stage != 0) return;
                        sq += dev.sum_squares(state_.piece_grads(pc) + k, n);
                      });
-    if (partitioned) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
+    if (sharded) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
     if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
     if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);
   }

@@ -185,12 +185,13 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
   const PluginChoice& choice = cfg.data_parallel;
   auto plugin = loader.load("data", choice.name);
   // DeepSpeed's zero_optimization keys reach the plugin where it declares them (zero declares
-  // all three); its own section's parameters come on top. The stage is checked below either way.
+  // all four); its own section's parameters come on top. The stage is checked below either way.
   const auto& z = cfg.zero_optimization;
   const std::map<std::string, std::string> zero_keys = {
       {"stage", std::to_string(z.stage)},
       {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
-      {"overlap_comm", z.overlap_comm ? "true" : "false"}};
+      {"overlap_comm", z.overlap_comm ? "true" : "false"},
+      {"reduce_scatter", z.reduce_scatter ? "true" : "false"}};
   const triad_plugin_v1& desc = plugin->descriptor();
   std::map<std::string, std::string> given = choice.params;
   for (size_t i = 0; i < desc.num_params; ++i)

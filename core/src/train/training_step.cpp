@@ -223,7 +223,7 @@ void TrainingStep::optimizer_step() {
   }
   norm_ = optimizer_.grad_norm() / step_scale_;
   if (step_ == 1 && !run_.opts.grads_dump_dir.empty()) {
-    const Buffer<float> whole = run_.state->whole_grads();
+    const Buffer<float> whole = whole_grads();
     std::vector<float> g = run_.whole_model(whole.data());
     if (step_scale_ != 1)
       for (float& x : g) x = float(x / step_scale_);
@@ -234,16 +234,37 @@ void TrainingStep::optimizer_step() {
   ++run_.progress.optimizer_steps;
 }
 
+// The step's whole summed gradient arena of this rank's tensor/pipeline slice. Under ZeRO-1 only
+// the owned block holds the group's sum (the rest is the reduce-scatter's partial sums): zero
+// the rest and add the blocks up over the group.
+Buffer<float> TrainingStep::whole_grads() const {
+  ModelState& state = *run_.state;
+  Buffer<float> whole = state.whole_grads();
+  if (!run_.dist || state.grads_partitioned() || !state.grads_sharded()) return whole;
+  const ModelState::Piece own = state.pieces().front();
+  Device& dev = *run_.device;
+  dev.fill_zero(whole.data(), own.arena * sizeof(float));
+  const size_t end = own.arena + own.count;
+  dev.fill_zero(whole.data() + end, (state.size() - end) * sizeof(float));
+  run_.dist->comms.grad_reduce()
+      .all_reduce(whole.data(), whole.data(), state.size(), dl_float32(), TRIAD_REDUCE_SUM,
+                  dev.dl_device())
+      .wait(run_.timeout);
+  return whole;
+}
+
 // Whether any rank's gradients hold an inf or a NaN: each rank looks at every gradient it holds
 // (its shard under ZeRO-2/3), and one all-reduce over the job agrees on it.
 bool TrainingStep::grads_overflowed() {
   ModelState& state = *run_.state;
-  if (state.grads_size() && std::find(inject_overflow_.begin(), inject_overflow_.end(), step_) !=
-                                inject_overflow_.end()) {
+  const auto& own = state.pieces();
+  if (!own.empty() && own.front().count &&
+      std::find(inject_overflow_.begin(), inject_overflow_.end(), step_) !=
+          inject_overflow_.end()) {
     const float inf = std::numeric_limits<float>::infinity();
-    run_.device->to_device(state.grads(), &inf, sizeof inf);
+    run_.device->to_device(state.piece_grads(own.front()), &inf, sizeof inf);
   }
-  double bad = std::isfinite(run_.device->sum_squares(state.grads(), state.grads_size())) ? 0 : 1;
+  double bad = std::isfinite(state.owned_grad_sum_squares()) ? 0 : 1;
   if (run_.dist) bad = run_.dist->sum(run_.dist->world, bad);
   return bad > 0;
 }

@@ -3,10 +3,14 @@
 // reduce_bucket_size elements in backward order (last layer first), and each bucket's in-place
 // all-reduce starts as soon as its last gradient is final, so communication overlaps the rest
 // of the backward pass. finish_grads waits for them all.
-// Stage 1 (ZeRO-1): the same gradient all-reduce, but each rank owns one block of the flat
-// arena (the transport's block split) and the core keeps AdamW's moments for that block only
-// and steps only it; after_step all-gathers the updated blocks so every rank holds the whole
-// parameters again.
+// Stage 1 (ZeRO-1): each rank owns one block of the flat arena (the transport's block split) and
+// the core keeps AdamW's moments for that block only and steps only it. Once the last gradient
+// of the step is final, one reduce-scatter over the arena, in place, leaves each block's sum
+// with its owner (the rest of the arena then holds partial sums the core does not read); after
+// the step after_step all-gathers the updated blocks so every rank holds the whole parameters
+// again: 2Ψ per step, the ZeRO paper's. With reduce_scatter false the gradients are all-reduced
+// in buckets during the backward pass as at stage 0 instead (3Ψ, but overlapped): a block
+// split of the whole arena cannot start before its first block is final, which is the last.
 // Stage 2 (ZeRO-2): gradients partitioned too. Each unit (a layer: the embedding, a block, the
 // head) is cut over the group by the transport's block split, and this rank owns block dp_rank
 // of every unit. As backward finishes a unit in each micro-batch, its gradient window is
@@ -38,6 +42,10 @@ const triad_param_spec_v1 kParams[] = {
      "elements per gradient all-reduce bucket (DeepSpeed's reduce_bucket_size)"},
     {"overlap_comm", TRIAD_PARAM_BOOL, "true",
      "start each bucket's all-reduce as soon as its gradients are final"},
+    {"reduce_scatter", TRIAD_PARAM_BOOL, "true",
+     "stage 1: reduce-scatter the gradients to their owners once the backward pass is done "
+     "(2Ψ per step with the parameter all-gather); false all-reduces them in buckets during "
+     "the backward pass (3Ψ, overlapped)"},
 };
 
 struct Bucket {
@@ -52,7 +60,8 @@ class Zero final : public triad::sdk::DataPlugin {
       : services_(services),
         stage_(static_cast<int>(params.get_int("stage"))),
         bucket_elems_(params.get_int("reduce_bucket_size")),
-        overlap_(params.get_bool("overlap_comm")) {
+        overlap_(params.get_bool("overlap_comm")),
+        scatter_(stage_ == 1 && params.get_bool("reduce_scatter")) {
     if (bucket_elems_ < 1)
       throw triad::sdk::invalid("reduce_bucket_size must be at least 1, got " +
                                 std::to_string(bucket_elems_));
@@ -61,9 +70,10 @@ class Zero final : public triad::sdk::DataPlugin {
 
   triad_data_caps_v1 capabilities() const override {
     const uint32_t ops =
-        stage_ == 0   ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE)
-        : stage_ == 1 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER)
-                      : uint32_t(TRIAD_TRANSPORT_OP_REDUCE_SCATTER | TRIAD_TRANSPORT_OP_ALL_GATHER);
+        stage_ == 0 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE)
+        : stage_ == 1 && !scatter_
+            ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER)
+            : uint32_t(TRIAD_TRANSPORT_OP_REDUCE_SCATTER | TRIAD_TRANSPORT_OP_ALL_GATHER);
     return {(1u << 0) | (1u << 1) | (1u << 2) | (1u << 3), ops};
   }
 
@@ -98,6 +108,13 @@ class Zero final : public triad::sdk::DataPlugin {
       return;
     }
     buckets_.clear();
+    if (scatter_) {  // one reduce-scatter of the whole arena (see the top of this file)
+      buckets_.push_back({0, s.num_elements});
+      services_.debug("zero stage 1: one gradient reduce-scatter over " +
+                      std::to_string(s.num_elements) + " elements, dp " +
+                      std::to_string(s.dp_size));
+      return;
+    }
     // Walk tensors back to front (the order backward finishes them), closing a bucket once
     // it holds reduce_bucket_size elements. Tensors are contiguous, so each bucket is a range.
     Bucket cur;
@@ -149,8 +166,9 @@ class Zero final : public triad::sdk::DataPlugin {
     for (auto& b : buckets_) {
       const int rc = c.ops->wait(c.transport, b.request, setup_.timeout_ms);
       if (rc != TRIAD_OK)
-        throw triad::sdk::Error(rc, "gradient all-reduce of [" + std::to_string(b.lo) + ", " +
-                                        std::to_string(b.hi) + ") did not complete");
+        throw triad::sdk::Error(
+            rc, std::string("gradient ") + (scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
+                    std::to_string(b.lo) + ", " + std::to_string(b.hi) + ") did not complete");
       c.ops->request_free(c.transport, b.request);
       b.request = nullptr;
       b.ready = 0;
@@ -273,10 +291,19 @@ class Zero final : public triad::sdk::DataPlugin {
   void launch(Bucket& b, void* grads) {
     const auto& c = setup_.dp_comm;
     float* p = static_cast<float*>(grads) + b.lo;
-    const int rc = c.ops->all_reduce(c.transport, c.comm, p, p, b.hi - b.lo, setup_.grad_dtype,
-                                     setup_.device, TRIAD_REDUCE_SUM, &b.request);
+    int rc = TRIAD_OK;
+    if (scatter_) {  // in place: this rank's block of the sum lands where it lies in the arena
+      uint64_t off = 0, n = 0;
+      owned_range(&off, &n);
+      rc = c.ops->reduce_scatter(c.transport, c.comm, p, p + off, b.hi - b.lo, setup_.grad_dtype,
+                                 setup_.device, TRIAD_REDUCE_SUM, &b.request);
+    } else {
+      rc = c.ops->all_reduce(c.transport, c.comm, p, p, b.hi - b.lo, setup_.grad_dtype,
+                             setup_.device, TRIAD_REDUCE_SUM, &b.request);
+    }
     if (rc != TRIAD_OK)
-      throw triad::sdk::Error(rc, "could not start the gradient all-reduce of [" +
+      throw triad::sdk::Error(rc, std::string("could not start the gradient ") +
+                                      (scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
                                       std::to_string(b.lo) + ", " + std::to_string(b.hi) + ")");
   }
   // Lets in-flight all-reduces advance while the backward pass goes on.
@@ -308,6 +335,7 @@ class Zero final : public triad::sdk::DataPlugin {
   int stage_;
   long long bucket_elems_;
   bool overlap_;
+  bool scatter_;  // stage 1 with reduce_scatter: one in-place reduce-scatter of the arena
   triad_data_setup_v1 setup_{};
   std::vector<Bucket> buckets_;
   std::vector<uint64_t> units_, unit_sizes_;
@@ -318,7 +346,8 @@ class Zero final : public triad::sdk::DataPlugin {
 
 TRIAD_DATA_PLUGIN(Zero, "zero", "1.0",
                   "ZeRO data parallelism (stage 0: bucketed, overlapped gradient all-reduce; "
-                  "stage 1: optimizer state partitioned; stage 2: gradients partitioned, "
+                  "stage 1: optimizer state partitioned, gradients reduce-scattered; stage 2: "
+                  "gradients partitioned, "
                   "reduce-scattered per layer; stage 3: parameters partitioned, gathered per "
                   "layer when used)",
                   TRIAD_PARAMS(kParams))

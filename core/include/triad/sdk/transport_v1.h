@@ -26,6 +26,7 @@
  * i.e. the first count % n ranks get one element more. triad_transport_block() computes it.
  *   all_reduce     send: count, recv: count (recv == send: in place)
  *   reduce_scatter send: count, recv: size(rank) — the reduced block `rank` of send
+ *                  (recv == send + offset(rank): in place; the rest of send is then scratch)
  *   all_gather     send: size(rank), recv: count — block r of recv comes from rank r
  *                  (send == recv + offset(rank): in place)
  *   broadcast      buf: count on every rank; the root's data ends up everywhere

@@ -143,6 +143,11 @@ struct ZeroConfig {
   int64_t reduce_bucket_size = 6553600;
   // Start each bucket's all-reduce as soon as its gradients are complete, during backward.
   bool overlap_comm = true;
+  // Stage 1: gradients reduce-scattered to their owners after the last micro-batch's backward,
+  // then the updated parameters all-gathered (2Ψ); false all-reduces them in buckets during the
+  // backward pass instead (3Ψ with the gather, but overlapped). Stages 2 and 3 always
+  // reduce-scatter, stage 0 always all-reduces.
+  bool reduce_scatter = true;
   // offload_optimizer: {device: cpu}: the fp32 master weights and Adam's moments of this rank's
   // shard live on the host and are stepped there (stage 1 and above); "none" keeps them on the
   // training device. pin_memory is accepted for DeepSpeed configs (host memory is what the

@@ -73,6 +73,15 @@ class ModelState {
   size_t opt_count() const { return opt_count_; }
   // ZeRO stage 1+: keep the moments of [offset, offset + count) only (this rank steps those).
   void shard_optimizer(size_t offset, size_t count);
+  // Whether the gradients outside pieces() may not hold the group's sums after the reduction:
+  // the optimizer is sharded (ZeRO-1 reduce-scatters to the owners; data_v1.h promises only the
+  // owned range) or the gradients are partitioned. Norms and checks then read the pieces and
+  // add them up over the group.
+  bool grads_sharded() const {
+    return comm_ || (!pieces_.empty() && (pieces_.size() != 1 || pieces_[0].count != spec_.total));
+  }
+  // The sum of squares of the gradients this rank owns (the whole arena unless sharded).
+  double owned_grad_sum_squares() const;
 
   // ZeRO-2 (and ZeRO-3 with params): the arena cut into units (the layers, tiling it in order),
   // and this rank's slice (arena offset, count) of each. From then on the gradient arena holds

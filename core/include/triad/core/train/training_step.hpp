@@ -45,7 +45,8 @@ class TrainingStep final : public StepHooks {
 
  private:
   double evaluate(int64_t round);
-  bool grads_overflowed();  // collective
+  bool grads_overflowed();            // collective
+  Buffer<float> whole_grads() const;  // collective over the data-parallel group under ZeRO-1
   bool is_tied(size_t off, size_t n) const {
     return tied_split_ && off == tied_range_.begin && n == tied_range_.size();
   }
