@@ -72,6 +72,29 @@ for name, nodes in (("bloom-176b", 48), ("megatron-gpt-175b", 8)):
           f"{name} on {nodes} DGX A100 nodes: a TFLOP/s between 50 and the peak "
           f"({x.get('tflops_per_device')}; {err.strip()})")
 
+
+def predict(name, machine, nodes):
+    cfg = os.path.join(SRC, "configs", "published", name + ".yaml")
+    rc, out, err = run([SIM, cfg, "--machine", os.path.join(SRC, "configs", "machines",
+                                                            machine + ".yaml"),
+                        "--nodes", str(nodes), "--json"], d)
+    return (json.loads(out)["layouts"][0] if rc == 0 else {}), rc, err
+
+
+# Volta has no bf16: the V100 description gives fp16 and fp32 peaks only, and an fp16 layout is
+# costed (and its MFU taken) at the fp16 tensor peak, 125 TFLOP/s.
+x, rc, err = predict("megatron-deepspeed-gpt-13b", "v100-32gb-dgx2", 8)
+check(rc == 0 and 10 < x.get("tflops_per_device", 0) < 125 and
+      abs(x.get("mfu", 0) - x.get("tflops_per_device", 0) / 125) < 1e-9,
+      f"GPT-3 13B in fp16 on 8 DGX-2 nodes: MFU against the fp16 peak "
+      f"({x.get('tflops_per_device')}, {x.get('mfu')}; {err.strip()})")
+# Jean Zay's nodes have a quarter of a DGX A100's bandwidth between nodes: BLOOM's step is longer.
+dgx, rc1, _ = predict("bloom-176b", "a100-80gb-dgx", 48)
+jz, rc2, err = predict("bloom-176b", "a100-80gb-jean-zay", 48)
+check(rc1 == 0 and rc2 == 0 and jz.get("ms_per_step", 0) > dgx.get("ms_per_step", 0) > 0,
+      f"BLOOM-176B's step is longer on Jean Zay than on DGX A100 nodes "
+      f"({jz.get('ms_per_step')} vs {dgx.get('ms_per_step')} ms; {err.strip()})")
+
 for args, names, what in (
         (["--out", machine], ["exists", "--overwrite"], "an existing --out"),
         (["--out", d], ["is a folder"], "--out a folder"),
