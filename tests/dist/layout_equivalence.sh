@@ -230,6 +230,15 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
         print(f"{o:12} vs {base:12}: 20 steps, worst relative difference: loss {worst['loss']:.2e}, "
               f"grad norm {worst['grad_norm']:.2e}")
 
+# Pipeline efficiency over the passes (the schedule's span) is at least the whole step's and at most
+# 1 (the step also holds the reductions and the optimizer; start times differ by microseconds).
+for o in ("pp2", "pp4", "pp2gpipe", "pp2v2", "pp2zb", "pp4zb", "tp2pp2dp2sp"):
+    for r in metrics(o):
+        e, pe = r["pipeline_efficiency"], r["pipeline_pass_efficiency"]
+        checks += 1
+        if not (0 < e <= pe * 1.01 and pe <= 1):
+            fail(f"{o} step {r['step']}: pipeline efficiency {e} over the step, {pe} over the passes")
+
 # Step 1's whole gradients, relative to each tensor's largest element.
 g_runs = ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb", "g_z1pp2dp2", "g_z2dp2", "g_z3tp2dp2")
 checks += compare_files(read_safetensors, work, "gradients", "g_single", "grads.safetensors",

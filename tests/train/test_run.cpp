@@ -20,10 +20,14 @@ namespace fs = std::filesystem;
 namespace {
 
 Config small_config(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"model.num_layers=2",          "model.hidden_size=32",
-                                   "model.num_attention_heads=2", "model.seq_length=16",
-                                   "training.micro_batch_size=2", "training.train_iters=3",
-                                   "training.gradient_accumulation_steps=2", "data.kind=synthetic",
+  std::vector<std::string> sets = {"model.num_layers=2",
+                                   "model.hidden_size=32",
+                                   "model.num_attention_heads=2",
+                                   "model.seq_length=16",
+                                   "training.micro_batch_size=2",
+                                   "training.train_iters=3",
+                                   "training.gradient_accumulation_steps=2",
+                                   "data.kind=synthetic",
                                    "output.dir=" + out};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return load_config(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt-tiny.yaml", sets, 1);
@@ -106,6 +110,7 @@ TEST(MetricsLog, OneRecordPerStepAndANonFiniteLossRefused) {
     EXPECT_EQ(j.at("loss"), 5.5);
     EXPECT_EQ(j.at("grad_norm"), 2.0);
     EXPECT_TRUE(j.at("pipeline_efficiency").is_null());
+    EXPECT_TRUE(j.at("pipeline_pass_efficiency").is_null());
     ++lines;
   }
   EXPECT_EQ(lines, 1);

@@ -8,12 +8,6 @@
 
 namespace triad {
 
-namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 PipelineExecutor::PipelineExecutor(std::vector<GPT*> chunks, const Place& place, Device& device,
                                    DType act, Communicator* pipe, std::chrono::milliseconds timeout,
                                    float grad_scale, std::string schedule_name)
@@ -96,11 +90,13 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
       last_backward[size_t(instrs[i].chunk)] = i;
   // A forward or backward's compute time; with pipeline stages its device work is complete
   // before the stage sends its output on.
+  Work work = so_far;
   const auto compute_ms = [&](const auto& compute) {
     const auto t0 = std::chrono::steady_clock::now();
     compute();
     if (place_.stages > 1) device_.synchronize();
-    return ms_since(t0);
+    work.last_pass_end = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(work.last_pass_end - t0).count();
   };
   const int B = place_.micro_batch;
   const size_t io = chunks_[0]->stage_bytes(B) / dtype_bytes(act_);  // elements of a boundary
@@ -110,7 +106,6 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
                              " in a stream run without step hooks");
     return *hooks;
   };
-  Work work = so_far;
   for (size_t i = 0; i < instrs.size(); ++i) {
     const triad_pipe_instr_v1& in = instrs[i];
     const int mb = in.micro_batch, buf = in.buffer, c = in.chunk;

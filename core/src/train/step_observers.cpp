@@ -98,6 +98,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
         {"tflops_per_device", r.tflops},
         {"mfu", peak_tflops > 0 ? nlohmann::json(r.mfu) : nlohmann::json()},
         {"pipeline_efficiency", pp > 1 ? nlohmann::json(s.efficiency) : nlohmann::json()},
+        {"pipeline_pass_efficiency", pp > 1 ? nlohmann::json(s.pass_efficiency) : nlohmann::json()},
         {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(s.stage_peak) : nlohmann::json()},
         {"peak_memory_bytes", r.peak_bytes}};
     if (s.scaled) {

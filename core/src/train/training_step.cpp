@@ -70,10 +70,6 @@ std::vector<int> overflow_steps_of(int rank) {
   return steps;
 }
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 TrainingStep::TrainingStep(Run& run, Optimizer& optimizer)
@@ -146,18 +142,25 @@ StepOutcome TrainingStep::run(int step) {
   out.loss = agreed[0] / (dist ? run_.grad_ranks() : 1);
   out.stop_requested = agreed[1] > 0;
   run_.device->synchronize();  // the step's time includes its device work
-  out.ms = ms_since(t0);
+  const auto end = std::chrono::steady_clock::now();
+  out.ms = std::chrono::duration<double, std::milli>(end - t0).count();
   // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
   // communication and waiting included); and each stage's peak memory (GPipe's grows with
   // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
   // busy time, then its peak in its own slot.
   if (pp > 1) {
-    std::vector<double> mine(size_t(pp) + 1, 0.0);
+    std::vector<double> mine(2 * size_t(pp) + 1, 0.0);
     mine[0] = work.busy_ms;
     mine[size_t(run_.me.pp) + 1] = double(run_.device->peak_bytes() + run_.services->peak_bytes());
+    // The step ends at once on every stage (the agreement above): how long before it each
+    // stage's last pass ended, on its own clock.
+    mine[size_t(pp + run_.me.pp) + 1] =
+        std::chrono::duration<double, std::milli>(end - work.last_pass_end).count();
     const std::vector<double> all = dist->sum(*dist->comms.pp, mine);
     out.efficiency = all[0] / (pp * out.ms);
-    out.stage_peak.assign(all.begin() + 1, all.end());
+    const double tail = *std::min_element(all.begin() + pp + 1, all.end());
+    out.pass_efficiency = all[0] / (pp * (out.ms - tail));
+    out.stage_peak.assign(all.begin() + 1, all.begin() + pp + 1);
   }
   return out;
 }

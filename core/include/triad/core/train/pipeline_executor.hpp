@@ -35,6 +35,9 @@ class StepHooks {
 struct StreamWork {
   double loss = 0;     // the sum of the FORWARDs' losses (the last stage's; 0 elsewhere)
   double busy_ms = 0;  // this stage's forward and backward compute
+  // When this stage's last forward or backward ended: what follows (the reductions, the
+  // optimizer, the loss's agreement) is not the schedule's, which m/(m+p-1) models.
+  std::chrono::steady_clock::time_point last_pass_end{};
 };
 
 class PipelineExecutor {

@@ -19,8 +19,10 @@ struct StepOutcome {
   int step = 0;
   double loss = 0, lr = 0, grad_norm = 0, ms = 0;
   bool stop_requested = false;  // a stop signal reached some rank during the step
-  // Pipelines: the stages' compute time over stages x the step time, and each stage's peak.
-  double efficiency = 0;
+  // Pipelines: the stages' compute time over stages x the step time, the same over stages x the
+  // span of the passes (the step less what follows the last stage's last pass: the schedule's
+  // share, which m/(m+p-1) models), and each stage's peak.
+  double efficiency = 0, pass_efficiency = 0;
   std::vector<double> stage_peak;
   double valid_loss = std::nan("");
   // fp16: the loss scale this step ran with, whether its gradients overflowed and it was skipped,
