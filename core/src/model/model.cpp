@@ -656,6 +656,11 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   const ParamSpec& spec = state_.spec();
   const size_t nl = s.layers.size();
   auto block_range = [&](size_t i) { return spec.layers[chunk_.first_block + i].range; };
+  // The targets go to the device before any layer is queued: a copy from host memory waits for
+  // the device's queue to drain, which after the blocks would stall the host (on a GPU) until
+  // the whole forward had run instead of letting it queue the head and the backward ahead.
+  if (has_head_)
+    dev_.to_device(s.targets.data(), own_tokens(targets, B, own_targets_), sizeof(int32_t) * N);
   if (has_embedding_) {
     state_.prefetch(spec.embedding);
     if (nl) state_.prefetch(block_range(0));
@@ -675,7 +680,6 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
   }
   if (nl == 0) dev_.copy(s.res_out.data(), stage_in(s), stage_bytes(B));
   if (!has_head_) return 0.0f;  // the output goes to the next stage
-  dev_.to_device(s.targets.data(), own_tokens(targets, B, own_targets_), sizeof(int32_t) * N);
   const float loss = [&] {
     const TraceSpan span(TraceKind::compute, "forward head");
     return head_forward(s, nl > 0);
