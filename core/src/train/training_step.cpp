@@ -147,7 +147,7 @@ StepOutcome TrainingStep::run(int step) {
   // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
   // communication and waiting included); and each stage's peak memory (GPipe's grows with
   // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
-  // busy time, then its peak in its own slot.
+  // busy time, then its peak and the tail after its last pass each in its own slot.
   if (pp > 1) {
     std::vector<double> mine(2 * size_t(pp) + 1, 0.0);
     mine[0] = work.busy_ms;
