@@ -8,11 +8,11 @@
 // the batch (stride sh). The workspace's row-major (T,T) matrix M[i][j] (query i, key j) is the
 // column-major (T_j, T_i) matrix with leading dim T, i.e. M^T; heads are T*T apart.
 //
-// bf16 views (HeadViewBf16): the same steps, templated on the element type E of the views. The
-// scores S, P, dP and the softmax stay fp32 (S = Q K^T and dP = dO V^T are bf16 x bf16 -> fp32
+// 16-bit views (bf16 or f16): the same steps, templated on the element type E of the views.
+// The scores S, P, dP and the softmax stay fp32 (S = Q K^T and dP = dO V^T are E x E -> fp32
 // GEMMs); the GEMMs that take P or dS as an operand (out = P V, dV = P^T dO, dQ = dS K,
-// dK = dS^T Q) need it in bf16, so the softmax kernels also write a bf16 copy into a staging
-// area after the fp32 matrices (H*T*T bf16), and those GEMMs run bf16 x bf16 -> bf16.
+// dK = dS^T Q) need it in E, so the softmax kernels also write an E copy into a staging area
+// after the fp32 matrices (H*T*T elements), and those GEMMs run E x E -> E.
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
@@ -56,8 +56,9 @@ __global__ void softmax_rows_kernel(const float* S, TP* P, float* lse, int T, in
 }
 
 // P = exp(S - lse) in place (masked entries 0), H*T*T elements of one batch element; where
-// `copy` is not null, also copy = bf16(P).
-__global__ void probs_from_lse_kernel(float* S, bf16* copy, const float* lse, int T, size_t total,
+// `copy` is not null, also copy = E(P).
+template <class E>
+__global__ void probs_from_lse_kernel(float* S, E* copy, const float* lse, int T, size_t total,
                                       bool causal) {
   for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += size_t(gridDim.x) * blockDim.x) {
@@ -66,7 +67,7 @@ __global__ void probs_from_lse_kernel(float* S, bf16* copy, const float* lse, in
     const int i = static_cast<int>(row % T);
     const float p = (!causal || j <= i) ? expf(S[e] - lse[row]) : 0.0f;
     S[e] = p;
-    if (copy) copy[e] = __float2bfloat16_rn(p);
+    if (copy) copy[e] = from_float<E>(p);
   }
 }
 
@@ -95,13 +96,9 @@ __global__ void softmax_backward_rows_kernel(E* dS, const float* dP, const float
 
 template <class View>
 struct ViewElem;
-template <>
-struct ViewElem<HeadView> {
-  using type = float;
-};
-template <>
-struct ViewElem<HeadViewBf16> {
-  using type = bf16;
+template <class E>
+struct ViewElem<HeadViewOf<E>> {
+  using type = E;
 };
 template <class View>
 using elem_t = typename ViewElem<View>::type;
@@ -119,12 +116,12 @@ size_t scores_bytes(int H, int T) {
   return scores_elems(H, T) * sizeof(float);
 }
 
-// fp32 views: S (forward) or P, dP (backward), H*T*T floats each. bf16 views: the same plus
-// the H*T*T bf16 staging matrix after them.
+// fp32 views: S (forward) or P, dP (backward), H*T*T floats each. 16-bit views: the same plus
+// the H*T*T staging matrix of E after them.
 template <class E>
 size_t workspace_need(int H, int T, bool backward) {
   const size_t fp32 = (backward ? 2 : 1) * scores_bytes(H, T);
-  return std::is_same_v<E, float> ? fp32 : fp32 + scores_elems(H, T) * sizeof(bf16);
+  return std::is_same_v<E, float> ? fp32 : fp32 + scores_elems(H, T) * sizeof(E);
 }
 
 float* require_workspace(void* ws, size_t have, size_t need, const char* name, const char* sizing) {
@@ -138,7 +135,7 @@ float* require_workspace(void* ws, size_t have, size_t need, const char* name, c
 template <class E>
 const char* sizing_name() {
   return std::is_same_v<E, float> ? "attention_naive_workspace_bytes"
-                                  : "attention_naive_workspace_bytes_bf16";
+                                  : "attention_naive_workspace_bytes_half";
 }
 
 bool empty_or_bad(int B, int H, int T, int D, const char* name) {
@@ -175,7 +172,7 @@ void forward(Blas& blas, View out, float* lse, View q, View k, View v, int B, in
   if (empty_or_bad(B, H, T, D, name)) return;
   float* S = require_workspace(workspace, workspace_bytes, workspace_need<E>(H, T, false), name,
                                sizing_name<E>());
-  // P: in place over S (fp32), or the bf16 staging after S.
+  // P: in place over S (fp32), or the E staging after S.
   E* P;
   if constexpr (std::is_same_v<E, float>)
     P = S;
@@ -213,17 +210,17 @@ void backward(Blas& blas, View dq, View dk, View dv, View q, View k, View v, Vie
                                sizing_name<E>());
   const size_t elems = scores_elems(H, T);
   float* dP = P + elems;
-  // The GEMM operands P and dS: fp32 in place (P, then dS over dP), or one bf16 staging matrix
-  // after dP that holds bf16(P) until dV is queued and bf16(dS) after it (the stream orders
-  // the reuse).
-  bf16* copy = nullptr;
+  // The GEMM operands P and dS: fp32 in place (P, then dS over dP), or one E staging matrix
+  // after dP that holds E(P) until dV is queued and E(dS) after it (the stream orders the
+  // reuse).
+  E* copy = nullptr;
   E* P_op;
   E* dS_op;
   if constexpr (std::is_same_v<E, float>) {
     P_op = P;
     dS_op = dP;
   } else {
-    copy = reinterpret_cast<bf16*>(dP + elems);
+    copy = reinterpret_cast<E*>(dP + elems);
     P_op = copy;
     dS_op = copy;
   }
@@ -232,7 +229,7 @@ void backward(Blas& blas, View dq, View dk, View dv, View q, View k, View v, Vie
   for (int b = 0; b < B; ++b) {
     // P = exp(scale Q K^T - lse), recomputed.
     scores(blas, P, q, k, b, H, T, D, scale, name);
-    probs_from_lse_kernel<<<detail::grid_for(elems), detail::kThreads, 0, blas.stream()>>>(
+    probs_from_lse_kernel<E><<<detail::grid_for(elems), detail::kThreads, 0, blas.stream()>>>(
         P, copy, lse + size_t(b) * H * T, T, elems, causal);
     detail::check_launch(name);
     {
@@ -305,36 +302,39 @@ size_t attention_naive_workspace_bytes(int /*B*/, int H, int T, int /*D*/) {
   return workspace_need<float>(H, T, true);
 }
 
-// The fp32 P and dP plus the bf16 staging matrix: covers both dtypes and both directions.
-size_t attention_naive_workspace_bytes_bf16(int /*B*/, int H, int T, int /*D*/) {
+// The fp32 P and dP plus the 16-bit staging matrix: covers every dtype and both directions.
+size_t attention_naive_workspace_bytes_half(int /*B*/, int H, int T, int /*D*/) {
   if (H <= 0 || T <= 0) return 0;
   return workspace_need<bf16>(H, T, true);
 }
 
-void attention_naive_forward(Blas& blas, HeadView out, float* lse, HeadView q, HeadView k,
-                             HeadView v, int B, int H, int T, int D, bool causal, float scale,
-                             void* workspace, size_t workspace_bytes) {
-  forward(blas, out, lse, q, k, v, B, H, T, D, causal, scale, workspace, workspace_bytes);
-}
-void attention_naive_forward(Blas& blas, HeadViewBf16 out, float* lse, HeadViewBf16 q,
-                             HeadViewBf16 k, HeadViewBf16 v, int B, int H, int T, int D,
+template <class E>
+void attention_naive_forward(Blas& blas, HeadViewOf<E> out, float* lse, HeadViewOf<E> q,
+                             HeadViewOf<E> k, HeadViewOf<E> v, int B, int H, int T, int D,
                              bool causal, float scale, void* workspace, size_t workspace_bytes) {
   forward(blas, out, lse, q, k, v, B, H, T, D, causal, scale, workspace, workspace_bytes);
 }
 
-void attention_naive_backward(Blas& blas, HeadView dq, HeadView dk, HeadView dv, HeadView q,
-                              HeadView k, HeadView v, HeadView out, const float* lse, HeadView dout,
-                              int B, int H, int T, int D, bool causal, float scale, void* workspace,
-                              size_t workspace_bytes) {
-  backward(blas, dq, dk, dv, q, k, v, out, lse, dout, B, H, T, D, causal, scale, workspace,
-           workspace_bytes);
-}
-void attention_naive_backward(Blas& blas, HeadViewBf16 dq, HeadViewBf16 dk, HeadViewBf16 dv,
-                              HeadViewBf16 q, HeadViewBf16 k, HeadViewBf16 v, HeadViewBf16 out,
-                              const float* lse, HeadViewBf16 dout, int B, int H, int T, int D,
+template <class E>
+void attention_naive_backward(Blas& blas, HeadViewOf<E> dq, HeadViewOf<E> dk, HeadViewOf<E> dv,
+                              HeadViewOf<E> q, HeadViewOf<E> k, HeadViewOf<E> v, HeadViewOf<E> out,
+                              const float* lse, HeadViewOf<E> dout, int B, int H, int T, int D,
                               bool causal, float scale, void* workspace, size_t workspace_bytes) {
   backward(blas, dq, dk, dv, q, k, v, out, lse, dout, B, H, T, D, causal, scale, workspace,
            workspace_bytes);
 }
+
+#define TRIAD_INSTANTIATE(E)                                                                    \
+  template void attention_naive_forward(Blas&, HeadViewOf<E>, float*, HeadViewOf<E>,            \
+                                        HeadViewOf<E>, HeadViewOf<E>, int, int, int, int, bool, \
+                                        float, void*, size_t);                                  \
+  template void attention_naive_backward(Blas&, HeadViewOf<E>, HeadViewOf<E>, HeadViewOf<E>,    \
+                                         HeadViewOf<E>, HeadViewOf<E>, HeadViewOf<E>,           \
+                                         HeadViewOf<E>, const float*, HeadViewOf<E>, int, int,  \
+                                         int, int, bool, float, void*, size_t);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

@@ -3,9 +3,10 @@
 // is a deterministic column sum (the BGRADB epilogue overwrites, and the contract is +=; on an
 // H100 with CUDA 13 it also ran as a separate kernel, slower than the column sum: 1.59 against
 // 1.49 ms per GPT-2 124M step at B 16, measured 2026-11-26).
-// Mixed precision: bf16 activations and weights on the tensor cores with fp32 accumulation; the
-// forward writes bf16 (bf16 bias epilogue), dinp accumulates into bf16, and dweight/dbias into
-// fp32 (cuBLASLt with bf16 A/B and fp32 C/D, or cublasGemmEx with the same types).
+// Mixed precision: 16-bit (bf16 or fp16) activations and weights on the tensor cores with fp32
+// accumulation; the forward writes the 16-bit type (with its bias epilogue), dinp accumulates
+// into it, and dweight/dbias into fp32 (cuBLASLt with 16-bit A/B and fp32 C/D, or cublasGemmEx
+// with the same types).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -261,6 +262,9 @@ void gemm(Blas& blas, const Gemm& g, const char* name) {
     if (g.c_type == CUDA_R_16BF)
       seed_bias(static_cast<bf16*>(g.C), static_cast<const bf16*>(g.bias), g.m, g.n, g.ldc,
                 blas.stream(), name);
+    else if (g.c_type == CUDA_R_16F)
+      seed_bias(static_cast<f16*>(g.C), static_cast<const f16*>(g.bias), g.m, g.n, g.ldc,
+                blas.stream(), name);
     else
       seed_bias(static_cast<float*>(g.C), static_cast<const float*>(g.bias), g.m, g.n, g.ldc,
                 blas.stream(), name);
@@ -365,14 +369,14 @@ void backward(Blas& blas, T* dinp, float* dweight, float* dbias, const T* dout, 
   if (dbias) detail::add_bias_grad(dbias, dout, N, OC, blas.stream(), "matmul_backward dbias");
 }
 
-// out = gelu(pre), pre = inp @ weight^T + bias: in bf16 the GEMM's GELU_AUX epilogue writes both
+// out = gelu(pre), pre = inp @ weight^T + bias: in 16 bits the GEMM's GELU_AUX epilogue writes both
 // (the GELU of the fp32 accumulator, so not bit for bit the unfused pair); in fp32 (the runs
 // checked against the CPU's) and where cuBLASLt has no algorithm, the unfused pair.
 template <class T>
 void gelu_forward_fused(Blas& blas, T* out, T* pre, const T* inp, const T* weight, const T* bias,
                         int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
-  if (C > 0 && std::is_same_v<T, bf16>) {
+  if (C > 0 && !std::is_same_v<T, float>) {
     detail::Gemm g = forward_gemm(out, inp, weight, bias, N, C, OC);
     g.aux = pre;
     if (detail::lt_gemm(blas, g, "matmul_gelu_forward")) return;
@@ -381,14 +385,14 @@ void gelu_forward_fused(Blas& blas, T* out, T* pre, const T* inp, const T* weigh
   gelu_forward(out, pre, size_t(N) * OC, blas.stream());
 }
 
-// dinp = (dout @ weight) * gelu'(pre), overwritten: in bf16 the dinp GEMM's DGELU epilogue, else
+// dinp = (dout @ weight) * gelu'(pre), overwritten: in 16 bits the dinp GEMM's DGELU epilogue, else
 // the GEMM into dact and gelu_backward; dweight and dbias as backward().
 template <class T>
 void backward_dgelu(Blas& blas, T* dinp, T* dact, const T* pre, float* dweight, float* dbias,
                     const T* dout, const T* inp, const T* weight, int N, int C, int OC) {
   if (N <= 0 || C <= 0) return;
   bool fused = false;
-  if (OC > 0 && std::is_same_v<T, bf16>) {
+  if (OC > 0 && !std::is_same_v<T, float>) {
     detail::Gemm g = dinp_gemm(dinp, dout, weight, N, C, OC, false);
     g.aux = const_cast<T*>(pre);
     g.dgelu = true;
@@ -400,41 +404,40 @@ void backward_dgelu(Blas& blas, T* dinp, T* dact, const T* pre, float* dweight, 
 
 }  // namespace
 
-void matmul_gelu_forward(Blas& blas, float* out, float* pre, const float* inp, const float* weight,
-                         const float* bias, int N, int C, int OC) {
+template <class E>
+void matmul_gelu_forward(Blas& blas, E* out, E* pre, const E* inp, const E* weight,
+                         const NoDeduce<E>* bias, int N, int C, int OC) {
   gelu_forward_fused(blas, out, pre, inp, weight, bias, N, C, OC);
 }
-void matmul_gelu_forward(Blas& blas, bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
-                         const bf16* bias, int N, int C, int OC) {
-  gelu_forward_fused(blas, out, pre, inp, weight, bias, N, C, OC);
-}
-void matmul_backward_dgelu(Blas& blas, float* dinp, float* dact, const float* pre, float* dweight,
-                           float* dbias, const float* dout, const float* inp, const float* weight,
-                           int N, int C, int OC) {
-  backward_dgelu(blas, dinp, dact, pre, dweight, dbias, dout, inp, weight, N, C, OC);
-}
-void matmul_backward_dgelu(Blas& blas, bf16* dinp, bf16* dact, const bf16* pre, float* dweight,
-                           float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
-                           int N, int C, int OC) {
+
+template <class E>
+void matmul_backward_dgelu(Blas& blas, E* dinp, E* dact, const E* pre, float* dweight, float* dbias,
+                           const E* dout, const E* inp, const E* weight, int N, int C, int OC) {
   backward_dgelu(blas, dinp, dact, pre, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
-void matmul_forward(Blas& blas, float* out, const float* inp, const float* weight,
-                    const float* bias, int N, int C, int OC) {
-  forward(blas, out, inp, weight, bias, N, C, OC);
-}
-void matmul_forward(Blas& blas, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+template <class E>
+void matmul_forward(Blas& blas, E* out, const E* inp, const E* weight, const NoDeduce<E>* bias,
                     int N, int C, int OC) {
   forward(blas, out, inp, weight, bias, N, C, OC);
 }
 
-void matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC, bool accumulate) {
+template <class E>
+void matmul_backward(Blas& blas, NoDeduce<E>* dinp, float* dweight, float* dbias, const E* dout,
+                     const E* inp, const E* weight, int N, int C, int OC, bool accumulate) {
   backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
 }
-void matmul_backward(Blas& blas, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC, bool accumulate) {
-  backward(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
-}
+
+#define TRIAD_INSTANTIATE(E)                                                                       \
+  template void matmul_gelu_forward(Blas&, E*, E*, const E*, const E*, const E*, int, int, int);   \
+  template void matmul_backward_dgelu(Blas&, E*, E*, const E*, float*, float*, const E*, const E*, \
+                                      const E*, int, int, int);                                    \
+  template void matmul_forward(Blas&, E*, const E*, const E*, const E*, int, int, int);            \
+  template void matmul_backward(Blas&, E*, float*, float*, const E*, const E*, const E*, int, int, \
+                                int, bool);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

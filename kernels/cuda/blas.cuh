@@ -1,7 +1,7 @@
 // GEMM helpers over the handles of a Blas: column-major, as cuBLAS thinks. A row-major (R,K)
 // matrix with leading dimension K is, to cuBLAS, the column-major (K,R) matrix with the same
-// leading dimension; every caller writes its transposes in those terms. Operands are fp32 or
-// bf16 (A and B of one type, C of its own); the arithmetic accumulates in fp32 either way.
+// leading dimension; every caller writes its transposes in those terms. Operands are fp32, bf16
+// or fp16 (A and B of one type, C of its own); the arithmetic accumulates in fp32 always.
 #pragma once
 
 #include <cublasLt.h>
@@ -34,6 +34,10 @@ template <>
 constexpr cudaDataType_t data_type<bf16>() {
   return CUDA_R_16BF;
 }
+template <>
+constexpr cudaDataType_t data_type<f16>() {
+  return CUDA_R_16F;
+}
 
 // C (m,n) = alpha op(A) op(B) + beta C [+ bias broadcast along columns], column-major.
 // op(A) is (m,k): A is stored (m,k) with lda >= m, or (k,m) with lda >= k when ta.
@@ -61,7 +65,7 @@ struct Gemm {
   cudaDataType_t c_type = CUDA_R_32F;
 };
 
-// fp32 operands follow the Blas's TF32 setting; bf16 operands always accumulate in full fp32.
+// fp32 operands follow the Blas's TF32 setting; 16-bit operands always accumulate in full fp32.
 inline cublasComputeType_t compute_type(const Blas& blas, const Gemm& g) {
   return g.ab_type == CUDA_R_32F ? compute_type(blas) : CUBLAS_COMPUTE_32F;
 }

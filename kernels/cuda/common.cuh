@@ -1,9 +1,10 @@
 // Shared pieces of the CUDA kernels: error checks, launch shapes, warp/block reductions, the
-// element types (fp32 and bf16: loaded into float, computed in float, stored back as the type),
-// the vectorised element-wise driver and stream-ordered scratch memory.
+// element types (fp32, bf16 and fp16: loaded into float, computed in float, stored back as the
+// type), the vectorised element-wise driver and stream-ordered scratch memory.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -87,18 +88,22 @@ __device__ inline float block_max(float v, float* shared) {
 
 // --- element types ------------------------------------------------------------------------
 //
-// Kernels are templated on the storage type T of their activations (float or bf16): every
-// value is read into a float, the arithmetic is float, and the result is rounded once (to
-// nearest even) when stored as T. For T = float the conversions are the identity, so the fp32
-// kernels compile to what they were before the templates.
+// Kernels are templated on the storage type T of their activations (float, bf16 or f16, IEEE
+// half): every value is read into a float, the arithmetic is float, and the result is rounded
+// once (to nearest even) when stored as T. For T = float the conversions are the identity, so
+// the fp32 kernels compile to what they were before the templates.
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 __device__ inline float to_float(float x) {
   return x;
 }
 __device__ inline float to_float(bf16 x) {
   return __bfloat162float(x);
+}
+__device__ inline float to_float(f16 x) {
+  return __half2float(x);
 }
 
 template <class T>
@@ -111,8 +116,40 @@ template <>
 __device__ inline bf16 from_float<bf16>(float x) {
   return __float2bfloat16_rn(x);
 }
+template <>
+__device__ inline f16 from_float<f16>(float x) {
+  return __float2half_rn(x);
+}
 
-// Elements of T in one 16-byte vector: 4 floats or 8 bf16.
+// Two 16-bit elements in one 32-bit word: the lower-addressed element is the low half (.x).
+template <class H>
+__device__ inline uint32_t pack2(float lo, float hi);
+template <>
+__device__ inline uint32_t pack2<bf16>(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t w;
+  memcpy(&w, &h, sizeof(h));
+  return w;
+}
+template <>
+__device__ inline uint32_t pack2<f16>(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  uint32_t w;
+  memcpy(&w, &h, sizeof(h));
+  return w;
+}
+__device__ inline float2 unpack2(uint32_t w, bf16) {
+  __nv_bfloat162 h;
+  memcpy(&h, &w, sizeof(h));
+  return __bfloat1622float2(h);
+}
+__device__ inline float2 unpack2(uint32_t w, f16) {
+  __half2 h;
+  memcpy(&h, &w, sizeof(h));
+  return __half22float2(h);
+}
+
+// Elements of T in one 16-byte vector: 4 floats or 8 16-bit elements.
 template <class T>
 constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
 
@@ -128,14 +165,12 @@ __device__ inline void load_vec(const float* p, float (&x)[4]) {
   const float4 v = load4(p);
   x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
-__device__ inline void load_vec(const bf16* p, float (&x)[8]) {
+template <class H>
+__device__ inline void load_vec(const H* p, float (&x)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   for (int k = 0; k < 4; ++k) {
-    // The lower-addressed element is the low half (.x) of each 32-bit word.
-    __nv_bfloat162 h;
-    memcpy(&h, &w[k], sizeof(h));
-    const float2 f = __bfloat1622float2(h);
+    const float2 f = unpack2(w[k], H{});
     x[2 * k] = f.x;
     x[2 * k + 1] = f.y;
   }
@@ -143,12 +178,10 @@ __device__ inline void load_vec(const bf16* p, float (&x)[8]) {
 __device__ inline void store_vec(float* p, const float (&x)[4]) {
   store4(p, make_float4(x[0], x[1], x[2], x[3]));
 }
-__device__ inline void store_vec(bf16* p, const float (&x)[8]) {
+template <class H>
+__device__ inline void store_vec(H* p, const float (&x)[8]) {
   uint32_t w[4];
-  for (int k = 0; k < 4; ++k) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);  // .x = x[2k]
-    memcpy(&w[k], &h, sizeof(h));
-  }
+  for (int k = 0; k < 4; ++k) w[k] = pack2<H>(x[2 * k], x[2 * k + 1]);
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 

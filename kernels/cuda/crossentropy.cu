@@ -263,45 +263,44 @@ void backward(T* dlogits, const T* logits, const float* lse, const int32_t* targ
 
 }  // namespace
 
-void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream, int valid) {
-  forward(losses, lse, logits, targets, N, V, valid, stream);
-}
-void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
-                          int N, int V, cudaStream_t stream, int valid) {
+template <class E>
+void crossentropy_forward(float* losses, float* lse, const E* logits, const int32_t* targets, int N,
+                          int V, cudaStream_t stream, int valid) {
   forward(losses, lse, logits, targets, N, V, valid, stream);
 }
 
-void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid, int64_t vocab_start) {
-  backward(dlogits, logits, lse, targets, dloss, N, V, valid, vocab_start, stream);
-}
-void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V, cudaStream_t stream,
-                           int valid, int64_t vocab_start) {
+template <class E>
+void crossentropy_backward(E* dlogits, const E* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, cudaStream_t stream, int valid,
+                           int64_t vocab_start) {
   backward(dlogits, logits, lse, targets, dloss, N, V, valid, vocab_start, stream);
 }
 
-void crossentropy_row_max(float* rowmax, const float* logits, int N, int V, int valid,
-                          cudaStream_t stream) {
-  row_max(rowmax, logits, N, V, valid, stream);
-}
-void crossentropy_row_max(float* rowmax, const bf16* logits, int N, int V, int valid,
+template <class E>
+void crossentropy_row_max(float* rowmax, const E* logits, int N, int V, int valid,
                           cudaStream_t stream) {
   row_max(rowmax, logits, N, V, valid, stream);
 }
 
-void crossentropy_row_sums(float* sumexp, float* target_logit, const float* logits,
-                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
-                           int64_t vocab_start, cudaStream_t stream) {
+template <class E>
+void crossentropy_row_sums(float* sumexp, float* target_logit, const E* logits, const float* rowmax,
+                           const int32_t* targets, int N, int V, int valid, int64_t vocab_start,
+                           cudaStream_t stream) {
   row_sums(sumexp, target_logit, logits, rowmax, targets, N, V, valid, vocab_start, stream);
 }
-void crossentropy_row_sums(float* sumexp, float* target_logit, const bf16* logits,
-                           const float* rowmax, const int32_t* targets, int N, int V, int valid,
-                           int64_t vocab_start, cudaStream_t stream) {
-  row_sums(sumexp, target_logit, logits, rowmax, targets, N, V, valid, vocab_start, stream);
-}
+
+#define TRIAD_INSTANTIATE(E)                                                                       \
+  template void crossentropy_forward(float*, float*, const E*, const int32_t*, int, int,           \
+                                     cudaStream_t, int);                                           \
+  template void crossentropy_backward(E*, const E*, const float*, const int32_t*, float, int, int, \
+                                      cudaStream_t, int, int64_t);                                 \
+  template void crossentropy_row_max(float*, const E*, int, int, int, cudaStream_t);               \
+  template void crossentropy_row_sums(float*, float*, const E*, const float*, const int32_t*, int, \
+                                      int, int, int64_t, cudaStream_t);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 void crossentropy_finish(float* losses, float* lse, const float* rowmax, const float* sumexp,
                          const float* target_logit, int N, cudaStream_t stream) {

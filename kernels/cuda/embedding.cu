@@ -199,22 +199,26 @@ void backward(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, in
 
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, cudaStream_t stream, int64_t vocab_start, int vocab_rows) {
-  forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream);
-}
-void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+template <class E>
+void embedding_forward(E* out, const int32_t* tokens, const E* wte, const NoDeduce<E>* wpe, int B,
                        int T, int C, cudaStream_t stream, int64_t vocab_start, int vocab_rows) {
   forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream);
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+template <class E>
+void embedding_backward(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int B,
                         int T, int C, int V, cudaStream_t stream, int64_t vocab_start) {
   backward(dwte, dwpe, dout, tokens, B, T, C, V, vocab_start, stream);
 }
-void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
-                        int T, int C, int V, cudaStream_t stream, int64_t vocab_start) {
-  backward(dwte, dwpe, dout, tokens, B, T, C, V, vocab_start, stream);
-}
+
+#define TRIAD_INSTANTIATE(E)                                                                     \
+  template void embedding_forward(E*, const int32_t*, const E*, const E*, int, int, int,         \
+                                  cudaStream_t, int64_t, int);                                   \
+  template void embedding_backward(float*, float*, const E*, const int32_t*, int, int, int, int, \
+                                   cudaStream_t, int64_t);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

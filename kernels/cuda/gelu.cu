@@ -88,20 +88,23 @@ void backward(T* dinp, const T* inp, const T* dout, size_t n, bool accumulate,
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
-  forward(out, inp, n, stream);
-}
-void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+template <class E>
+void gelu_forward(E* out, const E* inp, size_t n, cudaStream_t stream) {
   forward(out, inp, n, stream);
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream,
+template <class E>
+void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n, cudaStream_t stream,
                    bool accumulate) {
   backward(dinp, inp, dout, n, accumulate, stream);
 }
-void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t stream,
-                   bool accumulate) {
-  backward(dinp, inp, dout, n, accumulate, stream);
-}
+
+#define TRIAD_INSTANTIATE(E)                                      \
+  template void gelu_forward(E*, const E*, size_t, cudaStream_t); \
+  template void gelu_backward(E*, const E*, const E*, size_t, cudaStream_t, bool);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

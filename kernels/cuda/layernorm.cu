@@ -218,37 +218,36 @@ void backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, float eps, cudaStream_t stream) {
-  forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
-}
-void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
-                       const bf16* bias, int N, int C, float eps, cudaStream_t stream) {
+template <class E>
+void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight,
+                       const E* bias, int N, int C, float eps, cudaStream_t stream) {
   forward(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
 }
 
-void residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
-                                const float* b, const float* weight, const float* bias, int N,
-                                int C, float eps, cudaStream_t stream) {
-  forward(out, mean, rstd, static_cast<const float*>(res), weight, bias, N, C, eps, stream, res, a,
-          b);
-}
-void residual_layernorm_forward(bf16* res, bf16* out, float* mean, float* rstd, const bf16* a,
-                                const bf16* b, const bf16* weight, const bf16* bias, int N, int C,
-                                float eps, cudaStream_t stream) {
-  forward(out, mean, rstd, static_cast<const bf16*>(res), weight, bias, N, C, eps, stream, res, a,
-          b);
+template <class E>
+void residual_layernorm_forward(E* res, E* out, float* mean, float* rstd, const E* a, const E* b,
+                                const E* weight, const E* bias, int N, int C, float eps,
+                                cudaStream_t stream) {
+  forward(out, mean, rstd, static_cast<const E*>(res), weight, bias, N, C, eps, stream, res, a, b);
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream, bool accumulate) {
-  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate, stream);
-}
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+template <class E>
+void layernorm_backward(E* dinp, float* dweight, float* dbias, const E* dout, const E* inp,
+                        const E* weight, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream, bool accumulate) {
   backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate, stream);
 }
+
+#define TRIAD_INSTANTIATE(E)                                                                       \
+  template void layernorm_forward(E*, float*, float*, const E*, const E*, const E*, int, int,      \
+                                  float, cudaStream_t);                                            \
+  template void residual_layernorm_forward(E*, E*, float*, float*, const E*, const E*, const E*,   \
+                                           const E*, int, int, float, cudaStream_t);               \
+  template void layernorm_backward(E*, float*, float*, const E*, const E*, const E*, const float*, \
+                                   const float*, int, int, cudaStream_t, bool);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

@@ -87,26 +87,29 @@ void bias_add(T* out, const T* bias, int N, int C, cudaStream_t stream) {
 
 }  // namespace
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
-  forward(out, a, b, n, stream);
-}
-void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
+template <class E>
+void residual_forward(E* out, const E* a, const E* b, size_t n, cudaStream_t stream) {
   forward(out, a, b, n, stream);
 }
 
-void bias_forward(float* out, const float* bias, int N, int C, cudaStream_t stream) {
-  bias_add(out, bias, N, C, stream);
-}
-void bias_forward(bf16* out, const bf16* bias, int N, int C, cudaStream_t stream) {
+template <class E>
+void bias_forward(E* out, const E* bias, int N, int C, cudaStream_t stream) {
   bias_add(out, bias, N, C, stream);
 }
 
-void bias_backward(float* dbias, const float* dout, int N, int C, cudaStream_t stream) {
+template <class E>
+void bias_backward(float* dbias, const E* dout, int N, int C, cudaStream_t stream) {
   detail::add_bias_grad(dbias, dout, N, C, stream, "bias_backward");
 }
-void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream) {
-  detail::add_bias_grad(dbias, dout, N, C, stream, "bias_backward");
-}
+
+#define TRIAD_INSTANTIATE(E)                                                    \
+  template void residual_forward(E*, const E*, const E*, size_t, cudaStream_t); \
+  template void bias_forward(E*, const E*, int, int, cudaStream_t);             \
+  template void bias_backward(float*, const E*, int, int, cudaStream_t);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 void residual_backward(float* da, float* db, const float* dout, size_t n, cudaStream_t stream) {
   detail::launch_elementwise("residual_backward", ResidualBackward{da, db, dout}, n,

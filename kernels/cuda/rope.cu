@@ -66,24 +66,26 @@ void rope_apply(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_
 
 }  // namespace
 
-void rope_forward(float* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream, int64_t pos0) {
+template <class E>
+void rope_forward(E* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh, double base,
+                  cudaStream_t stream, int64_t pos0) {
   rope_apply(x, B, T, H, D, sb, st, sh, base, pos0, 1.0f, stream, "rope_forward");
 }
 
-void rope_backward(float* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
+template <class E>
+void rope_backward(E* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
                    double base, cudaStream_t stream, int64_t pos0) {
   rope_apply(dx, B, T, H, D, sb, st, sh, base, pos0, -1.0f, stream, "rope_backward");
 }
 
-void rope_forward(bf16* x, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                  double base, cudaStream_t stream, int64_t pos0) {
-  rope_apply(x, B, T, H, D, sb, st, sh, base, pos0, 1.0f, stream, "rope_forward");
-}
-
-void rope_backward(bf16* dx, int B, int T, int H, int D, int64_t sb, int64_t st, int64_t sh,
-                   double base, cudaStream_t stream, int64_t pos0) {
-  rope_apply(dx, B, T, H, D, sb, st, sh, base, pos0, -1.0f, stream, "rope_backward");
-}
+#define TRIAD_INSTANTIATE(E)                                                             \
+  template void rope_forward(E*, int, int, int, int, int64_t, int64_t, int64_t, double,  \
+                             cudaStream_t, int64_t);                                     \
+  template void rope_backward(E*, int, int, int, int, int64_t, int64_t, int64_t, double, \
+                              cudaStream_t, int64_t);
+TRIAD_INSTANTIATE(float)
+TRIAD_INSTANTIATE(bf16)
+TRIAD_INSTANTIATE(f16)
+#undef TRIAD_INSTANTIATE
 
 }  // namespace triad::kernels::cuda

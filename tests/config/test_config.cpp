@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -601,8 +602,13 @@ TEST_F(ConfigTest, RunnableOnItsDevice) {
     EXPECT_THROW(check_runnable(load_config(write("device: cuda\n"), {})), UserError);
     return;
   }
+  // fp16 is built but not yet verified on a GPU: refused unless TRIAD_UNVERIFIED_GPU_LAYOUTS=1.
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
   expect_refused("device: cuda\nprecision: fp16\n", 1, "precision 'fp16'",
-                 " is not built for device: cuda yet");
+                 " is built for device: cuda but not yet verified on a GPU");
+  setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1);
+  EXPECT_EQ(refusal("device: cuda\nprecision: fp16\n", 1).first, "");
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
   // Every layout runs (verified by tools/gpu-check on a GPU).
   EXPECT_EQ(refusal("device: cuda\nparallel:\n  tensor_model_parallel_size: 2\n", 2).first, "");
   EXPECT_EQ(refusal("device: cuda\nparallel:\n  pipeline_model_parallel_size: 2\n", 2).first, "");

@@ -109,10 +109,12 @@ TEST(GpuTraining, GradientAccumulationOnTheGpu) {
     EXPECT_NEAR(four.steps[i].loss, one.steps[i].loss, 1e-5 * one.steps[i].loss) << i + 1;
 }
 
-// bf16 mixed precision (fp32 master weights, Adam and gradients; bf16 activations and GEMMs)
-// follows the fp32 loss curve within the usual mixed-precision envelope: per-step losses within
-// 2% over 20 steps. Head dim 64 so that the tensor-core flash kernels apply too.
-TEST(GpuTraining, Bf16FollowsFp32) {
+// Mixed precision (fp32 master weights, Adam and gradients; bf16 or fp16 activations and GEMMs,
+// fp16 with the dynamic loss scaler) follows the fp32 loss curve within the usual
+// mixed-precision envelope: per-step losses within 2% over 20 steps. Head dim 64 so that the
+// tensor-core flash kernels apply too. fp16 is refused until verified on a GPU; this test asks
+// for it (TRIAD_UNVERIFIED_GPU_LAYOUTS=1), as tools/gpu-check does.
+TEST(GpuTraining, HalfPrecisionFollowsFp32) {
   REQUIRE_GPU();
   const std::vector<std::string> shape = {"model.hidden_size=256", "model.num_attention_heads=4",
                                           "device=cuda"};
@@ -121,22 +123,30 @@ TEST(GpuTraining, Bf16FollowsFp32) {
     return run(more);
   };
   const auto fp32 = with({"precision=fp32"});
-  for (const char* attn : {"naive", "flash2", "flash1"}) {
-    const auto bf16 = with({"precision=bf16", std::string("attention=") + attn});
-    ASSERT_EQ(bf16.steps.size(), fp32.steps.size());
-    double worst = 0;
-    for (size_t i = 0; i < fp32.steps.size(); ++i) {
-      const double rel = std::abs(bf16.steps[i].loss - fp32.steps[i].loss) / fp32.steps[i].loss;
-      worst = std::max(worst, rel);
-      EXPECT_LE(rel, 0.02) << attn << " step " << i + 1 << ": fp32 " << fp32.steps[i].loss
-                           << " bf16 " << bf16.steps[i].loss;
+  setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1);
+  for (const char* precision : {"bf16", "fp16"})
+    for (const char* attn : {"naive", "flash2", "flash1"}) {
+      const auto half =
+          with({std::string("precision=") + precision, std::string("attention=") + attn});
+      ASSERT_EQ(half.steps.size(), fp32.steps.size());
+      double worst = 0;
+      int skipped = 0;
+      for (size_t i = 0; i < fp32.steps.size(); ++i) {
+        const double rel = std::abs(half.steps[i].loss - fp32.steps[i].loss) / fp32.steps[i].loss;
+        worst = std::max(worst, rel);
+        skipped += half.steps[i].skipped;
+        EXPECT_LE(rel, 0.02) << precision << " " << attn << " step " << i + 1 << ": fp32 "
+                             << fp32.steps[i].loss << " " << precision << " " << half.steps[i].loss;
+      }
+      // gpt-tiny's gradients are far from fp16's range at the initial scale 2^16.
+      EXPECT_EQ(skipped, 0) << precision << " " << attn;
+      std::printf(
+          "%s (%s) vs fp32 over 20 steps: worst relative loss difference %.3g; "
+          "losses fp32 %.4f -> %.4f, %s %.4f -> %.4f; %d steps skipped\n",
+          precision, attn, worst, fp32.steps.front().loss, fp32.steps.back().loss, precision,
+          half.steps.front().loss, half.steps.back().loss, skipped);
     }
-    std::printf(
-        "bf16 (%s) vs fp32 over 20 steps: worst relative loss difference %.3g; "
-        "losses fp32 %.4f -> %.4f, bf16 %.4f -> %.4f\n",
-        attn, worst, fp32.steps.front().loss, fp32.steps.back().loss, bf16.steps.front().loss,
-        bf16.steps.back().loss);
-  }
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
 }
 
 // The GPU refuses what it cannot run before anything starts, naming the fix.

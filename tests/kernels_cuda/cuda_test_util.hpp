@@ -1,10 +1,11 @@
 // Helpers for the CUDA kernel tests: a fixture that skips without a GPU, device arrays at
 // arbitrary element offsets with guard regions, seeded random data, norm-wise comparison,
-// bf16 on the host (bit patterns, rounded to nearest even as the device's __float2bfloat16_rn)
-// and the two storage types for typed tests.
+// bf16 and fp16 on the host (bit patterns, rounded to nearest even as the device's
+// __float2bfloat16_rn and __float2half_rn) and the three storage types for typed tests.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -199,16 +200,20 @@ inline float bf16_value(uint16_t b) {
   return f;
 }
 
+// f applied to every element: floats to 16-bit patterns or back.
+template <class To, class From, class Fn>
+std::vector<To> map_elems(const std::vector<From>& v, Fn f) {
+  std::vector<To> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f(v[i]);
+  return out;
+}
+
 inline BVec to_bf16(const FVec& v) {
-  BVec b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_bits(v[i]);
-  return b;
+  return map_elems<uint16_t>(v, bf16_bits);
 }
 
 inline FVec from_bf16(const BVec& b) {
-  FVec v(b.size());
-  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_value(b[i]);
-  return v;
+  return map_elems<float>(b, bf16_value);
 }
 
 // The values a bf16 array holds after uploading v: every element rounded to bf16.
@@ -216,14 +221,18 @@ inline FVec round_bf16(const FVec& v) {
   return from_bf16(to_bf16(v));
 }
 
-// A device array of bf16, uploaded from floats (rounded) and downloaded as their float values.
-class DBf16 : public DeviceArray<uint16_t> {
+// A device array of a 16-bit type H, uploaded from floats (rounded by kBits) and downloaded as
+// their float values (kValue).
+template <class H, uint16_t (*kBits)(float), float (*kValue)(uint16_t)>
+class DHalf : public DeviceArray<uint16_t> {
  public:
-  explicit DBf16(size_t n, size_t offset = 0) : DeviceArray<uint16_t>(n, offset) {}
-  DBf16(const FVec& values, size_t offset) : DeviceArray<uint16_t>(to_bf16(values), offset) {}
-  bf16* ptr() const { return reinterpret_cast<bf16*>(get()); }
-  FVec values() const { return from_bf16(download()); }
+  explicit DHalf(size_t n, size_t offset = 0) : DeviceArray<uint16_t>(n, offset) {}
+  DHalf(const FVec& values, size_t offset)
+      : DeviceArray<uint16_t>(map_elems<uint16_t>(values, kBits), offset) {}
+  H* ptr() const { return reinterpret_cast<H*>(get()); }
+  FVec values() const { return map_elems<float>(download(), kValue); }
 };
+using DBf16 = DHalf<bf16, bf16_bits, bf16_value>;
 
 // bf16 outputs against a double reference on the same (bf16-rounded) inputs: each output is
 // rounded once to 8 significant bits (relative error <= 2^-9, about 1.1e-3 rms), a few roundings
@@ -234,7 +243,59 @@ constexpr double kTolBf16 = 1e-2;
 // are exact in fp32): only the fp32 accumulation rounds, ~1e-6 relative; 1e-3 is far above it.
 constexpr double kTolBf16Acc = 1e-3;
 
-// --- tests over both storage types --------------------------------------------------------
+// --- fp16 (IEEE half) ----------------------------------------------------------------------
+
+using f16 = __half;
+
+// Round to nearest even, as __float2half_rn: written out here, so the device's conversion is
+// checked against an independent one. Overflow gives infinity (from 65520 up), values below
+// 2^-14 become subnormals (multiples of 2^-24), NaN a quiet NaN of the same sign.
+inline uint16_t f16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return sign | 0x7e00u;
+  if (u >= 0x477ff000u) return sign | 0x7c00u;
+  if (u < 0x38800000u) {
+    float a;
+    std::memcpy(&a, &u, sizeof(a));
+    // a * 2^24 is exact and below 2^10; nearbyint rounds half to even.
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  u -= 112u << 23;  // exponent bias 127 -> 15
+  u += 0xfffu + ((u >> 13) & 1u);
+  return sign | static_cast<uint16_t>(u >> 13);
+}
+
+inline float f16_value(uint16_t h) {
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  float f;
+  if (e == 0) {
+    f = std::ldexp(float(m), -24);
+  } else {
+    const uint32_t u = e == 31 ? (m ? 0x7fc00000u : 0x7f800000u) : ((e + 112u) << 23) | (m << 13);
+    std::memcpy(&f, &u, sizeof(f));
+  }
+  return (h & 0x8000u) ? -f : f;
+}
+
+inline BVec to_f16(const FVec& v) {
+  return map_elems<uint16_t>(v, f16_bits);
+}
+
+inline FVec from_f16(const BVec& b) {
+  return map_elems<float>(b, f16_value);
+}
+
+using DF16 = DHalf<f16, f16_bits, f16_value>;
+
+// fp16 keeps 11 significant bits (bf16 8), so bf16's tolerances hold with room; fp16 x fp16
+// products are exact in fp32 too.
+constexpr double kTolF16 = kTolBf16;
+constexpr double kTolF16Acc = kTolBf16Acc;
+
+// --- tests over the storage types ---------------------------------------------------------
 //
 // One storage type of the activations, for TYPED_TEST_SUITE(Suite, Storages, StorageName): its
 // device array, what uploading does to values, and the tolerances of its outputs (kOut: stored
@@ -249,17 +310,31 @@ struct Fp32 {
 };
 struct Bf16 {
   using Array = DBf16;
+  using Elem = bf16;
   static FVec round(const FVec& v) { return round_bf16(v); }
+  static BVec bits(const FVec& v) { return to_bf16(v); }
   static bf16* ptr(const DBf16& a) { return a.ptr(); }
   static FVec values(const DBf16& a) { return a.values(); }
   static constexpr double kOut = kTolBf16;
   static constexpr double kAcc = kTolBf16Acc;
 };
-using Storages = ::testing::Types<Fp32, Bf16>;
+struct F16 {
+  using Array = DF16;
+  using Elem = f16;
+  static FVec round(const FVec& v) { return from_f16(to_f16(v)); }
+  static BVec bits(const FVec& v) { return to_f16(v); }
+  static f16* ptr(const DF16& a) { return a.ptr(); }
+  static FVec values(const DF16& a) { return a.values(); }
+  static constexpr double kOut = kTolF16;
+  static constexpr double kAcc = kTolF16Acc;
+};
+using Storages = ::testing::Types<Fp32, Bf16, F16>;
+// The 16-bit ones (the mixed-precision kernels' own tests).
+using HalfStorages = ::testing::Types<Bf16, F16>;
 struct StorageName {
   template <class S>
   static std::string GetName(int) {
-    return std::is_same_v<S, Fp32> ? "fp32" : "bf16";
+    return std::is_same_v<S, Fp32> ? "fp32" : std::is_same_v<S, Bf16> ? "bf16" : "fp16";
   }
 };
 

@@ -471,7 +471,7 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const int tp = par.tensor_model_parallel_size, micro = cfg.training.micro_batch_size;
   const Recompute recompute = recompute_of(cfg.training);
   // fp16's compute copy is as large as bf16's (the loss scaler keeps a few scalars).
-  const DType act = cfg.precision == "fp32" ? DType::f32 : DType::bf16;
+  const DType act = precision_dtype(cfg.precision);
   const TensorPlan& plan = plugins.plan;
   ActShapes s;
   s.full = recompute == Recompute::full;

@@ -249,7 +249,7 @@ void Run::load_plugins() {
       resolve_params(attention_plugin->descriptor(), cfg.attention.params, cfg.attention.yaml_path);
   services = std::make_unique<CoreServices>(omp_get_max_threads(), device->stream());
   attention = std::make_unique<AttentionBackend>(attention_plugin, aparams, services->c_services());
-  act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  act = precision_dtype(cfg.precision);
   check_attention(*attention, m, tp(), cfg.training.micro_batch_size, device->dl_device(), act,
                   *services);
   auto tplugin = loader.load("tensor", cfg.tensor.name);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #include "triad/sdk/attention.hpp"
 #ifdef TRIAD_NAIVE_CUDA
@@ -109,8 +110,9 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   triad_attention_caps_v1 capabilities() const override {
     triad_attention_caps_v1 c{};
     c.devices = kDevices;
-    // bfloat16 only in GPU memory (checked per call); the CPU path is float32.
-    c.dtypes = TRIAD_DTYPE_BIT_FP32 | (kDevices & (1u << kDLCUDA) ? TRIAD_DTYPE_BIT_BF16 : 0u);
+    // bfloat16 and float16 only in GPU memory (checked per call); the CPU path is float32.
+    c.dtypes = TRIAD_DTYPE_BIT_FP32 |
+               (kDevices & (1u << kDLCUDA) ? TRIAD_DTYPE_BIT_BF16 | TRIAD_DTYPE_BIT_FP16 : 0u);
     c.num_head_dims = 0;
     c.max_head_dim = kMaxHeadDim;
     c.causal = 1;
@@ -125,11 +127,10 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     size_t bytes = score_bytes(s.batch, s.heads, s.seq_len);
 #ifdef TRIAD_NAIVE_CUDA
     if (s.device.device_type == kDLCUDA)
-      bytes = s.dtype.code == kDLBfloat
-                  ? triad::kernels::cuda::attention_naive_workspace_bytes_bf16(
-                        int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim))
-                  : triad::kernels::cuda::attention_naive_workspace_bytes(
-                        int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim));
+      bytes = s.dtype.bits == 16 ? triad::kernels::cuda::attention_naive_workspace_bytes_half(
+                                       int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim))
+                                 : triad::kernels::cuda::attention_naive_workspace_bytes(
+                                       int(s.batch), int(s.heads), int(s.seq_len), int(s.head_dim));
 #endif
     if (fwd) *fwd = bytes;
     if (bwd) *bwd = bytes;
@@ -137,17 +138,11 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
 
   void forward(const triad_attention_fwd_args_v1& a) override {
 #ifdef TRIAD_NAIVE_CUDA
-    if (is_bf16(a.q)) {
-      const View4<bf16> q = gpu_bf16(a.q, "q", nullptr);
-      auto like_q = [&](const DLTensor* t, const char* what) {
-        return head16(gpu_bf16(t, what, &q));
-      };
-      const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out");
-      require_same_device(a.q, {a.lse});
-      float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
-      triad::kernels::cuda::attention_naive_forward(
-          blas(), out, lse, head16(q), k, v, int(q.n[0]), int(q.n[1]), int(q.n[2]), int(q.n[3]),
-          a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
+    if (half_of(a.q) != Half::none) {
+      if (half_of(a.q) == Half::bf16)
+        forward_half<triad::kernels::cuda::bf16>(a);
+      else
+        forward_half<triad::kernels::cuda::f16>(a);
       return;
     }
 #endif
@@ -177,19 +172,11 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
 
   void backward(const triad_attention_bwd_args_v1& a) override {
 #ifdef TRIAD_NAIVE_CUDA
-    if (is_bf16(a.q)) {
-      const View4<bf16> q = gpu_bf16(a.q, "q", nullptr);
-      auto like_q = [&](const DLTensor* t, const char* what) {
-        return head16(gpu_bf16(t, what, &q));
-      };
-      const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out"),
-                 dout = like_q(a.dout, "dout"), dq = like_q(a.dq, "dq"), dk = like_q(a.dk, "dk"),
-                 dv = like_q(a.dv, "dv");
-      require_same_device(a.q, {a.lse});
-      const float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
-      triad::kernels::cuda::attention_naive_backward(
-          blas(), dq, dk, dv, head16(q), k, v, out, lse, dout, int(q.n[0]), int(q.n[1]),
-          int(q.n[2]), int(q.n[3]), a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
+    if (half_of(a.q) != Half::none) {
+      if (half_of(a.q) == Half::bf16)
+        backward_half<triad::kernels::cuda::bf16>(a);
+      else
+        backward_half<triad::kernels::cuda::f16>(a);
       return;
     }
 #endif
@@ -288,19 +275,33 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
   }
 
 #ifdef TRIAD_NAIVE_CUDA
-  static bool is_bf16(const DLTensor* t) {
-    return t && t->dtype.code == kDLBfloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
+  // The 16-bit type of a tensor, if it has one.
+  enum class Half{none, bf16, f16};
+  static Half half_of(const DLTensor* t) {
+    if (!t || t->dtype.bits != 16 || t->dtype.lanes != 1) return Half::none;
+    return t->dtype.code == kDLBfloat  ? Half::bf16
+           : t->dtype.code == kDLFloat ? Half::f16
+                                       : Half::none;
   }
-  using bf16 = triad::kernels::cuda::bf16;
-  // A bfloat16 (B,H,T,D) view in GPU memory, D contiguous. Without q it is q itself (its head
-  // dim is checked); with q it must have q's shape.
-  static View4<bf16> gpu_bf16(const DLTensor* t, const char* what, const View4<bf16>* q) {
+  template <class H>
+  static constexpr Half half_kind() {
+    return std::is_same_v<H, triad::kernels::cuda::bf16> ? Half::bf16 : Half::f16;
+  }
+  template <class H>
+  static const char* half_name() {
+    return half_kind<H>() == Half::bf16 ? "bfloat16" : "float16";
+  }
+  // A 16-bit (B,H,T,D) view of H in GPU memory, D contiguous. Without q it is q itself (its
+  // head dim is checked); with q it must have q's shape and type.
+  template <class H>
+  static View4<H> gpu_half(const DLTensor* t, const char* what, const View4<H>* q) {
     if (t && t->device.device_type != kDLCUDA)
-      throw unsupported(std::string(what) +
-                        " is bfloat16 outside GPU memory; naive computes "
-                        "bfloat16 on CUDA GPUs only (float32 on the CPU)");
-    if (t && !is_bf16(t)) throw invalid(std::string(what) + " is not bfloat16 like q");
-    const View4<bf16> v = triad::sdk::strided_view4<bf16>(t, what);
+      throw unsupported(std::string(what) + " is " + half_name<H>() +
+                        " outside GPU memory; naive computes bfloat16 and float16 on CUDA GPUs "
+                        "only (float32 on the CPU)");
+    if (t && half_of(t) != half_kind<H>())
+      throw invalid(std::string(what) + " is not " + half_name<H>() + " like q");
+    const View4<H> v = triad::sdk::strided_view4<H>(t, what);
     if (q) {
       triad::sdk::require_same_shape(*q, v, "q", what);
     } else if (v.n[3] < 1 || v.n[3] > kMaxHeadDim) {
@@ -309,8 +310,37 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
     }
     return v;
   }
-  static triad::kernels::cuda::HeadViewBf16 head16(const View4<bf16>& v) {
+  template <class H>
+  static triad::kernels::cuda::HeadViewOf<H> head16(const View4<H>& v) {
     return {v.data, v.s[0], v.s[1], v.s[2]};
+  }
+  template <class H>
+  void forward_half(const triad_attention_fwd_args_v1& a) {
+    const View4<H> q = gpu_half<H>(a.q, "q", nullptr);
+    auto like_q = [&](const DLTensor* t, const char* what) {
+      return head16(gpu_half<H>(t, what, &q));
+    };
+    const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out");
+    require_same_device(a.q, {a.lse});
+    float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
+    triad::kernels::cuda::attention_naive_forward(
+        blas(), out, lse, head16(q), k, v, int(q.n[0]), int(q.n[1]), int(q.n[2]), int(q.n[3]),
+        a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
+  }
+  template <class H>
+  void backward_half(const triad_attention_bwd_args_v1& a) {
+    const View4<H> q = gpu_half<H>(a.q, "q", nullptr);
+    auto like_q = [&](const DLTensor* t, const char* what) {
+      return head16(gpu_half<H>(t, what, &q));
+    };
+    const auto k = like_q(a.k, "k"), v = like_q(a.v, "v"), out = like_q(a.out, "out"),
+               dout = like_q(a.dout, "dout"), dq = like_q(a.dq, "dq"), dk = like_q(a.dk, "dk"),
+               dv = like_q(a.dv, "dv");
+    require_same_device(a.q, {a.lse});
+    const float* lse = triad::sdk::lse_view(a.lse, q.n[0], q.n[1], q.n[2]);
+    triad::kernels::cuda::attention_naive_backward(
+        blas(), dq, dk, dv, head16(q), k, v, out, lse, dout, int(q.n[0]), int(q.n[1]), int(q.n[2]),
+        int(q.n[3]), a.causal != 0, a.scale, a.workspace, a.workspace_bytes);
   }
   template <class T>
   static triad::kernels::cuda::HeadView head(const View4<T>& v) {
@@ -333,6 +363,6 @@ class NaiveAttention : public triad::sdk::AttentionPlugin {
 
 TRIAD_ATTENTION_PLUGIN(NaiveAttention, "naive", "1.0",
                        "reference attention: materialises the T x T scores; fp32 on the CPU, "
-                       "fp32 and bf16 on CUDA GPUs where built with CUDA; any head dim up to "
+                       "fp32, bf16 and fp16 on CUDA GPUs where built with CUDA; any head dim up to "
                        "256, causal or not",
                        TRIAD_NO_PARAMS)

@@ -16,13 +16,22 @@ namespace {
 
 namespace k = kernels::cuda;
 
-// Calls fn with a value of the C++ type of `act` (float or bf16), to pick the kernels' overload.
+// Calls fn with a value of the C++ type of a 16-bit `act` (bf16 or f16), to pick the kernels'
+// instantiation.
+template <class Fn>
+void typed_half(DType act, Fn&& fn) {
+  if (act == DType::f16)
+    fn(k::f16{});
+  else
+    fn(k::bf16{});
+}
+// The same for any `act` (float, bf16 or f16).
 template <class Fn>
 void typed(DType act, Fn&& fn) {
   if (act == DType::f32)
     fn(float{});
   else
-    fn(k::bf16{});
+    typed_half(act, fn);
 }
 template <class T>
 T* as(void* p) {
@@ -275,8 +284,10 @@ class CudaDevice final : public Device {
       k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream_);
       if (compute && compute != params) copy(compute, params, n * sizeof(float));
     } else {
-      k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
-                      static_cast<k::bf16*>(compute), stream_);
+      typed_half(act, [&](auto z) {
+        k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
+                        as<decltype(z)>(compute), stream_);
+      });
     }
   }
   // One launch per 64 tensors instead of one per tensor (GPT-2 124M: 148 tensors, 3 launches).
@@ -290,14 +301,17 @@ class CudaDevice final : public Device {
     }
     std::vector<k::AdamwSegment> ks(count);
     for (size_t i = 0; i < count; ++i) ks[i] = {segs[i].offset, segs[i].n, segs[i].weight_decay};
-    k::adamw_update_segments(params, grads, m, v, ks.data(), count, lr, beta1, beta2, eps, t,
-                             act == DType::f32 ? nullptr : static_cast<k::bf16*>(compute), stream_);
+    typed_half(act, [&](auto z) {
+      using H = decltype(z);
+      k::adamw_update_segments(params, grads, m, v, ks.data(), count, lr, beta1, beta2, eps, t,
+                               act == DType::f32 ? nullptr : as<H>(compute), stream_);
+    });
   }
   void convert(void* dst, DType act, const float* src, size_t n) override {
     if (act == DType::f32)
       copy(dst, src, n * sizeof(float));
     else
-      k::convert(static_cast<k::bf16*>(dst), src, n, stream_);
+      typed_half(act, [&](auto z) { k::convert(as<decltype(z)>(dst), src, n, stream_); });
   }
   double sum(const float* x, size_t n) override {
     k::sum(scalar_, x, n, stream_);

@@ -16,16 +16,23 @@
 
 namespace triad {
 
-// Element types of activations (and of the compute copy of the weights).
-enum class DType { f32, bf16 };
+// Element types of activations (and of the compute copy of the weights): fp32, bf16 and fp16
+// (IEEE half, with the loss scaler).
+enum class DType { f32, bf16, f16 };
 inline size_t dtype_bytes(DType t) {
   return t == DType::f32 ? 4 : 2;
 }
 inline const char* dtype_name(DType t) {
-  return t == DType::f32 ? "fp32" : "bf16";
+  return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "fp16";
 }
 inline DLDataType dl_dtype(DType t) {
-  return t == DType::f32 ? DLDataType{kDLFloat, 32, 1} : DLDataType{kDLBfloat, 16, 1};
+  return t == DType::f32    ? DLDataType{kDLFloat, 32, 1}
+         : t == DType::bf16 ? DLDataType{kDLBfloat, 16, 1}
+                            : DLDataType{kDLFloat, 16, 1};
+}
+// The activation dtype of a config's precision ("fp32", "bf16" or "fp16").
+inline DType precision_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
 }
 // p advanced by n elements of t.
 inline void* advance(void* p, size_t n, DType t) {
