@@ -1195,12 +1195,21 @@ TEST_F(ConfigTest, ContextParallelKeysAndLayout) {
       {"parallel.context_parallel_size=4", "parallel.context_parallel_method=ulysses"}, 4);
   EXPECT_EQ(u.parallel.context_parallel_method, "ulysses");
   EXPECT_EQ(u.parallel.data_parallel_size, 1);
-  // It trains on the CPU; a GPU is refused in one line (planning it is not).
+  // It trains on the CPU; on a GPU it is built but refused in one line until verified there
+  // (planning it is not), unless TRIAD_UNVERIFIED_GPU_LAYOUTS=1.
   EXPECT_EQ(runnable_refusal(u), "");
   EXPECT_EQ(runnable_refusal(one), "");
   Config g = u;
   g.device = "cuda";
-  EXPECT_NE(runnable_refusal(g).find("trains on device: cpu only for now"), std::string::npos);
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
+  const std::string why = runnable_refusal(g);
+  EXPECT_NE(why.find(cuda_device_built() ? "is built for device: cuda but not yet verified on a GPU"
+                                         : "is not available in this build"),
+            std::string::npos)
+      << why;
+  setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1);
+  EXPECT_EQ(runnable_refusal(g), cuda_device_built() ? "" : why);
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
 }
 
 TEST_F(ConfigTest, ContextParallelBadInput) {

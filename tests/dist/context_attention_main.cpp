@@ -115,7 +115,8 @@ int check(ContextMethod method, AttentionBackend& attn, const std::string& attn_
   const float scale = 1.0f / std::sqrt(float(kD));
   const Reference ref(attn, T, causal, scale);
   const ContextShape shape{kMaxB, kH, T, kD};
-  ContextAttention ca(method, attn, group, dev, shape, causal, std::chrono::seconds(60));
+  ContextAttention ca(method, attn, group, dev, DType::f32, shape, causal,
+                      std::chrono::seconds(60));
   const std::vector<int64_t> pos = ca.token_positions();
 
   // This rank's tokens as the model holds them: q|k|v in one (B, T/cp, 3 H D) row, out and dout

@@ -148,6 +148,18 @@ class CpuDevice final : public Device {
     k::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
     if (compute && compute != params) copy(compute, params, n * dtype_bytes(fp32_only(act)));
   }
+  void copy_rows(void* dst, const RowStrides& ds, const void* src, const RowStrides& ss,
+                 const RowBox& box, bool accumulate, DType act) override {
+    k::copy_rows(f(dst, act), {{ds.s[0], ds.s[1], ds.s[2]}}, f(src, act),
+                 {{ss.s[0], ss.s[1], ss.s[2]}}, {{box.n[0], box.n[1], box.n[2]}, box.row},
+                 accumulate);
+  }
+  void attention_merge(void* out, const RowStrides& os, float* lse, const RowStrides& ls,
+                       const void* part, const float* part_lse, int64_t B, int64_t H, int64_t S,
+                       int64_t D, bool first, DType act) override {
+    k::attention_merge(f(out, act), {{os.s[0], os.s[1], os.s[2]}}, lse,
+                       {{ls.s[0], ls.s[1], ls.s[2]}}, f(part, act), part_lse, B, H, S, D, first);
+  }
   void convert(void* dst, DType act, const float* src, size_t n) override {
     copy(dst, src, n * dtype_bytes(fp32_only(act)));
   }

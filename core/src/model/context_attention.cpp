@@ -32,18 +32,18 @@ struct Tensor {
   int64_t shape[4] = {0, 0, 0, 0};
   int64_t strides[4] = {0, 0, 0, 1};
   DLTensor t{};
-  Tensor(float* data, int64_t B, int64_t H, int64_t T, int64_t D, int64_t sb, int64_t sh,
-         int64_t st) {
+  Tensor(void* data, int64_t B, int64_t H, int64_t T, int64_t D, int64_t sb, int64_t sh, int64_t st,
+         DLDevice dev, DLDataType dtype) {
     shape[0] = B, shape[1] = H, shape[2] = T, shape[3] = D;
     strides[0] = sb, strides[1] = sh, strides[2] = st;
-    init(data, 4);
+    init(data, 4, dev, dtype);
   }
   // Contiguous (B, H, T, D).
-  Tensor(float* data, int64_t B, int64_t H, int64_t T, int64_t D)
-      : Tensor(data, B, H, T, D, H * T * D, T * D, D) {}
-  // Contiguous lse (B, H, T).
-  static Tensor lse(float* data, int64_t B, int64_t H, int64_t T) {
-    Tensor l(data, B, H, T, 1);
+  Tensor(void* data, int64_t B, int64_t H, int64_t T, int64_t D, DLDevice dev, DLDataType dtype)
+      : Tensor(data, B, H, T, D, H * T * D, T * D, D, dev, dtype) {}
+  // Contiguous fp32 lse (B, H, T).
+  static Tensor lse(float* data, int64_t B, int64_t H, int64_t T, DLDevice dev) {
+    Tensor l(data, B, H, T, 1, dev, dl_float32());
     l.t.ndim = 3;
     l.t.strides = nullptr;
     return l;
@@ -58,32 +58,42 @@ struct Tensor {
   }
 
  private:
-  void init(float* data, int ndim) {
+  void init(void* data, int ndim, DLDevice dev, DLDataType dtype) {
     t.data = data;
-    t.device = dl_cpu();
+    t.device = dev;
     t.ndim = ndim;
-    t.dtype = dl_float32();
+    t.dtype = dtype;
     t.shape = shape;
     t.strides = ndim == 4 ? strides : nullptr;
     t.byte_offset = 0;
   }
 };
 
-void add_rows(float* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+using Rows = Device::RowBox;
+using Strides = Device::RowStrides;
+
+// Contiguous (B, H, T, D): the strides of its (b, h, t) rows.
+Strides packed(int64_t H, int64_t T, int64_t D) {
+  return {{H * T * D, T * D, D}};
 }
 
 }  // namespace
 
-// A caller's (B, H, T, D) fp32 view on the CPU, strides in elements.
+// A caller's (B, H, T, D) view of `act` elements on the component's device, strides in
+// elements.
 struct detail::ContextView {
-  float* data = nullptr;
+  void* data = nullptr;
+  DType act = DType::f32;
+  DLDevice device{};
   int64_t B = 0, H = 0, T = 0, D = 0;
   int64_t sb = 0, sh = 0, st = 0;
-  float* row(int64_t b, int64_t h, int64_t t) const { return data + b * sb + h * sh + t * st; }
+  void* row(int64_t b, int64_t h, int64_t t) const {
+    return advance(data, size_t(b * sb + h * sh + t * st), act);
+  }
+  Device::RowStrides strides() const { return {{sb, sh, st}}; }
   // Tokens [t0, t0 + n) as a tensor for the plugin.
   Tensor tokens(int64_t t0, int64_t n) const {
-    return Tensor(row(0, 0, t0), B, H, n, D, sb, sh, st);
+    return Tensor(row(0, 0, t0), B, H, n, D, sb, sh, st, device, dl_dtype(act));
   }
 };
 
@@ -91,22 +101,27 @@ namespace {
 
 using View = detail::ContextView;
 
-bool cpu_fp32(const DLTensor* t) {
-  return t->device.device_type == kDLCPU && t->dtype.code == kDLFloat && t->dtype.bits == 32 &&
-         t->dtype.lanes == 1;
+bool same_device(const DLTensor* t, DLDevice d) {
+  return t->device.device_type == d.device_type && t->device.device_id == d.device_id;
 }
 
-View view_of(const DLTensor* t, const char* what, int64_t H, int64_t T, int64_t D) {
+bool of_type(const DLTensor* t, DLDataType dt) {
+  return t->dtype.code == dt.code && t->dtype.bits == dt.bits && t->dtype.lanes == dt.lanes;
+}
+
+View view_of(const DLTensor* t, const char* what, int64_t H, int64_t T, int64_t D, DLDevice dev,
+             DType act) {
   if (!t) throw UserError(std::string("context attention: ") + what + " is null");
-  if (!cpu_fp32(t))
-    throw UserError(std::string("context attention: ") + what +
-                    " must be float32 in CPU memory for now (the layout copies and the lse "
-                    "merge are host loops)");
+  if (!same_device(t, dev) || !of_type(t, dl_dtype(act)))
+    throw UserError(std::string("context attention: ") + what + " must be " + dtype_name(act) +
+                    " on the device the component was built for");
   if (t->ndim != 4 || t->shape[1] != H || t->shape[2] != T || t->shape[3] != D)
     throw UserError(std::string("context attention: ") + what + " must be (B, " + num(H) + ", " +
                     num(T) + ", " + num(D) + ")");
   View v;
-  v.data = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+  v.data = static_cast<char*>(t->data) + t->byte_offset;
+  v.act = act;
+  v.device = dev;
   v.B = t->shape[0], v.H = H, v.T = T, v.D = D;
   if (t->strides) {
     if (t->strides[3] != 1)
@@ -118,13 +133,36 @@ View view_of(const DLTensor* t, const char* what, int64_t H, int64_t T, int64_t 
   return v;
 }
 
-float* lse_of(const DLTensor* t, int64_t B, int64_t H, int64_t T) {
-  if (!t || !cpu_fp32(t) || t->ndim != 3 || t->shape[0] != B || t->shape[1] != H ||
-      t->shape[2] != T ||
+float* lse_of(const DLTensor* t, int64_t B, int64_t H, int64_t T, DLDevice dev) {
+  if (!t || !same_device(t, dev) || !of_type(t, dl_float32()) || t->ndim != 3 || t->shape[0] != B ||
+      t->shape[1] != H || t->shape[2] != T ||
       (t->strides && (t->strides[2] != 1 || t->strides[1] != T || t->strides[0] != H * T)))
     throw UserError("context attention: lse must be contiguous float32 (" + num(B) + ", " + num(H) +
-                    ", " + num(T) + ") in CPU memory");
+                    ", " + num(T) + ") on the component's device");
   return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+}
+
+// One call's tensors as views of this rank's Tl tokens (with bwd, the gradients too), and its
+// lse (B, H, Tl).
+struct CallViews {
+  View q, k, v, out, dout, dq, dk, dv;
+  float* lse = nullptr;
+};
+
+template <class Args>
+CallViews call_views(const Args& a, const triad_attention_bwd_args_v1* bwd, int64_t B, int64_t H,
+                     int64_t Tl, int64_t D, DLDevice dev, DType act) {
+  auto view = [&](const DLTensor* x, const char* what) {
+    return view_of(x, what, H, Tl, D, dev, act);
+  };
+  CallViews c;
+  c.q = view(a.q, "q"), c.k = view(a.k, "k"), c.v = view(a.v, "v"), c.out = view(a.out, "out");
+  if (bwd) {
+    c.dout = view(bwd->dout, "dout"), c.dq = view(bwd->dq, "dq");
+    c.dk = view(bwd->dk, "dk"), c.dv = view(bwd->dv, "dv");
+  }
+  c.lse = lse_of(a.lse, B, H, Tl, dev);
+  return c;
 }
 
 }  // namespace
@@ -178,12 +216,12 @@ triad_attention_shape_v1 context_plugin_shape(ContextMethod m, const ContextShap
   return {s.max_batch, s.heads, s.seq_len / (2 * cp), s.head_dim, causal, dtype, device};
 }
 
-size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp) {
+size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp, size_t elem_bytes) {
   const size_t N = size_t(s.max_batch) * s.heads * (s.seq_len / cp) * s.head_dim;
-  if (m == ContextMethod::ulysses) return 10 * N * sizeof(float);
+  if (m == ContextMethod::ulysses) return 10 * N * elem_bytes;
   // 9.5 N: N is even (T/cp = 2 C).
   const size_t lse = size_t(s.max_batch) * s.heads * (s.seq_len / cp);
-  return (19 * N / 2 + lse) * sizeof(float);
+  return 19 * N / 2 * elem_bytes + lse * sizeof(float);
 }
 
 ContextTraffic expected_context_traffic(ContextMethod m, bool backward, const ContextShape& s,
@@ -200,18 +238,21 @@ ContextTraffic expected_context_traffic(ContextMethod m, bool backward, const Co
 }
 
 ContextAttention::ContextAttention(ContextMethod method, AttentionBackend& attention,
-                                   Communicator& group, Device& dev, const ContextShape& shape,
-                                   int causal, std::chrono::milliseconds timeout)
+                                   Communicator& group, Device& dev, DType act,
+                                   const ContextShape& shape, int causal,
+                                   std::chrono::milliseconds timeout)
     : method_(method),
       attention_(attention),
       group_(group),
+      dev_(dev),
+      act_(act),
       shape_(shape),
       cp_(group.size()),
       rank_(group.rank()),
       timeout_(timeout) {
   check_context_shape(method, shape, cp_);
   const triad_attention_shape_v1 ps =
-      context_plugin_shape(method, shape, cp_, causal, dl_float32(), dev.dl_device());
+      context_plugin_shape(method, shape, cp_, causal, dl_dtype(act), dev.dl_device());
   attention_.check_supported(ps);
   if (method == ContextMethod::ring && causal) {
     // Pairs of chunks entirely in the past run without a mask.
@@ -223,8 +264,8 @@ ContextAttention::ContextAttention(ContextMethod method, AttentionBackend& atten
   attention_.workspace_size(ps, &fwd, &bwd);
   const size_t plugin = std::max(fwd, bwd);
   if (plugin) plugin_work_ = Buffer<uint8_t>(dev, plugin, "attention workspace");
-  work_ = Buffer<float>(dev, context_workspace_bytes(method, shape, cp_) / sizeof(float),
-                        "context-parallel attention workspace");
+  work_ = Buffer<uint8_t>(dev, context_workspace_bytes(method, shape, cp_, dtype_bytes(act)),
+                          "context-parallel attention workspace");
 }
 
 std::vector<int64_t> ContextAttention::token_positions() const {
@@ -232,7 +273,11 @@ std::vector<int64_t> ContextAttention::token_positions() const {
 }
 
 size_t ContextAttention::workspace_bytes() const {
-  return work_.size() * sizeof(float) + plugin_work_.size();
+  return work_.size() + plugin_work_.size();
+}
+
+void* ContextAttention::work(int64_t elems) const {
+  return advance(work_.data(), size_t(elems), act_);
 }
 
 namespace {
@@ -272,60 +317,58 @@ void ContextAttention::backward(const triad_attention_bwd_args_v1& args) {
 namespace {
 
 // x (B, H, T/cp, D) <-> the blocked buffer [p][b][h'][t][d] (block p: heads p H/cp + h').
-void copy_sequence_blocks(const View& x, float* blocks, int cp, bool into_blocks) {
-  const int64_t Hc = x.H / cp, row = x.D * int64_t(sizeof(float));
-  for (int64_t p = 0; p < cp; ++p)
-    for (int64_t b = 0; b < x.B; ++b)
-      for (int64_t h = 0; h < Hc; ++h)
-        for (int64_t s = 0; s < x.T; ++s) {
-          float* buf = blocks + (((p * x.B + b) * Hc + h) * x.T + s) * x.D;
-          float* mine = x.row(b, p * Hc + h, s);
-          if (into_blocks)
-            std::memcpy(buf, mine, size_t(row));
-          else
-            std::memcpy(mine, buf, size_t(row));
-        }
+void copy_sequence_blocks(Device& dev, const View& x, void* blocks, int cp, bool into_blocks) {
+  const int64_t Hc = x.H / cp;
+  const Rows box{{x.B, Hc, x.T}, x.D};
+  const Strides buf_rows = packed(Hc, x.T, x.D);
+  for (int64_t p = 0; p < cp; ++p) {
+    void* buf = advance(blocks, size_t(p * x.B * Hc * x.T * x.D), x.act);
+    void* mine = x.row(0, p * Hc, 0);
+    if (into_blocks)
+      dev.copy_rows(buf, buf_rows, mine, x.strides(), box, false, x.act);
+    else
+      dev.copy_rows(mine, x.strides(), buf, buf_rows, box, false, x.act);
+  }
 }
 
 // head (B, H/cp, T, D) contiguous <-> the blocked buffer [p][b][h][t][d] (block p: tokens
-// p T/cp + t).
-void copy_head_blocks(float* head, float* blocks, int64_t B, int64_t Hc, int64_t Tl, int64_t D,
-                      int cp, bool into_blocks) {
-  const size_t run = size_t(Tl * D) * sizeof(float);
-  for (int64_t p = 0; p < cp; ++p)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < Hc; ++h) {
-        float* buf = blocks + ((p * B + b) * Hc + h) * Tl * D;
-        float* mine = head + ((b * Hc + h) * Tl * cp + p * Tl) * D;
-        if (into_blocks)
-          std::memcpy(buf, mine, run);
-        else
-          std::memcpy(mine, buf, run);
-      }
+// p T/cp + t): runs of T/cp rows.
+void copy_head_blocks(Device& dev, void* head, void* blocks, int64_t B, int64_t Hc, int64_t Tl,
+                      int64_t D, int cp, bool into_blocks, DType act) {
+  const Rows box{{B, Hc, 1}, Tl * D};
+  const Strides buf_rows{{Hc * Tl * D, Tl * D, 0}}, head_rows{{Hc * Tl * cp * D, Tl * cp * D, 0}};
+  for (int64_t p = 0; p < cp; ++p) {
+    void* buf = advance(blocks, size_t(p * B * Hc * Tl * D), act);
+    void* mine = advance(head, size_t(p * Tl * D), act);
+    if (into_blocks)
+      dev.copy_rows(buf, buf_rows, mine, head_rows, box, false, act);
+    else
+      dev.copy_rows(mine, head_rows, buf, buf_rows, box, false, act);
+  }
 }
 
 }  // namespace
 
-void ContextAttention::to_heads(const View& x, float* head, ContextTraffic& t) {
-  float* send = work_.data() + 8 * shape_.max_batch * x.H * x.T * x.D;
-  float* recv = send + x.B * x.H * x.T * x.D;
-  copy_sequence_blocks(x, send, cp_, true);
+void ContextAttention::to_heads(const View& x, void* head, ContextTraffic& t) {
+  void* send = work(8 * shape_.max_batch * x.H * x.T * x.D);
+  void* recv = advance(send, size_t(x.B * x.H * x.T * x.D), act_);
+  copy_sequence_blocks(dev_, x, send, cp_, true);
   all_to_all(send, recv, x.B * x.H * x.T * x.D / cp_, t);
-  copy_head_blocks(head, recv, x.B, x.H / cp_, x.T, x.D, cp_, false);
+  copy_head_blocks(dev_, head, recv, x.B, x.H / cp_, x.T, x.D, cp_, false, act_);
 }
 
-void ContextAttention::to_sequence(float* head, const View& x, ContextTraffic& t) {
-  float* send = work_.data() + 8 * shape_.max_batch * x.H * x.T * x.D;
-  float* recv = send + x.B * x.H * x.T * x.D;
-  copy_head_blocks(head, send, x.B, x.H / cp_, x.T, x.D, cp_, true);
+void ContextAttention::to_sequence(void* head, const View& x, ContextTraffic& t) {
+  void* send = work(8 * shape_.max_batch * x.H * x.T * x.D);
+  void* recv = advance(send, size_t(x.B * x.H * x.T * x.D), act_);
+  copy_head_blocks(dev_, head, send, x.B, x.H / cp_, x.T, x.D, cp_, true, act_);
   all_to_all(send, recv, x.B * x.H * x.T * x.D / cp_, t);
-  copy_sequence_blocks(x, recv, cp_, false);
+  copy_sequence_blocks(dev_, x, recv, cp_, false);
 }
 
-void ContextAttention::all_to_all(const float* send, float* recv, int64_t block,
-                                  ContextTraffic& t) {
-  TransportRequest r = group_.all_to_all(send, recv, uint64_t(block), dl_float32());
-  t.bytes += uint64_t(block) * cp_ * sizeof(float);
+void ContextAttention::all_to_all(const void* send, void* recv, int64_t block, ContextTraffic& t) {
+  TransportRequest r =
+      group_.all_to_all(send, recv, uint64_t(block), dl_dtype(act_), dev_.dl_device());
+  t.bytes += uint64_t(block) * cp_ * dtype_bytes(act_);
   t.operations += 1;
   r.wait(timeout_);
 }
@@ -333,44 +376,42 @@ void ContextAttention::all_to_all(const float* send, float* recv, int64_t block,
 void ContextAttention::ulysses_forward(const triad_attention_fwd_args_v1& args, int64_t B) {
   const int64_t H = shape_.heads, Hc = H / cp_, T = shape_.seq_len, Tl = T / cp_,
                 D = shape_.head_dim;
-  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
-             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D);
-  float* lse = lse_of(args.lse, B, H, Tl);  // holds the head-split (B, H/cp, T)
-  const int64_t N = B * H * Tl * D;         // one head-split tensor at this batch
-  float* hq = work_.data();
-  float *hk = hq + N, *hv = hk + N, *hout = hv + N;
-  to_heads(q, hq, fwd_traffic_);
-  to_heads(k, hk, fwd_traffic_);
-  to_heads(v, hv, fwd_traffic_);
-  Tensor tq(hq, B, Hc, T, D), tk(hk, B, Hc, T, D), tv(hv, B, Hc, T, D), tout(hout, B, Hc, T, D);
-  Tensor tlse = Tensor::lse(lse, B, Hc, T);
+  const DLDevice dv = dev_.dl_device();
+  const DLDataType dt = dl_dtype(act_);
+  const CallViews c = call_views(args, nullptr, B, H, Tl, D, dv, act_);
+  float* lse = c.lse;                // holds the head-split (B, H/cp, T)
+  const int64_t N = B * H * Tl * D;  // one head-split tensor at this batch
+  void *hq = work(0), *hk = work(N), *hv = work(2 * N), *hout = work(3 * N);
+  to_heads(c.q, hq, fwd_traffic_);
+  to_heads(c.k, hk, fwd_traffic_);
+  to_heads(c.v, hv, fwd_traffic_);
+  Tensor tq(hq, B, Hc, T, D, dv, dt), tk(hk, B, Hc, T, D, dv, dt), tv(hv, B, Hc, T, D, dv, dt),
+      tout(hout, B, Hc, T, D, dv, dt);
+  Tensor tlse = Tensor::lse(lse, B, Hc, T, dv);
   attention_.forward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, args.causal, args.scale,
                       plugin_work_.data(), plugin_work_.size()});
-  to_sequence(hout, out, fwd_traffic_);
+  to_sequence(hout, c.out, fwd_traffic_);
 }
 
 void ContextAttention::ulysses_backward(const triad_attention_bwd_args_v1& args, int64_t B) {
   const int64_t H = shape_.heads, Hc = H / cp_, T = shape_.seq_len, Tl = T / cp_,
                 D = shape_.head_dim;
-  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
-             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D),
-             dout = view_of(args.dout, "dout", H, Tl, D), dq = view_of(args.dq, "dq", H, Tl, D),
-             dk = view_of(args.dk, "dk", H, Tl, D), dv = view_of(args.dv, "dv", H, Tl, D);
-  float* lse = lse_of(args.lse, B, H, Tl);
+  const DLDevice dv = dev_.dl_device();
+  const DLDataType dt = dl_dtype(act_);
+  const CallViews c = call_views(args, &args, B, H, Tl, D, dv, act_);
   const int64_t N = B * H * Tl * D;
-  float* h[8];
-  for (int i = 0; i < 8; ++i) h[i] = work_.data() + i * N;
-  const View* in[5] = {&q, &k, &v, &out, &dout};
+  void* h[8];
+  for (int i = 0; i < 8; ++i) h[i] = work(i * N);
+  const View* in[5] = {&c.q, &c.k, &c.v, &c.out, &c.dout};
   for (int i = 0; i < 5; ++i) to_heads(*in[i], h[i], bwd_traffic_);
-  Tensor t[8] = {Tensor(h[0], B, Hc, T, D), Tensor(h[1], B, Hc, T, D), Tensor(h[2], B, Hc, T, D),
-                 Tensor(h[3], B, Hc, T, D), Tensor(h[4], B, Hc, T, D), Tensor(h[5], B, Hc, T, D),
-                 Tensor(h[6], B, Hc, T, D), Tensor(h[7], B, Hc, T, D)};
-  Tensor tlse = Tensor::lse(lse, B, Hc, T);
+  auto head = [&](int i) { return Tensor(h[i], B, Hc, T, D, dv, dt); };
+  Tensor t[8] = {head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7)};
+  Tensor tlse = Tensor::lse(c.lse, B, Hc, T, dv);
   attention_.backward({&t[0].t, &t[1].t, &t[2].t, &t[3].t, &tlse.t, &t[4].t, &t[5].t, &t[6].t,
                        &t[7].t, args.causal, args.scale, plugin_work_.data(), plugin_work_.size()});
-  to_sequence(h[5], dq, bwd_traffic_);
-  to_sequence(h[6], dk, bwd_traffic_);
-  to_sequence(h[7], dv, bwd_traffic_);
+  to_sequence(h[5], c.dq, bwd_traffic_);
+  to_sequence(h[6], c.dk, bwd_traffic_);
+  to_sequence(h[7], c.dv, bwd_traffic_);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -394,18 +435,19 @@ int64_t global_chunk(int owner, int local, int cp) {
 }
 
 // One ring pass at batch B over the workspace (context_workspace_bytes() sizes it at max_batch,
-// in this order): blocks of k|v and of dk|dv, each with the one arriving, a pair's partials and
-// the lse scratch. Step by step: pass() posts a block's exchange, pairs() runs this rank's query
-// chunks against the block in hand, end_step() waits and takes the arrived blocks.
+// in this order): the lse scratch (fp32), then blocks of k|v and of dk|dv, each with the one
+// arriving, and a pair's partials. Step by step: pass() posts a block's exchange, pairs() runs
+// this rank's query chunks against the block in hand, end_step() waits and takes the arrived
+// blocks.
 class Ring {
  public:
-  float* kv[2];
-  float* dkv[2];
-  float* part;  // a pair's out, or its dq | dk | dv: (B,H,C,D) each
-  float* lse;   // a pair's lse (B,H,C), or both query chunks' final lse: 2 x (B,H,C)
+  float* lse;  // a pair's lse (B,H,C), or both query chunks' final lse: 2 x (B,H,C)
+  void* kv[2];
+  void* dkv[2];
+  void* part;   // a pair's out, or its dq | dk | dv: (B,H,C,D) each
   int cur = 0;  // which of each pair of blocks is in hand
 
-  Ring(float* base, const ContextShape& s, int64_t B, Communicator& group,
+  Ring(void* base, const ContextShape& s, int64_t B, Communicator& group, Device& dev, DType act,
        std::chrono::milliseconds timeout)
       : B_(B),
         H_(s.heads),
@@ -415,35 +457,38 @@ class Ring {
         cp_(group.size()),
         rank_(group.rank()),
         group_(group),
+        dev_(dev),
+        act_(act),
         timeout_(timeout) {
     const int64_t max_n = s.max_batch * H_ * Tl_ * D_;
-    kv[0] = base, kv[1] = base + 2 * max_n;
-    dkv[0] = base + 4 * max_n, dkv[1] = base + 6 * max_n;
-    part = base + 8 * max_n;
-    lse = part + 3 * max_n / 2;
+    lse = static_cast<float*>(base);
+    void* blocks = lse + s.max_batch * H_ * Tl_;
+    auto at = [&](int64_t elems) { return advance(blocks, size_t(elems), act); };
+    kv[0] = at(0), kv[1] = at(2 * max_n);
+    dkv[0] = at(4 * max_n), dkv[1] = at(6 * max_n);
+    part = at(8 * max_n);
   }
 
   // This rank's own k and v into the block in hand.
   void load(const View& k, const View& v) {
+    const Rows box{{B_, H_, Tl_}, D_};
     const View kb = block_k(), vb = block_v();
-    for (int64_t b = 0; b < B_; ++b)
-      for (int64_t h = 0; h < H_; ++h)
-        for (int64_t s = 0; s < Tl_; ++s) {
-          std::memcpy(kb.row(b, h, s), k.row(b, h, s), size_t(D_) * sizeof(float));
-          std::memcpy(vb.row(b, h, s), v.row(b, h, s), size_t(D_) * sizeof(float));
-        }
+    dev_.copy_rows(kb.data, kb.strides(), k.data, k.strides(), box, false, act_);
+    dev_.copy_rows(vb.data, vb.strides(), v.data, v.strides(), box, false, act_);
   }
   View block_k() const { return blocked(kv[cur]); }
-  View block_v() const { return blocked(kv[cur] + n_); }
+  View block_v() const { return blocked(advance(kv[cur], size_t(n_), act_)); }
   View grad_k() const { return blocked(dkv[cur]); }
-  View grad_v() const { return blocked(dkv[cur] + n_); }
+  View grad_v() const { return blocked(advance(dkv[cur], size_t(n_), act_)); }
 
   // Sends blocks[cur] to rank r + 1 and receives blocks[1 - cur] from rank r - 1.
-  void pass(float* const blocks[2], uint32_t tag, ContextTraffic& t) {
+  void pass(void* const blocks[2], uint32_t tag, ContextTraffic& t) {
     const int next = (rank_ + 1) % cp_, prev = (rank_ + cp_ - 1) % cp_;
-    pending_.push_back(group_.recv(blocks[1 - cur], uint64_t(2 * n_), dl_float32(), prev, tag));
-    pending_.push_back(group_.send(blocks[cur], uint64_t(2 * n_), dl_float32(), next, tag));
-    t.bytes += uint64_t(2 * n_) * sizeof(float);
+    const DLDataType dt = dl_dtype(act_);
+    pending_.push_back(
+        group_.recv(blocks[1 - cur], uint64_t(2 * n_), dt, prev, tag, dev_.dl_device()));
+    pending_.push_back(group_.send(blocks[cur], uint64_t(2 * n_), dt, next, tag, dev_.dl_device()));
+    t.bytes += uint64_t(2 * n_) * dtype_bytes(act_);
     t.operations += 1;
   }
   void end_step() {
@@ -466,12 +511,14 @@ class Ring {
   }
 
  private:
-  View blocked(float* data) const {
-    return View{data, B_, H_, Tl_, D_, H_ * Tl_ * D_, Tl_ * D_, D_};
+  View blocked(void* data) const {
+    return View{data, act_, dev_.dl_device(), B_, H_, Tl_, D_, H_ * Tl_ * D_, Tl_ * D_, D_};
   }
   int64_t B_, H_, Tl_, D_, n_;
   int cp_, rank_;
   Communicator& group_;
+  Device& dev_;
+  DType act_;
   std::chrono::milliseconds timeout_;
   std::vector<TransportRequest> pending_;
 };
@@ -480,40 +527,24 @@ class Ring {
 
 void ContextAttention::ring_forward(const triad_attention_fwd_args_v1& args, int64_t B) {
   const int64_t H = shape_.heads, Tl = shape_.seq_len / cp_, C = Tl / 2, D = shape_.head_dim;
-  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
-             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D);
-  float* lse = lse_of(args.lse, B, H, Tl);
-  Ring ring(work_.data(), shape_, B, group_, timeout_);
-  ring.load(k, v);
+  const DLDevice dv = dev_.dl_device();
+  const CallViews c = call_views(args, nullptr, B, H, Tl, D, dv, act_);
+  const View &q = c.q, &out = c.out;
+  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_);
+  ring.load(c.k, c.v);
   bool seen[2] = {false, false};
   for (int step = 0; step < cp_; ++step) {
     if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, fwd_traffic_);
     const View kb = ring.block_k(), vb = ring.block_v();
     ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
       Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
-      Tensor tout(ring.part, B, H, C, D);
-      Tensor tlse = Tensor::lse(ring.lse, B, H, C);
+      Tensor tout(ring.part, B, H, C, D, dv, dl_dtype(act_));
+      Tensor tlse = Tensor::lse(ring.lse, B, H, C, dv);
       attention_.forward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, causal, args.scale,
                           plugin_work_.data(), plugin_work_.size()});
       // Merge into this chunk's rows of out and lse by their log-sum-exp.
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t s = 0; s < C; ++s) {
-            float* o = out.row(b, h, qc * C + s);
-            float& l = lse[(b * H + h) * Tl + qc * C + s];
-            const float* po = ring.part + ((b * H + h) * C + s) * D;
-            const float pl = ring.lse[(b * H + h) * C + s];
-            if (!seen[qc]) {
-              std::memcpy(o, po, size_t(D) * sizeof(float));
-              l = pl;
-              continue;
-            }
-            const float m = std::max(l, pl);
-            const float merged = m + std::log(std::exp(l - m) + std::exp(pl - m));
-            const float a = std::exp(l - merged), c = std::exp(pl - merged);
-            for (int64_t d = 0; d < D; ++d) o[d] = a * o[d] + c * po[d];
-            l = merged;
-          }
+      dev_.attention_merge(out.row(0, 0, qc * C), out.strides(), c.lse + qc * C, {{H * Tl, Tl, 1}},
+                           ring.part, ring.lse, B, H, C, D, !seen[qc], act_);
       seen[qc] = true;
     });
     ring.end_step();
@@ -522,42 +553,39 @@ void ContextAttention::ring_forward(const triad_attention_fwd_args_v1& args, int
 
 void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, int64_t B) {
   const int64_t H = shape_.heads, Tl = shape_.seq_len / cp_, C = Tl / 2, D = shape_.head_dim;
-  const View q = view_of(args.q, "q", H, Tl, D), k = view_of(args.k, "k", H, Tl, D),
-             v = view_of(args.v, "v", H, Tl, D), out = view_of(args.out, "out", H, Tl, D),
-             dout = view_of(args.dout, "dout", H, Tl, D), dq = view_of(args.dq, "dq", H, Tl, D),
-             dk = view_of(args.dk, "dk", H, Tl, D), dv = view_of(args.dv, "dv", H, Tl, D);
-  const float* lse = lse_of(args.lse, B, H, Tl);
-  Ring ring(work_.data(), shape_, B, group_, timeout_);
-  ring.load(k, v);
+  const DLDevice dv = dev_.dl_device();
+  const DLDataType dt = dl_dtype(act_);
+  const CallViews c = call_views(args, &args, B, H, Tl, D, dv, act_);
+  const View &q = c.q, &out = c.out, &dout = c.dout, &dq = c.dq;
+  const float* lse = c.lse;
+  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_);
+  ring.load(c.k, c.v);
   const int64_t NC = B * H * C * D;  // one chunk's (B,H,C,D)
   // The final lse of each query chunk, contiguous (B,H,C) as the plugin takes it.
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int qc = 0; qc < 2; ++qc)
-      std::memcpy(ring.lse + qc * B * H * C + bh * C, lse + bh * Tl + qc * C,
-                  size_t(C) * sizeof(float));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t s = 0; s < Tl; ++s) std::fill(dq.row(b, h, s), dq.row(b, h, s) + D, 0.f);
-  std::fill(ring.dkv[0], ring.dkv[0] + 4 * NC, 0.f);  // dk | dv of this rank's block
-  float *pdq = ring.part, *pdk = pdq + NC, *pdv = pdk + NC;
+  for (int qc = 0; qc < 2; ++qc)
+    dev_.copy_rows(ring.lse + qc * B * H * C, {{C, 0, 0}}, lse + qc * C, {{Tl, 0, 0}},
+                   {{B * H, 1, 1}, C}, false, DType::f32);
+  const Rows whole{{B, H, Tl}, D}, chunk{{B, H, C}, D};
+  dev_.copy_rows(dq.data, dq.strides(), nullptr, {}, whole, false, act_);
+  dev_.fill_zero(ring.dkv[0], size_t(4 * NC) * dtype_bytes(act_));  // dk | dv of this rank's block
+  void* pdq = ring.part;
+  void* pdk = advance(pdq, size_t(NC), act_);
+  void* pdv = advance(pdk, size_t(NC), act_);
+  const Strides part_rows = packed(H, C, D);
   for (int step = 0; step < cp_; ++step) {
     if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, bwd_traffic_);
     const View kb = ring.block_k(), vb = ring.block_v(), gk = ring.grad_k(), gv = ring.grad_v();
     ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
       Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
       Tensor tout = out.tokens(qc * C, C), tdout = dout.tokens(qc * C, C);
-      Tensor tlse = Tensor::lse(ring.lse + qc * B * H * C, B, H, C);
-      Tensor tdq(pdq, B, H, C, D), tdk(pdk, B, H, C, D), tdv(pdv, B, H, C, D);
+      Tensor tlse = Tensor::lse(ring.lse + qc * B * H * C, B, H, C, dv);
+      Tensor tdq(pdq, B, H, C, D, dv, dt), tdk(pdk, B, H, C, D, dv, dt),
+          tdv(pdv, B, H, C, D, dv, dt);
       attention_.backward({&tq.t, &tk.t, &tv.t, &tout.t, &tlse.t, &tdout.t, &tdq.t, &tdk.t, &tdv.t,
                            causal, args.scale, plugin_work_.data(), plugin_work_.size()});
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t s = 0; s < C; ++s) {
-            const int64_t pr = ((b * H + h) * C + s) * D;
-            add_rows(dq.row(b, h, qc * C + s), pdq + pr, D);
-            add_rows(gk.row(b, h, kc * C + s), pdk + pr, D);
-            add_rows(gv.row(b, h, kc * C + s), pdv + pr, D);
-          }
+      dev_.copy_rows(dq.row(0, 0, qc * C), dq.strides(), pdq, part_rows, chunk, true, act_);
+      dev_.copy_rows(gk.row(0, 0, kc * C), gk.strides(), pdk, part_rows, chunk, true, act_);
+      dev_.copy_rows(gv.row(0, 0, kc * C), gv.strides(), pdv, part_rows, chunk, true, act_);
     });
     // This block's gradients go on with it; after the last step they go home to their owner,
     // rank r + 1, as this rank's own arrive from rank r - 1.
@@ -565,12 +593,8 @@ void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, in
     ring.end_step();
   }
   const View gk = ring.grad_k(), gv = ring.grad_v();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t s = 0; s < Tl; ++s) {
-        std::memcpy(dk.row(b, h, s), gk.row(b, h, s), size_t(D) * sizeof(float));
-        std::memcpy(dv.row(b, h, s), gv.row(b, h, s), size_t(D) * sizeof(float));
-      }
+  dev_.copy_rows(c.dk.data, c.dk.strides(), gk.data, gk.strides(), whole, false, act_);
+  dev_.copy_rows(c.dv.data, c.dv.strides(), gv.data, gv.strides(), whole, false, act_);
 }
 
 }  // namespace triad

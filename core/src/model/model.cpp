@@ -174,7 +174,7 @@ void GPT::setup_context() {
     else
       runs_.push_back({static_cast<int>(i), static_cast<int>(pos[i]), 1});
   }
-  ctx_ = std::make_unique<ContextAttention>(cp_.method, attn_, *cp_.comm, dev_,
+  ctx_ = std::make_unique<ContextAttention>(cp_.method, attn_, *cp_.comm, dev_, act_,
                                             ContextShape{maxB_, Hl_, cfg_.seq_length, C_ / H_}, 1,
                                             tp_.timeout);
   if (has_embedding_ && !rope_) {

@@ -227,10 +227,11 @@ void log_context_traffic(const Run& run, double steps) {
   const int64_t heads = m.num_attention_heads / tensor_shards(run.spec.placement).attention;
   const ContextShape shape{cfg.training.micro_batch_size, heads, m.seq_length,
                            m.hidden_size / m.num_attention_heads};
+  const size_t e = dtype_bytes(precision_dtype(cfg.precision));
   const uint64_t fwd =
-      expected_context_traffic(method, false, shape, run.cp(), shape.max_batch, 4).bytes;
+      expected_context_traffic(method, false, shape, run.cp(), shape.max_batch, e).bytes;
   const uint64_t bwd =
-      expected_context_traffic(method, true, shape, run.cp(), shape.max_batch, 4).bytes;
+      expected_context_traffic(method, true, shape, run.cp(), shape.max_batch, e).bytes;
   const uint64_t forwards = recompute_of(cfg.training) == Recompute::none ? 1 : 2;
   double counted_fwd = 0, counted_bwd = 0, formula = 0;
   for (const auto& ch : run.chunks) {

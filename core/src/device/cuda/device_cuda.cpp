@@ -307,6 +307,25 @@ class CudaDevice final : public Device {
                                act == DType::f32 ? nullptr : as<H>(compute), stream_);
     });
   }
+  void copy_rows(void* dst, const RowStrides& ds, const void* src, const RowStrides& ss,
+                 const RowBox& box, bool accumulate, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::copy_rows(as<T_>(dst), {{ds.s[0], ds.s[1], ds.s[2]}}, as<T_>(src),
+                   {{ss.s[0], ss.s[1], ss.s[2]}}, {{box.n[0], box.n[1], box.n[2]}, box.row},
+                   accumulate, stream_);
+    });
+  }
+  void attention_merge(void* out, const RowStrides& os, float* lse, const RowStrides& ls,
+                       const void* part, const float* part_lse, int64_t B, int64_t H, int64_t S,
+                       int64_t D, bool first, DType act) override {
+    typed(act, [&](auto z) {
+      using T_ = decltype(z);
+      k::attention_merge(as<T_>(out), {{os.s[0], os.s[1], os.s[2]}}, lse,
+                         {{ls.s[0], ls.s[1], ls.s[2]}}, as<T_>(part), part_lse, B, H, S, D, first,
+                         stream_);
+    });
+  }
   void convert(void* dst, DType act, const float* src, size_t n) override {
     if (act == DType::f32)
       copy(dst, src, n * sizeof(float));

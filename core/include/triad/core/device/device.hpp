@@ -173,6 +173,25 @@ class Device {
                    segs[i].weight_decay, t, compute ? advance(compute, k, act) : nullptr, act);
     }
   }
+  // Context parallelism's layout moves: a box of n[0] x n[1] x n[2] rows of `row` contiguous
+  // elements of `act`, row (i, j, k) at i s[0] + j s[1] + k s[2] elements from each base. dst's
+  // rows are OVERWRITTEN with src's (src null: zeros), or src's are added with accumulate.
+  struct RowBox {
+    int64_t n[3];
+    int64_t row;
+  };
+  struct RowStrides {
+    int64_t s[3];
+  };
+  virtual void copy_rows(void* dst, const RowStrides& ds, const void* src, const RowStrides& ss,
+                         const RowBox& box, bool accumulate, DType act) = 0;
+  // Ring attention's merge of a partial result into the running one, row by row (b, h, s) of
+  // (B, H, S): with L = log(e^lse + e^part_lse), out = e^(lse-L) out + e^(part_lse-L) part and
+  // lse = L; `first`: out = part, lse = part_lse. out (`act`, rows of D) and lse (fp32) strided;
+  // part (B, H, S, D) and part_lse (B, H, S) contiguous.
+  virtual void attention_merge(void* out, const RowStrides& os, float* lse, const RowStrides& ls,
+                               const void* part, const float* part_lse, int64_t B, int64_t H,
+                               int64_t S, int64_t D, bool first, DType act) = 0;
   // dst (n elements of `act`) = src rounded.
   virtual void convert(void* dst, DType act, const float* src, size_t n) = 0;
   // Sum of x and of its squares, accumulated in double; they wait for the result.

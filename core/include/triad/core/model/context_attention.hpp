@@ -22,7 +22,10 @@
 //     of floats, so neither direction moves lse over the network.
 //   H is this rank's heads (under tensor parallelism H/tp); causal or not as the args say; the
 //   args' workspace fields are ignored (the component owns its workspace and the plugin's).
-//   For now tensors must be CPU fp32: the layout copies and the lse merge are host loops.
+//   Tensors are the activations' dtype on the component's device (lse fp32 there too): the
+//   layout moves and the lse merge are the device's copy_rows and attention_merge, and the
+//   transport moves device memory (staged through host buffers where it reads host memory
+//   only). Ring backward adds each pair's dq, dk, dv into the gradients in that dtype.
 //
 // Traffic (counted per call, in bytes this rank hands to the transport; h = H D, s = T, b = the
 // call's batch, e = element bytes; formulas in expected_context_traffic()):
@@ -34,12 +37,12 @@
 //                     with their accumulating gradients, then the last hop home to their owner)
 //
 // Workspace (allocated once in the constructor for the largest micro-batch; with
-// N = max_batch H (T/cp) D elements, element size e = 4 (fp32)):
+// N = max_batch H (T/cp) D elements of the activations' size e):
 //   ulysses: 10 N e  (head-split q, k, v, out, dout, dq, dk, dv: 8 N; all-to-all send and
 //                     receive staging: 2 N)
-//   ring   : 9.5 N e + max_batch H (T/cp) 4  (k/v block and the one arriving: 4 N; dk/dv block
-//                     and the one arriving: 4 N; a pair's partial out, or its dq, dk, dv: 1.5 N;
-//                     lse of a pair / of both query chunks: max_batch H T/cp floats)
+//   ring   : max_batch H (T/cp) 4 + 9.5 N e  (lse of a pair / of both query chunks: max_batch
+//                     H T/cp floats, first; k/v block and the one arriving: 4 N; dk/dv block
+//                     and the one arriving: 4 N; a pair's partial out, or its dq, dk, dv: 1.5 N)
 //   plus the plugin's own workspace for context_plugin_shape() (max of forward and backward).
 // context_workspace_bytes() gives the first term, workspace_bytes() the total.
 #pragma once
@@ -58,7 +61,7 @@ namespace triad {
 class AttentionBackend;
 class Communicator;
 namespace detail {
-struct ContextView;  // a (B, H, T, D) fp32 view with strides (context_attention.cpp)
+struct ContextView;  // a (B, H, T, D) strided view (context_attention.cpp)
 }  // namespace detail
 
 enum class ContextMethod { ulysses, ring };
@@ -88,8 +91,9 @@ std::vector<int64_t> context_token_positions(ContextMethod m, int64_t seq_len, i
 triad_attention_shape_v1 context_plugin_shape(ContextMethod m, const ContextShape& s, int cp,
                                               int causal, DLDataType dtype, DLDevice device);
 
-// The component's own workspace in bytes (without the plugin's), as documented above.
-size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp);
+// The component's own workspace in bytes (without the plugin's), as documented above, for
+// activations of elem_bytes each.
+size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp, size_t elem_bytes);
 
 // Bytes this rank handed to the transport and how many operations carried them: all-to-alls
 // (the bytes of this rank's send buffer, the b s h / cp of the formula) or sends.
@@ -106,13 +110,14 @@ ContextTraffic expected_context_traffic(ContextMethod m, bool backward, const Co
 class ContextAttention {
  public:
   // The communicator is the context-parallel group (its size is cp, its rank this rank's place
-  // in the sequence); attention, group and device must outlive this object. Every wait gives
+  // in the sequence); attention, group and device must outlive this object. act: the
+  // activations' dtype (of every tensor the calls bring, lse aside). Every wait gives
   // up after `timeout` with a TransportError naming the transport. `causal`: the mask the
   // calls will ask for (the plugin's support and workspace are checked for it; ring's
   // off-diagonal pairs run unmasked). Throws UserError for a shape the method cannot split or
   // the plugin cannot run.
   ContextAttention(ContextMethod method, AttentionBackend& attention, Communicator& group,
-                   Device& dev, const ContextShape& shape, int causal,
+                   Device& dev, DType act, const ContextShape& shape, int causal,
                    std::chrono::milliseconds timeout = std::chrono::minutes(5));
   ContextAttention(const ContextAttention&) = delete;
   ContextAttention& operator=(const ContextAttention&) = delete;
@@ -145,17 +150,21 @@ class ContextAttention {
   void ring_backward(const triad_attention_bwd_args_v1& args, int64_t B);
   // Sequence-split x (B, H, T/cp, D) -> head-split (B, H/cp, T, D) in `head`, and back: one
   // all-to-all each, counted in t.
-  void to_heads(const View& x, float* head, ContextTraffic& t);
-  void to_sequence(float* head, const View& x, ContextTraffic& t);
-  void all_to_all(const float* send, float* recv, int64_t block, ContextTraffic& t);
+  void to_heads(const View& x, void* head, ContextTraffic& t);
+  void to_sequence(void* head, const View& x, ContextTraffic& t);
+  void all_to_all(const void* send, void* recv, int64_t block, ContextTraffic& t);
+  // The workspace `elems` activation elements in (ulysses' layout).
+  void* work(int64_t elems) const;
 
   ContextMethod method_;
   AttentionBackend& attention_;
   Communicator& group_;
+  Device& dev_;
+  DType act_;
   ContextShape shape_;
   int cp_, rank_;
   std::chrono::milliseconds timeout_;
-  Buffer<float> work_;
+  Buffer<uint8_t> work_;
   Buffer<uint8_t> plugin_work_;
   ContextTraffic fwd_traffic_, bwd_traffic_;
 };

@@ -121,6 +121,28 @@ template <class F>
 void adamw_update(F* params, const F* grads, F* m, F* v, size_t n, F lr, F beta1, F beta2, F eps,
                   F weight_decay, int t);
 
+// Context parallelism's layout moves: a box of n[0] x n[1] x n[2] rows of `row` contiguous
+// elements, row (i, j, k) at i s[0] + j s[1] + k s[2] elements from each base. copy_rows
+// OVERWRITES dst's rows with src's (src null: zeros), or adds src's with accumulate.
+struct RowBox {
+  int64_t n[3];
+  int64_t row;
+};
+struct RowStrides {
+  int64_t s[3];
+};
+template <class F>
+void copy_rows(F* dst, const RowStrides& ds, const F* src, const RowStrides& ss, const RowBox& box,
+               bool accumulate);
+// Ring attention's merge of a partial result into the running one, row by row (b, h, s) of
+// (B, H, S): with l = lse, p = part_lse and L = log(e^l + e^p) (formed from their max),
+// out = e^(l-L) out + e^(p-L) part and lse = L; `first`: out = part, lse = part_lse. out and lse
+// are strided (os over (B, H, S) rows of D; ls over elements), part (B, H, S, D) and part_lse
+// (B, H, S) contiguous.
+template <class F>
+void attention_merge(F* out, const RowStrides& os, F* lse, const RowStrides& ls, const F* part,
+                     const F* part_lse, int64_t B, int64_t H, int64_t S, int64_t D, bool first);
+
 // Sum of squares (accumulated in double), and x *= s.
 template <class F>
 double sum_squares(const F* x, size_t n);

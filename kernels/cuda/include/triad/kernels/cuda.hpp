@@ -210,6 +210,28 @@ void adamw_update_segments(float* params, const float* grads, float* m, float* v
 template <class H>
 void convert(H* dst, const float* src, size_t n, cudaStream_t stream);
 
+// Context parallelism's layout moves and ring attention's merge, as kernels::cpu's (see there):
+// a box of n[0] x n[1] x n[2] rows of `row` contiguous elements, row (i, j, k) at
+// i s[0] + j s[1] + k s[2] elements from each base.
+struct RowBox {
+  int64_t n[3];
+  int64_t row;
+};
+struct RowStrides {
+  int64_t s[3];
+};
+// dst's rows OVERWRITTEN with src's (src null: zeros), or += src's with accumulate (in fp32,
+// rounded once to E).
+template <class E>
+void copy_rows(E* dst, const RowStrides& ds, const NoDeduce<E>* src, const RowStrides& ss,
+               const RowBox& box, bool accumulate, cudaStream_t stream);
+// out = e^(l-L) out + e^(p-L) part, lse = L = log(e^l + e^p), row by row of (B, H, S); `first`:
+// out = part, lse = part_lse. lse and part_lse fp32; part (B,H,S,D), part_lse (B,H,S) contiguous.
+template <class E>
+void attention_merge(E* out, const RowStrides& os, float* lse, const RowStrides& ls, const E* part,
+                     const float* part_lse, int64_t B, int64_t H, int64_t S, int64_t D, bool first,
+                     cudaStream_t stream);
+
 // *out (one double on the device) OVERWRITES with sum(x) / sum(x*x), accumulated in double.
 void sum(double* out, const float* x, size_t n, cudaStream_t stream);
 void sum_squares(double* out, const float* x, size_t n, cudaStream_t stream);
