@@ -166,9 +166,7 @@ class Zero final : public triad::sdk::DataPlugin {
     for (auto& b : buckets_) {
       const int rc = c.ops->wait(c.transport, b.request, setup_.timeout_ms);
       if (rc != TRIAD_OK)
-        throw triad::sdk::Error(
-            rc, std::string("gradient ") + (scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
-                    std::to_string(b.lo) + ", " + std::to_string(b.hi) + ") did not complete");
+        throw triad::sdk::Error(rc, "gradient " + reduction_of(b) + " did not complete");
       c.ops->request_free(c.transport, b.request);
       b.request = nullptr;
       b.ready = 0;
@@ -302,9 +300,12 @@ class Zero final : public triad::sdk::DataPlugin {
                              setup_.device, TRIAD_REDUCE_SUM, &b.request);
     }
     if (rc != TRIAD_OK)
-      throw triad::sdk::Error(rc, std::string("could not start the gradient ") +
-                                      (scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
-                                      std::to_string(b.lo) + ", " + std::to_string(b.hi) + ")");
+      throw triad::sdk::Error(rc, "could not start the gradient " + reduction_of(b));
+  }
+  // "reduce-scatter of [lo, hi)" or "all-reduce of [lo, hi)": a bucket's reduction, for errors.
+  std::string reduction_of(const Bucket& b) const {
+    return std::string(scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
+           std::to_string(b.lo) + ", " + std::to_string(b.hi) + ")";
   }
   // Lets in-flight all-reduces advance while the backward pass goes on.
   void progress() {
