@@ -76,7 +76,7 @@ TEST(AttentionBackend, ReportsCapabilitiesAndChecksShapes) {
   EXPECT_EQ(be->capabilities().max_head_dim, 256);
   // naive runs on CUDA GPUs too where the build has CUDA.
   const std::string devices = cuda_device_built() ? "cpu, cuda" : "cpu";
-  const std::string dtypes = cuda_device_built() ? "float32, bfloat16" : "float32";
+  const std::string dtypes = cuda_device_built() ? "float32, bfloat16, float16" : "float32";
   EXPECT_EQ(describe_capabilities(be->capabilities()),
             "devices " + devices + "; dtypes " + dtypes + "; head dims 1..256; causal, non-causal");
   EXPECT_NO_THROW(be->check_supported(shape(256, true)));
@@ -86,9 +86,9 @@ TEST(AttentionBackend, ReportsCapabilitiesAndChecksShapes) {
                     HasSubstr("supports 1..256")));
   EXPECT_THAT(
       user_error([&] {
-        be->check_supported(shape(64, true, {kDLFloat, 16, 1}));
+        be->check_supported(shape(64, true, {kDLFloat, 64, 1}));
       }),
-      AllOf(HasSubstr("'naive' does not support dtype float16"), HasSubstr("supports " + dtypes)));
+      AllOf(HasSubstr("'naive' does not support dtype float64"), HasSubstr("supports " + dtypes)));
   EXPECT_THAT(
       user_error([&] {
         be->check_supported(shape(64, true, {kDLFloat, 32, 1}, kDLROCM));
