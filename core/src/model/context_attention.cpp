@@ -9,8 +9,6 @@
 #include "triad/core/model/context_attention.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
@@ -220,8 +218,8 @@ size_t context_workspace_bytes(ContextMethod m, const ContextShape& s, int cp, s
   const size_t N = size_t(s.max_batch) * s.heads * (s.seq_len / cp) * s.head_dim;
   if (m == ContextMethod::ulysses) return 10 * N * elem_bytes;
   // 9.5 N: N is even (T/cp = 2 C).
-  const size_t lse = size_t(s.max_batch) * s.heads * (s.seq_len / cp);
-  return 19 * N / 2 * elem_bytes + lse * sizeof(float);
+  return 19 * N / 2 * elem_bytes +
+         context_lse_bytes(size_t(s.max_batch) * s.heads * (s.seq_len / cp));
 }
 
 ContextTraffic expected_context_traffic(ContextMethod m, bool backward, const ContextShape& s,
@@ -462,7 +460,7 @@ class Ring {
         timeout_(timeout) {
     const int64_t max_n = s.max_batch * H_ * Tl_ * D_;
     lse = static_cast<float*>(base);
-    void* blocks = lse + s.max_batch * H_ * Tl_;
+    void* blocks = static_cast<char*>(base) + context_lse_bytes(size_t(s.max_batch * H_ * Tl_));
     auto at = [&](int64_t elems) { return advance(blocks, size_t(elems), act); };
     kv[0] = at(0), kv[1] = at(2 * max_n);
     dkv[0] = at(4 * max_n), dkv[1] = at(6 * max_n);
@@ -511,8 +509,10 @@ class Ring {
   }
 
  private:
+  // One rank's contiguous (B, H, T/cp, D) block of k, v or their gradients.
   View blocked(void* data) const {
-    return View{data, act_, dev_.dl_device(), B_, H_, Tl_, D_, H_ * Tl_ * D_, Tl_ * D_, D_};
+    const Strides s = packed(H_, Tl_, D_);
+    return View{data, act_, dev_.dl_device(), B_, H_, Tl_, D_, s.s[0], s.s[1], s.s[2]};
   }
   int64_t B_, H_, Tl_, D_, n_;
   int cp_, rank_;

@@ -32,6 +32,7 @@
 
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/param_spec.hpp"
 #include "triad/core/plugins/attention.hpp"
@@ -462,7 +463,7 @@ size_t context_buffers(size_t cp, bool ulysses, size_t tokens_channels, size_t t
   if (cp <= 1) return 0;
   const size_t u = tokens_channels * a;
   if (ulysses) return 10 * u;
-  return 9 * u + u / 2 + tokens_heads * 4;
+  return 9 * u + u / 2 + context_lse_bytes(tokens_heads);
 }
 
 ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {

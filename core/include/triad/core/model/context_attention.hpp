@@ -40,9 +40,11 @@
 // N = max_batch H (T/cp) D elements of the activations' size e):
 //   ulysses: 10 N e  (head-split q, k, v, out, dout, dq, dk, dv: 8 N; all-to-all send and
 //                     receive staging: 2 N)
-//   ring   : max_batch H (T/cp) 4 + 9.5 N e  (lse of a pair / of both query chunks: max_batch
-//                     H T/cp floats, first; k/v block and the one arriving: 4 N; dk/dv block
-//                     and the one arriving: 4 N; a pair's partial out, or its dq, dk, dv: 1.5 N)
+//   ring   : L + 9.5 N e  (lse of a pair / of both query chunks: max_batch H T/cp floats,
+//                     first, L bytes with the padding to kContextLseAlign that keeps the blocks
+//                     after it aligned for the plugins' vector loads; k/v block and the one
+//                     arriving: 4 N; dk/dv block and the one arriving: 4 N; a pair's partial
+//                     out, or its dq, dk, dv: 1.5 N)
 //   plus the plugin's own workspace for context_plugin_shape() (max of forward and backward).
 // context_workspace_bytes() gives the first term, workspace_bytes() the total.
 #pragma once
@@ -90,6 +92,12 @@ std::vector<int64_t> context_token_positions(ContextMethod m, int64_t seq_len, i
 // H heads over one chunk of T/(2cp) tokens), at max_batch: what its workspace is sized for.
 triad_attention_shape_v1 context_plugin_shape(ContextMethod m, const ContextShape& s, int cp,
                                               int causal, DLDataType dtype, DLDevice device);
+
+// The ring's lse region: `rows` floats rounded up to kContextLseAlign bytes (L above).
+inline constexpr size_t kContextLseAlign = 256;
+constexpr size_t context_lse_bytes(size_t rows) {
+  return (rows * sizeof(float) + kContextLseAlign - 1) / kContextLseAlign * kContextLseAlign;
+}
 
 // The component's own workspace in bytes (without the plugin's), as documented above, for
 // activations of elem_bytes each.
