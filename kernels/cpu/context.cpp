@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "triad/kernels/cpu.hpp"
 
@@ -36,7 +37,10 @@ void attention_merge(F* out, const RowStrides& os, F* lse, const RowStrides& ls,
         F& l = lse[b * ls.s[0] + h * ls.s[1] + s * ls.s[2]];
         const F* po = part + ((b * H + h) * S + s) * D;
         const F pl = part_lse[(b * H + h) * S + s];
-        if (first) {
+        // A part that saw no keys (lse -inf) adds nothing; output that has seen none yet takes
+        // the part as it is (the formula below would give NaN from -inf - -inf).
+        if (!first && pl == -std::numeric_limits<F>::infinity()) continue;
+        if (first || l == -std::numeric_limits<F>::infinity()) {
           std::memcpy(o, po, size_t(D) * sizeof(F));
           l = pl;
           continue;

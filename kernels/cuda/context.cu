@@ -45,7 +45,10 @@ __global__ void attention_merge_kernel(E* out, RowStrides os, float* lse, RowStr
   float* l = lse + b * ls.s[0] + h * ls.s[1] + s * ls.s[2];
   const E* po = part + row * D;
   const float pl = part_lse[row];
-  if (first) {
+  // A part that saw no keys (lse -inf) adds nothing; output that has seen none yet takes the
+  // part as it is (the merge below would give NaN from -inf - -inf). Whole warps leave alike.
+  if (!first && pl == -INFINITY) return;
+  if (first || *l == -INFINITY) {
     for (int64_t d = lane; d < D; d += 32) o[d] = po[d];
     __syncwarp();
     if (lane == 0) *l = pl;

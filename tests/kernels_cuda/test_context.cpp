@@ -73,9 +73,15 @@ TYPED_TEST(ContextKernels, AttentionMergeMatchesCpu) {
   const cpu::RowStrides cos{{Tl * H * D, D, H * D}}, cls{{H * Tl, Tl, 1}};
   const FVec out0 = S::round(randn(size_t(B * Tl * H * D), 1)),
              part = S::round(randn(size_t(B * H * S_ * D), 2));
-  const FVec lse0 = randn(size_t(B * H * Tl), 3, 2.0), plse = randn(size_t(B * H * S_), 4, 2.0);
   for (bool first : {true, false}) {
     SCOPED_TRACE(first ? "first" : "merge");
+    FVec lse0 = randn(size_t(B * H * Tl), 3, 2.0), plse = randn(size_t(B * H * S_), 4, 2.0);
+    if (!first) {
+      // A row whose output has seen no keys yet takes the part; a part that saw none adds
+      // nothing (both finite afterwards, no NaN from -inf - -inf).
+      lse0[size_t(S_)] = -INFINITY;
+      plse[1] = -INFINITY;
+    }
     typename S::Array dout(out0, 1), dpart(part, 2);
     DFloat dlse(lse0, 3), dplse(plse, 0);
     attention_merge(S::ptr(dout) + S_ * H * D, os, dlse.get() + S_, ls, S::ptr(dpart), dplse.get(),
