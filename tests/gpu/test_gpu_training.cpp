@@ -123,7 +123,11 @@ TEST(GpuTraining, HalfPrecisionFollowsFp32) {
     return run(more);
   };
   const auto fp32 = with({"precision=fp32"});
-  setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1);
+  // Unset again however the test leaves (an ASSERT returns early).
+  struct Unverified {
+    Unverified() { setenv("TRIAD_UNVERIFIED_GPU_LAYOUTS", "1", 1); }
+    ~Unverified() { unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS"); }
+  } unverified;
   for (const char* precision : {"bf16", "fp16"})
     for (const char* attn : {"naive", "flash2", "flash1"}) {
       const auto half =
@@ -146,7 +150,6 @@ TEST(GpuTraining, HalfPrecisionFollowsFp32) {
           precision, attn, worst, fp32.steps.front().loss, fp32.steps.back().loss, precision,
           half.steps.front().loss, half.steps.back().loss, skipped);
     }
-  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
 }
 
 // The GPU refuses what it cannot run before anything starts, naming the fix.

@@ -239,7 +239,7 @@ void mm_gelu_forward_case(cudaStream_t stream, const MmShape& s, bool with_bias)
   Blas blas(stream);
   matmul_gelu_forward(blas, out.ptr(), pre.ptr(), dx.ptr(), dw.ptr(),
                       with_bias ? db.ptr() : nullptr, N, C, OC);
-  sync();
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   Vec want_pre(size_t(N) * OC), want_out(want_pre.size());
   const Vec bd = to_double(b);
   cpu::matmul_forward(want_pre.data(), to_double(x).data(), to_double(w).data(),
@@ -273,7 +273,7 @@ void mm_dgelu_case(cudaStream_t stream, const MmShape& s) {
   Blas blas(stream);
   matmul_backward_dgelu(blas, ddi.ptr(), dact.ptr(), dpre.ptr(), ddw.get(), ddb.get(), dg.ptr(),
                         dx.ptr(), dw.ptr(), N, C, OC);
-  sync();
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   Vec dgelu(NC, 0.0), wi(NC), ww = to_double(dw0), wb = to_double(db0);
   cpu::matmul_backward(dgelu.data(), ww.data(), wb.data(), to_double(g).data(), to_double(x).data(),
                        to_double(w).data(), N, C, OC);
