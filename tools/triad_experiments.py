@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import time
@@ -387,11 +388,12 @@ def read_metrics(out_dir):
 
 def summarize(records, warmup):
     """One run's values: the mean of each per-step metric over the measured steps (those after
-    `warmup`), and the peak memory over every step. None when no measured step exists."""
+    `warmup`), and the peak memory over every step; under "per_step" each per-step metric's
+    measured values, for medians over a study's repeats. None when no measured step exists."""
     measured = [r for r in records if r.get("step", 0) > warmup]
     if not measured:
         return None
-    out = {}
+    out, per_step = {}, {}
     for key, _, _ in METRICS:
         vals = [float(r[key]) for r in (records if key == "peak_memory_bytes" else measured)
                 if r.get(key) is not None]
@@ -401,8 +403,23 @@ def summarize(records, warmup):
             out[key] = max(vals)
         else:
             out[key] = sum(vals) / len(vals)
+            per_step[key] = vals
     out["measured_steps"] = len(measured)
+    out["per_step"] = per_step
     return out
+
+
+def pooled_median(runs, key):
+    """The median of a per-step metric over every measured step of `runs` (summarize's values);
+    a run recorded without its steps counts with its mean. None when no run has the metric."""
+    vals = []
+    for v in runs:
+        steps = (v.get("per_step") or {}).get(key)
+        if steps:
+            vals += steps
+        elif v.get(key) is not None:
+            vals.append(v[key])
+    return statistics.median(vals) if vals else None
 
 
 def mean_sem(values):

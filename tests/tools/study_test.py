@@ -80,6 +80,14 @@ for r in rows:
               math.isclose(e["sem"][k], sem, rel_tol=1e-9, abs_tol=1e-12),
               f"{name} {k}: JSON agrees")
     check(by_name[name]["world"] == int(world.split("=")[1]), f"{name}: JSON records the world")
+    # The median (what --predict compares with) is over every measured step of every repeat.
+    steps = [json.loads(l) for i in range(REPEATS)
+             for l in open(os.path.join(folder, f"repeat-{i}", "run", "metrics.jsonl"))]
+    for k in METRICS:
+        med = statistics.median(x[k] for x in steps if x["step"] > WARMUP)
+        check(math.isclose(float(r[f"{k}_median"]), med, rel_tol=1e-9) and
+              math.isclose(by_name[name]["median"][k], med, rel_tol=1e-9),
+              f"{name} {k}: median over {REPEATS} x {STEPS} steps {med:.6g} in CSV and JSON")
 
 env = j["environment"]
 check(env["cpus"] and env["triad"]["commit"] and "libopenblas0-openmp" in str(env["libraries"])
