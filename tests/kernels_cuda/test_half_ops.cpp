@@ -58,6 +58,41 @@ TYPED_TEST(HalfLayerNorm, ForwardMatchesCpu) {
   }
 }
 
+// The residual-fused forward in 16 bits: res = a + b rounded once, as residual_forward rounds it,
+// and the layernorm of that; the bits of the two kernels one after the other, also in place
+// (res written over b, as the model does).
+TYPED_TEST(HalfLayerNorm, ResidualFusedIsBitIdenticalToSeparate) {
+  using S = TypeParam;
+  for (auto [N, C, off] : kLnShapes) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const size_t NC = size_t(N) * C;
+    const FVec a = S::round(randn(NC, 21, 2.0)), b = S::round(randn(NC, 22)),
+               w = S::round(randn(C, 23)), bias = S::round(randn(C, 24));
+    const size_t woff = off == 0 ? 0 : off + 1;
+    typename S::Array da(a, off), db(b, off), dw(w, woff), dbias(bias, woff), res(NC, off),
+        out(NC, off), fres(NC, off), fout(NC, off), inplace(b, off), iout(NC, off);
+    DFloat mean(N, 1), rstd(N, 3), fmean(N, 1), frstd(N, 3), imean(N, 1), irstd(N, 3);
+    residual_forward(res.ptr(), da.ptr(), db.ptr(), NC, this->stream);
+    layernorm_forward(out.ptr(), mean.get(), rstd.get(), res.ptr(), dw.ptr(), dbias.ptr(), N, C,
+                      1e-5f, this->stream);
+    fres.poison();
+    fout.poison();
+    residual_layernorm_forward(fres.ptr(), fout.ptr(), fmean.get(), frstd.get(), da.ptr(), db.ptr(),
+                               dw.ptr(), dbias.ptr(), N, C, 1e-5f, this->stream);
+    residual_layernorm_forward(inplace.ptr(), iout.ptr(), imean.get(), irstd.get(), da.ptr(),
+                               inplace.ptr(), dw.ptr(), dbias.ptr(), N, C, 1e-5f, this->stream);
+    this->sync();
+    EXPECT_TRUE(bit_equal(fres.values(), res.values()));
+    EXPECT_TRUE(bit_equal(fout.values(), out.values()));
+    EXPECT_TRUE(bit_equal(fmean.download(), mean.download()));
+    EXPECT_TRUE(bit_equal(frstd.download(), rstd.download()));
+    EXPECT_TRUE(bit_equal(inplace.values(), res.values()));
+    EXPECT_TRUE(bit_equal(iout.values(), out.values()));
+    EXPECT_TRUE(fres.guards_intact());
+    EXPECT_TRUE(fout.guards_intact());
+  }
+}
+
 TYPED_TEST(HalfLayerNorm, BackwardAccumulatesAndMatchesCpu) {
   using S = TypeParam;
   for (auto [N, C, off] : kLnShapes) {
