@@ -1,13 +1,14 @@
 """triad-simulate calibrate --out MACHINE.yaml [--config CONFIG] [--micro-batches 1,4,16]
-                         [--attention naive,flash2] [--ranks 2] [--overwrite]
+                         [--attention naive,flash2] [--ranks 2] [--rounds 3] [--overwrite]
 
 Measures this machine into a machine description for triad-simulate (the format:
 core/include/triad/core/perf/machine.hpp; configs/machines/README.md says where each number of
 the shipped ones comes from). What it runs, each through Triad's own programs:
 
 - the config cut to 2 layers, ten steps traced (--profile-steps) at each micro-batch size and
-  with each attention plugin: each block's and the head's forward and backward time per
-  micro-batch; once more with a rank on each core, for ranks that share the node;
+  with each attention plugin, in --rounds alternated rounds (every size and plugin once, then
+  again): each block's and the head's forward and backward time per micro-batch, the median
+  over every round's spans; once more with a rank on each core, for ranks that share the node;
 - a streamed add of large arrays (NumPy): the memory bandwidth;
 - triad-bench-collectives on --ranks ranks of this node: each collective's latency and bandwidth
   (least squares over sizes, ring accounting);
@@ -45,6 +46,9 @@ def parse_args(argv):
     p.add_argument("--attention", default="naive,flash2",
                    help="attention plugins to measure (comma-separated; default naive,flash2)")
     p.add_argument("--ranks", type=int, default=2, help="ranks for the collectives (default 2)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternated rounds of the traced runs per micro-batch size and plugin, "
+                        "their spans pooled (default 3: one round scatters by a tenth here)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     a = p.parse_args(argv)
     if a.config is None:
@@ -60,6 +64,8 @@ def parse_args(argv):
     a.attention = [x.strip() for x in a.attention.split(",") if x.strip()]
     if not a.attention:
         raise tx.BadInput("--attention needs at least one plugin, e.g. naive,flash2")
+    if not 1 <= a.rounds <= 20:
+        raise tx.BadInput(f"--rounds {a.rounds} is outside 1..20; give e.g. --rounds 3")
     if not 2 <= a.ranks <= 64:
         raise tx.BadInput(f"--ranks {a.ranks} is outside 2..64; give e.g. --ranks 2")
     out_dir = os.path.dirname(os.path.abspath(a.out))
@@ -89,11 +95,13 @@ def model_of(config):
             "s": int(m.get("seq_length", 64)), "vocab": int(m.get("vocab_size", 256))}
 
 
-def traced_layers(launch, config, b, work, attention="naive", ranks=1, extra=()):
-    """Median forward / backward seconds of a block and of the head per micro-batch, and the
-    measured ms per step, from a 2-layer run of `config` at micro-batch b on `ranks` ranks with
-    the `extra` overrides (OpenMP threads as the launcher gives them: every core for one rank,
-    one each for a rank per core)."""
+SPANS = ("forward block", "backward block", "forward head", "backward head", "step")
+
+
+def traced_spans(launch, config, b, work, attention="naive", ranks=1, extra=()):
+    """({span name: [seconds]}, [ms per step]) of a 2-layer run of `config` at micro-batch b on
+    `ranks` ranks with the `extra` overrides (OpenMP threads as the launcher gives them: every
+    core for one rank, one each for a rank per core)."""
     out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-r{ranks}" if ranks > 1 else "")
                        + "".join("-" + x.replace("=", "-") for x in extra))
     sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
@@ -113,15 +121,24 @@ def traced_layers(launch, config, b, work, attention="naive", ranks=1, extra=())
         if e.get("ph") == "X":
             name = " ".join(w for w in e["name"].split() if not w.isdigit())
             spans.setdefault(name, []).append(e["dur"] * 1e-6)
-    need = ("forward block", "backward block", "forward head", "backward head", "step")
-    missing = [n for n in need if n not in spans]
+    missing = [n for n in SPANS if n not in spans]
     if missing:
         raise tx.BadInput(f"the traced run at micro-batch {b} has no '{missing[0]}' span; "
                           f"rebuild Triad (its trace lacks spans this calibration reads)")
-    med = {n: statistics.median(spans[n]) for n in need}
-    steps = [r["ms_per_step"] for r in tx.read_metrics(out)[2:]]
-    med["ms_per_step"] = statistics.median(steps)
+    return spans, [r["ms_per_step"] for r in tx.read_metrics(out)[2:]]
+
+
+def medians(runs):
+    """Median forward / backward seconds of a block and of the head per micro-batch, and the
+    median ms per step, over every span and step of `runs` (traced_spans' results)."""
+    med = {n: statistics.median([x for spans, _ in runs for x in spans[n]]) for n in SPANS}
+    med["ms_per_step"] = statistics.median([x for _, steps in runs for x in steps])
     return med
+
+
+def traced_layers(*args, **kw):
+    """medians() of one traced run (traced_spans' arguments)."""
+    return medians([traced_spans(*args, **kw)])
 
 
 def memory_bandwidth():
@@ -190,7 +207,7 @@ def write_description(path, a, d):
     p2p_bw, p2p_lat = d["ops"]["all_gather"]
     link = f"{{bandwidth_gbs: {p2p_bw / 1e9:.4g}, latency_us: {p2p_lat * 1e6:.4g}"
     text = f"""# Measured by `triad-simulate calibrate` on {d['host']}, {d['date']}.
-# Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans);
+# Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans, medians over {a.rounds} rounds);
 # blocks: per attention plugin; memory: a streamed add (NumPy);
 # collectives: triad-bench-collectives on {a.ranks} ranks, least squares over 4 KiB..8 MiB.
 name: {d['name']}
@@ -258,8 +275,11 @@ def main(argv):
         # dense products, 24·t·h², and the attention's as the plugin does them), backward over
         # forward; the head (2·t·h·V) gives the curve of other products.
         plugins = sorted(set(a.attention) | {"naive"})
-        runs = {p: {b: traced_layers(launch, a.config, b, work, attention=p)
-                    for b in a.micro_batches} for p in plugins}
+        traces = {(p, b): [] for p in plugins for b in a.micro_batches}
+        for _ in range(a.rounds):  # every size and plugin once per round: a drift hits all alike
+            for (p, b), got in traces.items():
+                got.append(traced_spans(launch, a.config, b, work, attention=p))
+        runs = {p: {b: medians(traces[(p, b)]) for b in a.micro_batches} for p in plugins}
         layers = runs["naive"]
         bw = memory_bandwidth()
         # Ranks sharing the node: one per core, data-parallel, each on one thread (as the

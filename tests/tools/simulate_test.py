@@ -1,6 +1,6 @@
 """triad-simulate end to end: calibrate this machine on configs/gpt-tiny.yaml (two micro-batch
-sizes, naive and flash2), then predict with the description it wrote: one layout's report, a
---grid over ranks, ZeRO stage and pipeline stages as a table, fastest first, and as JSON whose
+sizes, naive and flash2, two rounds pooled), then predict with the description it wrote: one
+layout's report, a --grid over ranks, ZeRO stage and pipeline stages as a table, fastest first, and as JSON whose
 breakdown adds up to each step; a refused layout is a row, not the end of the grid. The shipped
 datasheet descriptions load and predict the published layouts (configs/published/). Bad input to
 calibrate is one line and exit 2. No time is asserted: the machine is shared.
@@ -22,12 +22,12 @@ d = scratch("triad-simulate-test-")
 machine = os.path.join(d, "machine.yaml")
 
 rc, out, err = run([SIM, "calibrate", "--out", machine, "--config", CONFIG,
-                    "--micro-batches", "2,8", "--attention", "naive,flash2"], d)
+                    "--micro-batches", "2,8", "--attention", "naive,flash2", "--rounds", "2"], d)
 check(rc == 0, f"calibrate exits 0 (got {rc}: {err.strip()[-300:]})")
 check(os.path.isfile(machine) and "wrote" in out, "calibrate wrote the description")
 text = open(machine).read() if os.path.isfile(machine) else ""
 for key in ("peak_tflops", "efficiency", "flash2", "memory_bandwidth_gbs", "all_reduce",
-            "per_step_ms", "calibrated on"):
+            "per_step_ms", "calibrated on", "medians over 2 rounds"):
     check(key in text, f"the description holds {key}")
 
 rc, out, err = run([SIM, CONFIG, "--machine", machine], d)
@@ -101,7 +101,9 @@ for args, names, what in (
         (["--out", os.path.join(d, "x.yaml"), "--micro-batches", "4"], ["at least two sizes"],
          "one micro-batch size"),
         (["--out", os.path.join(d, "x.yaml"), "--config", os.path.join(d, "nope.yaml")],
-         ["nope.yaml"], "a missing config")):
+         ["nope.yaml"], "a missing config"),
+        (["--out", os.path.join(d, "x.yaml"), "--rounds", "0"], ["--rounds 0", "1..20"],
+         "no rounds")):
     rc, out, err = run([SIM, "calibrate"] + args, d)
     check_bad_input("triad-simulate calibrate", rc, err, names, what)
 check(not os.path.exists(os.path.join(d, "x.yaml")), "nothing written by refused calibrations")
