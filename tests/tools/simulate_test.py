@@ -1,7 +1,7 @@
 """triad-simulate end to end: calibrate this machine on configs/gpt-tiny.yaml (two micro-batch
 sizes, naive and flash2, two rounds pooled), then predict with the description it wrote: one
-layout's report, a --grid over ranks, ZeRO stage and pipeline stages as a table, fastest first, and as JSON whose
-breakdown adds up to each step; a refused layout is a row, not the end of the grid. The shipped
+layout's report, a --grid over ranks, ZeRO stage and pipeline stages as a table, fastest
+first, and as JSON whose breakdown adds up to each step; a refused layout is a row, not the end of the grid. The shipped
 datasheet descriptions load and predict the published layouts (configs/published/). Bad input to
 calibrate is one line and exit 2. No time is asserted: the machine is shared.
     simulate_test.py BIN_DIR SOURCE_DIR
