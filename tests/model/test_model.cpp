@@ -274,8 +274,8 @@ TEST_P(RecomputeTest, SameLossesWithLessMemory) {
     }
     // One activation set (accumulation is the one-stage schedule). Per block, fp32: ln1, res_mid,
     // ln2 (N,C) and their statistics (4N), qkv (N,3C), the attention output (N,C) and lse
-    // (N,H), fch and its GELU (N,4C). Full keeps res_in alone of all that, but one block's worth
-    // and its output (N,C) as work space; selective keeps one attention output and lse of L.
+    // (N,H), mlp_pre and its GELU (N,4C). Full keeps res_in alone of all that, but one block's
+    // worth and its output (N,C) as work space; selective keeps one attention output and lse of L.
     const size_t N = size_t(B) * T, block = N * (15 * C + H + 4) * 4, core = N * (C + H) * 4;
     const size_t none_peak = plain.steps.back().peak_bytes;
     EXPECT_EQ(none_peak - full.steps.back().peak_bytes, (L - 1) * block - N * C * 4) << pos;

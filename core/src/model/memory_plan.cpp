@@ -501,13 +501,13 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const size_t Hl = size_t(m.num_attention_heads / s.shards.attention);
   // alloc_block_acts: one block's activations; core_acts the attention core's output and lse
   // among them (what selective recomputation keeps one of per model chunk, in work_).
-  const size_t core_acts = BT * Cl * a /* atty */ + BT * Hl * 4 /* lse */;
+  const size_t core_acts = BT * Cl * a /* attn_out */ + BT * Hl * 4 /* lse */;
   const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
                             (s.gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
-                            core_acts + 2 * BT * Fl * a /* fch, fch_gelu */;
+                            core_acts + 2 * BT * Fl * a /* mlp_pre, mlp_act */;
   s.kept_per_block = s.full ? 0 : s.selective ? block_acts - core_acts : block_acts;
   s.recompute_work = s.full ? block_acts + BTs * C * a : s.selective ? core_acts : 0;
-  // Backward scratch: dres, dln, dqkv, datty, dfch, dfch_gelu.
+  // Backward scratch: dres, dln, dqkv, dattn_out, dmlp_pre, dmlp_act.
   s.scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
   s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
   const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";

@@ -132,7 +132,7 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
         ActBuffer(dev_, (sp_ ? size_t(maxB_) * T_ / tp_.size : size_t(maxB_) * T_) * size_t(C_),
                   act_, "activations");
   } else if (recompute_ == Recompute::selective) {
-    work_.atty = ActBuffer(dev_, size_t(maxB_) * T_ * Cl_, act_, "activations");
+    work_.attn_out = ActBuffer(dev_, size_t(maxB_) * T_ * Cl_, act_, "activations");
     work_.lse = Buffer<float>(dev_, size_t(maxB_) * T_ * Hl_, "activations");
   }
   for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
@@ -147,9 +147,9 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
   dln_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
   dcol_ = t > 1 ? dln_full_.data() : dln_.data();
   dqkv_ = ActBuffer(dev_, BT * 3 * Cl_, act_, "activation gradients");
-  datty_ = ActBuffer(dev_, BT * Cl_, act_, "activation gradients");
-  dfch_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
-  dfch_gelu_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+  dattn_out_ = ActBuffer(dev_, BT * Cl_, act_, "activation gradients");
+  dmlp_pre_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
+  dmlp_act_ = ActBuffer(dev_, BT * Fl_, act_, "activation gradients");
 
   setup_context();
   if (ctx_) return;  // ContextAttention sizes the plugin's workspace for its own calls
@@ -226,7 +226,7 @@ void GPT::alloc_block_acts(LayerActs& a, bool core) {
   if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
   a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
   if (core) {
-    a.atty = ActBuffer(dev_, BT * Cl_, act_, "activations");
+    a.attn_out = ActBuffer(dev_, BT * Cl_, act_, "activations");
     a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
   }
   a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
@@ -234,8 +234,8 @@ void GPT::alloc_block_acts(LayerActs& a, bool core) {
   a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
   a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
   if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
-  a.fch = ActBuffer(dev_, BT * Fl_, act_, "activations");
-  a.fch_gelu = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  a.mlp_pre = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  a.mlp_act = ActBuffer(dev_, BT * Fl_, act_, "activations");
 }
 
 GPT::ActSet GPT::make_act_set() {
@@ -348,7 +348,8 @@ std::vector<float> GPT::grads_to_full() const {
 }
 
 // The attention plugin's views of one layer: q, k, v inside qkv (B,T,3Cl), the output inside
-// atty (B,T,Cl), lse (B,Hl,T), over this rank's Hl heads. Forward and backward see the same ones.
+// attn_out (B,T,Cl), lse (B,Hl,T), over this rank's Hl heads. Forward and backward see the same
+// ones.
 struct GPT::AttnViews {
   HeadView q, k, v, out;
   LseView lse;
@@ -357,7 +358,7 @@ struct GPT::AttnViews {
       : q(a.qkv.data(), B, T, H, C / H, 3 * C, 0, d, act),
         k(a.qkv.data(), B, T, H, C / H, 3 * C, C, d, act),
         v(a.qkv.data(), B, T, H, C / H, 3 * C, 2 * C, d, act),
-        out(core.atty.data(), B, T, H, C / H, C, 0, d, act),
+        out(core.attn_out.data(), B, T, H, C / H, C, 0, d, act),
         lse(core.lse.data(), B, H, T, d) {}
 };
 
@@ -379,11 +380,11 @@ void GPT::attention_forward(LayerActs& a, int B) {
     attn_.forward(args);
 }
 
-void GPT::attention_backward(LayerActs& a, void* dqkv, const void* datty, int B) {
+void GPT::attention_backward(LayerActs& a, void* dqkv, const void* dattn_out, int B) {
   const int D = C_ / H_, Cl = Cl_, Hl = Hl_;
   const DLDevice d = dev_.dl_device();
   AttnViews w(a, attention_core(a), B, T_, Hl, Cl, d, act_);
-  HeadView dout(datty, B, T_, Hl, D, Cl, 0, d, act_);
+  HeadView dout(dattn_out, B, T_, Hl, D, Cl, 0, d, act_);
   HeadView dq(dqkv, B, T_, Hl, D, 3 * Cl, 0, d, act_);
   HeadView dk(dqkv, B, T_, Hl, D, 3 * Cl, Cl, d, act_);
   HeadView dv(dqkv, B, T_, Hl, D, 3 * Cl, 2 * Cl, d, act_);
@@ -500,8 +501,7 @@ void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const v
   const void* dfull = row_output_grad(dy, N, split);
   float* db = whole ? dbias : nullptr;
   if (gelu_pre)
-    dev_.matmul_backward_dgelu(dx, dfch_gelu_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_,
-                               act_);
+    dev_.matmul_backward_dgelu(dx, dmlp_act_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_, act_);
   else
     dev_.matmul_backward(dx, dW, db, dfull, x, W, N, K, C_, act_, GradWrite::overwrite);
 }
@@ -582,16 +582,16 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
     rotate_qk(a.qkv, B, false);
   }
   attention_forward(a, B);
-  // res_mid = res_in + atty @ Wproj^T + b   (use `out` as the projection scratch)
-  row_parallel_forward(out, attention_core(a).atty.data(), p.attn_proj_w, p.attn_proj_b, N, Cl,
+  // res_mid = res_in + attn_out @ Wproj^T + b   (use `out` as the projection scratch)
+  row_parallel_forward(out, attention_core(a).attn_out.data(), p.attn_proj_w, p.attn_proj_b, N, Cl,
                        attn_split);
   // ln2 = layernorm(res_mid) in the same pass
   dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
                                   a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
   const void* ln2 = column_input(a.ln2, a.ln2_full, N, mlp_split);
-  dev_.matmul_gelu_forward(a.fch_gelu.data(), a.fch.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
-  // out = res_mid + fch_gelu @ Wfcproj^T + b
-  row_parallel_forward(out, a.fch_gelu.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
+  dev_.matmul_gelu_forward(a.mlp_act.data(), a.mlp_pre.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
+  // out = res_mid + mlp_act @ Wfcproj^T + b
+  row_parallel_forward(out, a.mlp_act.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
   const bool next_block = i + 1 < s.layers.size();
   if (!fuse_norms || (!next_block && !has_head_)) {  // the output leaves the stage
     dev_.residual_forward(out, a.res_mid.data(), out, size_t(Ns) * C, act_);
@@ -747,7 +747,7 @@ GPT::DeferredWeights GPT::deferred_weights() const {
 // dres_ holds d loss / d (residual stream) at the block's output; turns it into the gradient at
 // its input (the residual adds pass it through unchanged). The first half (Half::input) leaves
 // each GEMM's output gradient where block_weights() finds it: the MLP projection's in
-// block_out_grad(), the first MLP GEMM's over fch, the attention projection's over res_mid, the
+// block_out_grad(), the first MLP GEMM's over mlp_pre, the attention projection's over res_mid, the
 // qkv GEMM's over qkv, each copied there once the first half read that activation last.
 void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const int B = s.B, T = T_, C = C_, N = B * T;
@@ -768,15 +768,16 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   };
   // MLP: out = res_mid + c_proj(gelu(c_fc(ln2(res_mid))))
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
-  // Scratch gradients (dfch_, dcol_) are overwritten by their first write; dres_, the residual
-  // stream's, accumulates each branch's part. dfch_ is the gradient at the GELU's input.
+  // Scratch gradients (dmlp_pre_, dcol_) are overwritten by their first write; dres_, the residual
+  // stream's, accumulates each branch's part. dmlp_pre_ is the gradient at the GELU's input.
   if (deferred.mlp_proj) keep(block_out_grad(s, i), dres_, size_t(Ns), size_t(C));
-  row_parallel_backward(dfch_.data(), dres_.data(), a.fch_gelu.data(), p.fc_proj_w,
+  row_parallel_backward(dmlp_pre_.data(), dres_.data(), a.mlp_act.data(), p.fc_proj_w,
                         deferred.mlp_proj ? nullptr : g.fc_proj_w,
-                        deferred.mlp_proj ? nullptr : g.fc_proj_b, N, Fl, mlp_split, a.fch.data());
-  if (deferred.column) keep(a.fch.data(), dfch_, size_t(N), size_t(Fl));
+                        deferred.mlp_proj ? nullptr : g.fc_proj_b, N, Fl, mlp_split,
+                        a.mlp_pre.data());
+  if (deferred.column) keep(a.mlp_pre.data(), dmlp_pre_, size_t(N), size_t(Fl));
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.fc_w,
-                       deferred.column ? nullptr : g.fc_b, dfch_.data(), ln2, p.fc_w, N, C, Fl,
+                       deferred.column ? nullptr : g.fc_b, dmlp_pre_.data(), ln2, p.fc_w, N, C, Fl,
                        act_, GradWrite::overwrite);
   const void* dln2 = column_input_grad(N, mlp_split);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
@@ -786,10 +787,10 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   // q, k and v; the same plugin call on the same inputs, so the same bits.
   if (recompute_ == Recompute::selective) attention_forward(a, B);
   if (deferred.attn_proj) keep(a.res_mid.data(), dres_, size_t(Ns), size_t(C));
-  row_parallel_backward(datty_.data(), dres_.data(), attention_core(a).atty.data(), p.attn_proj_w,
-                        deferred.attn_proj ? nullptr : g.attn_proj_w,
+  row_parallel_backward(dattn_out_.data(), dres_.data(), attention_core(a).attn_out.data(),
+                        p.attn_proj_w, deferred.attn_proj ? nullptr : g.attn_proj_w,
                         deferred.attn_proj ? nullptr : g.attn_proj_b, N, Cl, attn_split);
-  attention_backward(a, dqkv_.data(), datty_.data(), B);
+  attention_backward(a, dqkv_.data(), dattn_out_.data(), B);
   if (rope_) rotate_qk(dqkv_, B, true);
   if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
@@ -813,13 +814,13 @@ void GPT::block_weights(size_t i, ActSet& s, bool reduce_now) {
     const void* ln2 = gemm_input(a.ln2, a.ln2_full);
     const bool mlp_split = shards_.mlp > 1, attn_split = shards_.attention > 1;
     if (deferred.mlp_proj)
-      row_parallel_weights(block_out_grad(s, i), a.fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, N,
-                           Fl_, mlp_split);
-    dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.fch.data(), ln2, nullptr, N, C, Fl_, act_,
+      row_parallel_weights(block_out_grad(s, i), a.mlp_act.data(), g.fc_proj_w, g.fc_proj_b, N, Fl_,
+                           mlp_split);
+    dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.mlp_pre.data(), ln2, nullptr, N, C, Fl_, act_,
                          GradWrite::overwrite);
     if (deferred.attn_proj)
-      row_parallel_weights(a.res_mid.data(), a.atty.data(), g.attn_proj_w, g.attn_proj_b, N, Cl_,
-                           attn_split);
+      row_parallel_weights(a.res_mid.data(), a.attn_out.data(), g.attn_proj_w, g.attn_proj_b, N,
+                           Cl_, attn_split);
     dev_.matmul_backward(nullptr, g.attn_w, g.attn_b, a.qkv.data(), ln1, nullptr, N, C, 3 * Cl_,
                          act_, GradWrite::overwrite);
   }

@@ -177,13 +177,13 @@ class GPT {
     Buffer<float> ln1_mean, ln1_rstd;
     ActBuffer ln1_full;  // (N,C) gathered ln1 under sequence parallelism, else empty
     ActBuffer qkv;       // (N,3Cl), q and k rotated in place when rope; Cl = C/tp
-    ActBuffer atty;      // (N,Cl) attention output, heads interleaved
+    ActBuffer attn_out;  // (N,Cl) attention output, heads interleaved
     Buffer<float> lse;   // (B,Hl,T)
     ActBuffer res_mid;   // (Ns,C) after the attention residual
     ActBuffer ln2;
     Buffer<float> ln2_mean, ln2_rstd;
     ActBuffer ln2_full;
-    ActBuffer fch, fch_gelu;  // (N,Fl), Fl = 4C/tp
+    ActBuffer mlp_pre, mlp_act;  // (N,Fl), Fl = 4C/tp: the first MLP GEMM's output, its GELU
   };
   // Everything one micro-batch keeps between its forward and its backward. The stage's input
   // is layers[0].res_in (the embedding's output), its output res_out (the last block's).
@@ -257,7 +257,7 @@ class GPT {
   // backward): (B,T,Hl,D) views with row stride 3Cl, each run of this rank's tokens at its true
   // positions.
   void rotate_qk(const ActBuffer& qkv, int B, bool backward);
-  void attention_backward(LayerActs& a, void* dqkv, const void* datty, int B);
+  void attention_backward(LayerActs& a, void* dqkv, const void* dattn_out, int B);
 
   const triad_tensor_collectives_v1& at(triad_tensor_boundary b) const { return tp_.boundary[b]; }
   // Runs collective `c` over the tensor group on a buffer of `N` rows of `width` elements (the
@@ -275,7 +275,7 @@ class GPT {
   void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K,
                             bool split);
   // Its backward: dW += ..., dbias += ..., dx (N,K) overwritten; dy (Ns,C). With gelu_pre
-  // (x = gelu(gelu_pre)), dx is the gradient at gelu_pre instead (through dfch_gelu_).
+  // (x = gelu(gelu_pre)), dx is the gradient at gelu_pre instead (through dmlp_act_).
   // dW and dbias null: the input gradient alone (row_parallel_weights() adds them later).
   void row_parallel_backward(void* dx, const void* dy, const void* x, const void* W, float* dW,
                              float* dbias, int N, int K, bool split,
@@ -322,7 +322,7 @@ class GPT {
   // Activation recomputation. Full: sets keep each block's input only; the block's other
   // activations live in work_, recomputed before its backward (recompute_out_ takes the
   // recomputed output). Selective: sets keep everything but the attention core's output and
-  // lse, which live in work_.atty / work_.lse, rewritten by each block's forward and recomputed
+  // lse, which live in work_.attn_out / work_.lse, rewritten by each block's forward and recomputed
   // from the block's kept qkv before its attention backward. (No plugin keeps anything between
   // its forward and backward but these two: its T x T scratch is the workspace of one call.)
   Recompute recompute_ = Recompute::none;
@@ -337,7 +337,7 @@ class GPT {
   ActBuffer row_partial_, drow_full_;
   // Backward scratch, reused by every block and set. dcol_: the gradient of a column-parallel
   // matmul's input, (N,C) partial sums on a tensor-parallel rank (dln_ itself on one rank).
-  ActBuffer dres_, dln_, dln_full_, dqkv_, datty_, dfch_, dfch_gelu_;
+  ActBuffer dres_, dln_, dln_full_, dqkv_, dattn_out_, dmlp_pre_, dmlp_act_;
   void* dcol_ = nullptr;
   Buffer<float> grad_pack_;  // the replicated gradients packed for one all-reduce
   Buffer<uint8_t> attn_workspace_;
