@@ -207,8 +207,8 @@ def write_description(path, a, d):
     p2p_bw, p2p_lat = d["ops"]["all_gather"]
     link = f"{{bandwidth_gbs: {p2p_bw / 1e9:.4g}, latency_us: {p2p_lat * 1e6:.4g}"
     text = f"""# Measured by `triad-simulate calibrate` on {d['host']}, {d['date']}.
-# Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans, medians over {a.rounds} rounds);
-# blocks: per attention plugin; memory: a streamed add (NumPy);
+# Model measured: {a.config} cut to 2 layers, micro-batches {a.micro_batches} (trace spans);
+# blocks: per attention plugin, medians over {a.rounds} rounds; memory: a streamed add (NumPy);
 # collectives: triad-bench-collectives on {a.ranks} ranks, least squares over 4 KiB..8 MiB.
 name: {d['name']}
 source: "calibrated on {d['host']} ({d['cpu']}), {d['date']}"
