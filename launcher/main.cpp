@@ -67,7 +67,7 @@ int run(int argc, char** argv) {
     // the output folders; every node's ranks read the data.
     const triad::Config cfg = load_launch_config(a, plan.world_size);
     log_import_notes(cfg);
-    triad::preflight(cfg);
+    for (const std::string& note : triad::preflight(cfg)) spdlog::info("{}", note);
     check_transport(cfg, plan.world_size);
     triad::check_runnable(cfg);
     bool runs_rank0 = false;

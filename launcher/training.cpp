@@ -94,7 +94,7 @@ void log_import_notes(const Config& cfg) {
 int print_dry_run(const LaunchArgs& a, int world_size) {
   Config cfg = load_launch_config(a, world_size);
   // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
-  preflight(cfg);
+  const std::vector<std::string> plugin_notes = preflight(cfg);
   check_transport(cfg, world_size);
   const RunPlan p = plan_run(cfg);
   const auto& par = cfg.parallel;
@@ -152,6 +152,7 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   if (!refusal.empty()) std::cout << "runs here:           no: " << refusal << "\n";
   for (const std::string& note : cfg.import_notes)
     std::cout << "no effect:           " << note << "\n";
+  for (const std::string& note : plugin_notes) std::cout << "no effect:           " << note << "\n";
   return 0;
 }
 
@@ -167,6 +168,7 @@ int train_in_process(const LaunchArgs& a) {
   // What the run would otherwise meet only after building the model: refused here, exit 2.
   const Config cfg = load_launch_config(a, 1);
   log_import_notes(cfg);
+  for (const std::string& note : preflight(cfg)) spdlog::info("{}", note);
   check_runnable(cfg);
   check_transport(cfg, 1);
   check_run_paths(cfg, /*writes_output=*/true);

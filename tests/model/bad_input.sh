@@ -205,6 +205,15 @@ if [[ -e "$TEST_PLUGINS/libtriad-transport-v1old.so" ]]; then
     "parallel.context_parallel_method ulysses (context_parallel_size 2) needs a transport with all_to_all" \
     "$BASE" --nproc-per-node 2 --set parallel.context_parallel_size=2 \
     --set parallel.context_parallel_method=ulysses --set transport=v1old
+  # A zero_optimization key the data plugin does not declare is not an error, but it is said.
+  note=$(TRIAD_PLUGIN_PATH="$TEST_PLUGINS" timeout 60 "$LAUNCH" "$BASE" --nproc-per-node 2 \
+    --dry-run --set data_parallel=v1old --set zero_optimization.overlap_comm=false 2>&1)
+  want="no effect:           zero_optimization.overlap_comm (--set"
+  if [[ "$note" == *"$want"*"no effect with data plugin 'v1old'"* ]]; then
+    echo "PASS undeclared_zero_key"; passes=$((passes + 1))
+  else
+    echo "FAIL undeclared_zero_key: the dry run lacks '$want': $note"; fails=$((fails + 1))
+  fi
 fi
 # Built for device: cuda but not yet verified on a GPU (or no CUDA in this build): one line.
 if "$LAUNCH" "$BASE" --dry-run --set device=cuda 2>/dev/null | grep -q "not available in this build"; then

@@ -220,7 +220,7 @@ TEST(PluginLoader, OtherAbiVersion) {
   PluginLoader loader({TRIAD_BAD_PLUGIN_DIR});
   std::string msg = user_error([&] { loader.load("attention", "abi99"); });
   EXPECT_THAT(msg, AllOf(HasSubstr(bad_plugin("abi99")), HasSubstr("ABI version 99"),
-                         HasSubstr("expects ABI version 1"), HasSubstr("rebuild")));
+                         HasSubstr("expects descriptor ABI version 1"), HasSubstr("rebuild")));
 }
 
 TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {

@@ -206,6 +206,7 @@ Config read_checked(YAML::Node& root, std::vector<Origin> origins,
   check_config(c, given, loc, world_size);
   c.source_path = file;
   c.import_notes = std::move(notes);
+  for (const auto& [path, key] : given) c.given[path] = key.where;
   return c;
 }
 

@@ -111,21 +111,28 @@ void AttentionBackend::check_supported(const triad_attention_shape_v1& shape) co
   // Capabilities are per plugin, not per device: a plugin refuses a combination it cannot run
   // (say float32 on a GPU) by failing workspace_size for it.
   size_t f = 0, b = 0;
-  const int s = ops_.workspace_size(instance_.handle(), &shape, &f, &b);
+  const int s = instance_.call(
+      "workspace_size", [&] { return ops_.workspace_size(instance_.handle(), &shape, &f, &b); });
   if (s == TRIAD_ERR_UNSUPPORTED || s == TRIAD_ERR_INVALID)
     throw UserError(who + " cannot run " + dtype_name(shape.dtype) + " on " + device_name(dev) +
                     " with head dim " + std::to_string(D) + ": " + last_error());
 }
 
+// A call that fails during the run is the plugin's to answer for (the core checked the shape
+// against its capabilities before the run): one line naming the plugin's file and the harness
+// that checks it, exit 2, not an internal error of Triad's.
 void AttentionBackend::check(int status, const char* what) const {
   if (status == TRIAD_OK) return;
-  throw std::runtime_error("attention backend '" + name() + "' " + instance_.failure(status, what));
+  const std::string& path = instance_.plugin().path();
+  throw UserError("attention backend '" + name() + "' " + instance_.failure(status, what) + " (" +
+                  path + "; check the plugin with triad-plugin-test attention " + path + ")");
 }
 
 void AttentionBackend::workspace_size(const triad_attention_shape_v1& shape, size_t* fwd,
                                       size_t* bwd) const {
   size_t f = 0, b = 0;
-  const int status = ops_.workspace_size(instance_.handle(), &shape, &f, &b);
+  const int status = instance_.call(
+      "workspace_size", [&] { return ops_.workspace_size(instance_.handle(), &shape, &f, &b); });
   // A shape or dtype the plugin refuses is the config's fault, not the core's (the memory
   // estimate asks for float32's workspace on a GPU before the run checks the shape): one line
   // naming the plugin's fix. A failing call with a shape it takes stays an internal error.
@@ -146,11 +153,11 @@ void AttentionBackend::backward(const triad_attention_bwd_args_v1& args) {
 }
 
 int AttentionBackend::try_forward(const triad_attention_fwd_args_v1& args) noexcept {
-  return ops_.forward(instance_.handle(), &args);
+  return instance_.call("forward", [&] { return ops_.forward(instance_.handle(), &args); });
 }
 
 int AttentionBackend::try_backward(const triad_attention_bwd_args_v1& args) noexcept {
-  return ops_.backward(instance_.handle(), &args);
+  return instance_.call("backward", [&] { return ops_.backward(instance_.handle(), &args); });
 }
 
 std::string AttentionBackend::last_error() const {

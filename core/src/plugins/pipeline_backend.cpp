@@ -554,12 +554,14 @@ const std::string& PipelineBackend::path() const {
 
 int PipelineBackend::try_num_buffers(const triad_pipe_layout_v1& layout,
                                      int32_t* buffers) const noexcept {
-  return ops_.num_buffers(instance_.handle(), &layout, buffers);
+  return instance_.call("num_buffers",
+                        [&] { return ops_.num_buffers(instance_.handle(), &layout, buffers); });
 }
 
 int PipelineBackend::try_schedule_call(const triad_pipe_layout_v1& layout, triad_pipe_instr_v1* out,
                                        size_t capacity, size_t* count) const noexcept {
-  return ops_.schedule(instance_.handle(), &layout, out, capacity, count);
+  return instance_.call(
+      "schedule", [&] { return ops_.schedule(instance_.handle(), &layout, out, capacity, count); });
 }
 
 std::string PipelineBackend::try_schedule(const triad_pipe_layout_v1& l, PipeSchedule* out,

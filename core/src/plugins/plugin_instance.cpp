@@ -1,5 +1,6 @@
 #include "triad/core/plugins/plugin_instance.hpp"
 
+#include <cstdio>
 #include <stdexcept>
 #include <vector>
 
@@ -25,7 +26,9 @@ PluginInstance::PluginInstance(std::shared_ptr<const LoadedPlugin> plugin, const
                     " plugin; " + with_article(kind_) + " plugin is needed here");
   char err[1024] = {0};
   void* handle = nullptr;
-  const int status = d.create(services, params.c_view(), &handle, err, sizeof(err));
+  const int status = call(
+      "create", [&] { return d.create(services, params.c_view(), &handle, err, sizeof(err)); });
+  if (!escaped_.empty()) std::snprintf(err, sizeof(err), "%s", escaped_.c_str());
   if (status != TRIAD_OK || !handle) {
     if (handle) d.destroy(handle);
     throw UserError(who() + " (" + plugin_->path() + ") failed to start (" +
@@ -40,7 +43,17 @@ PluginInstance::~PluginInstance() {
   if (handle_) plugin_->descriptor().destroy(handle_);
 }
 
+void PluginInstance::note_escape(const char* slot, const char* what) const noexcept {
+  try {
+    escaped_ = std::string("its ") + slot + " slot threw a C++ exception out of the .so (" + what +
+               "), which the C ABI forbids: catch it inside the plugin and return a status";
+  } catch (...) {
+    escaped_.clear();
+  }
+}
+
 std::string PluginInstance::last_error() const {
+  if (!escaped_.empty()) return escaped_;
   const char* e = plugin_->descriptor().last_error(handle_);
   return e && *e ? e : "no message";
 }

@@ -696,9 +696,11 @@ std::shared_ptr<const LoadedPlugin> PluginLoader::load_file(
                         "TRIAD_*_PLUGIN macro)?");
   const auto* desc = &lib->get<const triad_plugin_v1>(TRIAD_PLUGIN_SYMBOL_V1);
   if (desc->abi_version != TRIAD_ABI_VERSION_1)
-    throw UserError("plugin " + p + " has ABI version " + std::to_string(desc->abi_version) +
-                    ", this Triad expects ABI version " + std::to_string(TRIAD_ABI_VERSION_1) +
-                    "; rebuild the plugin against this Triad's SDK");
+    throw UserError(
+        "plugin " + p + (expected_kind.empty() ? "" : " (wanted as " + expected_kind + " plugin)") +
+        " has descriptor ABI version " + std::to_string(desc->abi_version) +
+        ", this Triad expects descriptor ABI version " + std::to_string(TRIAD_ABI_VERSION_1) +
+        "; rebuild the plugin against this Triad's SDK");
   if (!desc->kind || !desc->name || !desc->version || !desc->description ||
       (desc->num_params && !desc->params))
     throw UserError("plugin " + p +

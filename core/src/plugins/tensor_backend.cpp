@@ -178,12 +178,14 @@ std::string TensorBackend::last_error() const {
 
 int TensorBackend::try_split(const triad_tensor_layout_v1& layout, int32_t role,
                              int32_t* kind) const noexcept {
-  return ops_.split(instance_.handle(), &layout, role, kind);
+  return instance_.call("split",
+                        [&] { return ops_.split(instance_.handle(), &layout, role, kind); });
 }
 
 int TensorBackend::try_boundary(const triad_tensor_layout_v1& layout, int32_t boundary,
                                 triad_tensor_collectives_v1* out) const noexcept {
-  return ops_.boundary(instance_.handle(), &layout, boundary, out);
+  return instance_.call("boundary",
+                        [&] { return ops_.boundary(instance_.handle(), &layout, boundary, out); });
 }
 
 std::string TensorBackend::try_plan(int tp_size, bool sequence_parallel, TensorPlan* out) const {

@@ -42,7 +42,7 @@ std::vector<int> pipeline_partition(const Config& cfg) {
   return layers;
 }
 
-void preflight(const Config& cfg) {
+std::vector<std::string> preflight(const Config& cfg) {
   PluginLoader loader;
   CoreServices services(1, nullptr);
   auto a = loader.load("attention", cfg.attention.name);
@@ -55,11 +55,13 @@ void preflight(const Config& cfg) {
   PipelineBackend pipeline(
       p, resolve_params(p->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
       services.c_services());
-  make_data_plugin(cfg, loader, services);
+  std::vector<std::string> notes;
+  make_data_plugin(cfg, loader, services, &notes);
   // Every stage's stream, run together: a schedule that would deadlock is refused here.
   pipeline.schedules(cfg.parallel.pipeline_model_parallel_size,
                      cfg.training.gradient_accumulation_steps,
                      cfg.parallel.virtual_pipeline_model_parallel_size);
+  return notes;
 }
 
 TensorTraffic tensor_traffic_formula(const Config& cfg, int stage, const TensorShards& shards) {

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <set>
 
 #include "triad/core/dist/rank_status.hpp"
 #include "triad/core/error.hpp"
@@ -181,7 +182,8 @@ TrainOptions speaking_for_the_job(const TrainOptions& in) {
 }  // namespace
 
 std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const PluginLoader& loader,
-                                                      const CoreServices& services) {
+                                                      const CoreServices& services,
+                                                      std::vector<std::string>* notes) {
   const PluginChoice& choice = cfg.data_parallel;
   auto plugin = loader.load("data", choice.name);
   // DeepSpeed's zero_optimization keys reach the plugin where it declares them (zero declares
@@ -194,8 +196,18 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
       {"reduce_scatter", z.reduce_scatter ? "true" : "false"}};
   const triad_plugin_v1& desc = plugin->descriptor();
   std::map<std::string, std::string> given = choice.params;
-  for (size_t i = 0; i < desc.num_params; ++i)
+  std::set<std::string> declared;
+  for (size_t i = 0; i < desc.num_params; ++i) {
+    declared.insert(desc.params[i].name);
     if (auto it = zero_keys.find(desc.params[i].name); it != zero_keys.end()) given.insert(*it);
+  }
+  for (const auto& [key, value] : zero_keys) {
+    const auto it = cfg.given.find("zero_optimization." + key);
+    if (!notes || key == "stage" || declared.count(key) || it == cfg.given.end()) continue;
+    notes->push_back("zero_optimization." + key + " (" + it->second +
+                     "): no effect with data plugin '" + choice.name + "' (" + plugin->path() +
+                     "), which does not declare it");
+  }
   const ResolvedParams params = resolve_params(desc, given, choice.yaml_path);
   auto data = std::make_unique<DataParallelBackend>(plugin, params, services.c_services());
   const uint32_t stages = data->capabilities().stages;

@@ -10,9 +10,9 @@
  *   abi_version       the layout of the descriptor itself (TRIAD_ABI_VERSION_1), and
  *   kind_abi_version  the version of its kind's ops table, one sequence per kind:
  *                     TRIAD_ATTENTION_ABI_VERSION (attention_v1.h),
- *                     TRIAD_TRANSPORT_ABI_VERSION (transport_v1.h),
+ *                     TRIAD_TRANSPORT_ABI_VERSION (transport_v2.h),
  *                     TRIAD_DATA_ABI_VERSION (data_v2.h), TRIAD_TENSOR_ABI_VERSION (tensor_v1.h),
- *                     TRIAD_PIPELINE_ABI_VERSION (pipeline_v1.h).
+ *                     TRIAD_PIPELINE_ABI_VERSION (pipeline_v2.h).
  * So a new data ABI (data_v2.h, triad_data_ops_v2, TRIAD_DATA_ABI_VERSION 2) leaves attention,
  * transport, tensor and pipeline plugins untouched. Both numbers sit in the first 8 bytes of the
  * descriptor (in what would otherwise be padding), where every later descriptor layout keeps

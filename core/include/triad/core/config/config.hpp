@@ -242,6 +242,9 @@ struct Config {
   // arguments) accepted without effect in Triad, each "SOURCE: no effect in Triad (WHY)"; the
   // launcher logs them once.
   std::vector<std::string> import_notes;
+  // The keys the configuration gave (canonical paths, "zero_optimization.overlap_comm") and
+  // where each came from ("FILE:LINE:COL", "--set", the JSON's key), for later notes.
+  std::map<std::string, std::string> given;
 };
 
 // Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear

@@ -5,6 +5,7 @@
 // kind's operations.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +40,23 @@ class PluginInstance {
     return *static_cast<const Ops*>(plugin_->descriptor().ops);
   }
 
+  // Calls a slot of this instance. The C ABI lets no exception out of a plugin; one that escapes
+  // a raw slot anyway (a plugin not written on the SDK's C++ layer) is caught here, becomes
+  // TRIAD_ERR_INTERNAL, and last_error() names it, so that it is reported like any failed call
+  // rather than ending the process.
+  template <class F>
+  int call(const char* slot, F&& f) const noexcept {
+    escaped_.clear();
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      note_escape(slot, e.what());
+    } catch (...) {
+      note_escape(slot, "an exception that is not a std::exception");
+    }
+    return TRIAD_ERR_INTERNAL;
+  }
+
   // The plugin's message for the last failed call on this instance, or "no message".
   std::string last_error() const;
   // "<what> failed (<STATUS>): <last_error>", for the kind wrappers' errors.
@@ -49,7 +67,7 @@ class PluginInstance {
   template <class Caps>
   Caps capabilities(int (*slot)(void*, Caps*)) const {
     Caps caps{};
-    const int status = slot(handle_, &caps);
+    const int status = call("capabilities", [&] { return slot(handle_, &caps); });
     if (status != TRIAD_OK)
       throw UserError(who() + " failed to report its capabilities (" + status_name(status) +
                       "): " + last_error());
@@ -57,9 +75,12 @@ class PluginInstance {
   }
 
  private:
+  void note_escape(const char* slot, const char* what) const noexcept;
+
   std::shared_ptr<const LoadedPlugin> plugin_;
   std::string kind_, name_;
   void* handle_ = nullptr;
+  mutable std::string escaped_;  // why the last call() failed when the plugin threw
 };
 
 // The other installed plugins of `kind` (not `self`) that `fits`, each loaded with its default

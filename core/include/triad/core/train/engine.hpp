@@ -51,8 +51,9 @@ struct RunPlan {
 RunPlan plan_run(const Config& cfg);
 // Loads every plugin the config names and checks its parameters and, for the tensor plugin,
 // the plan of the layout: the launcher's check before it starts ranks, so a bad choice is one
-// message rather than one per rank. Throws UserError.
-void preflight(const Config& cfg);
+// message rather than one per rank. Throws UserError. Returns what the configuration gives
+// that has no effect with the chosen plugins, one line each, for the log and the dry run.
+std::vector<std::string> preflight(const Config& cfg);
 // The layers of each pipeline stage (uniform, or parallel.pipeline_partition).
 std::vector<int> pipeline_partition(const Config& cfg);
 

@@ -37,9 +37,12 @@ namespace triad {
 std::chrono::milliseconds wait_bound(const TrainingConfig& t);
 
 // The data-parallel plugin with the zero_optimization section as its parameters; refuses a ZeRO
-// stage the plugin's capabilities do not list, naming the ones it does.
+// stage the plugin's capabilities do not list, naming the ones it does. `notes`, when given,
+// gets one line per zero_optimization key the configuration gave that the plugin does not
+// declare (it has no effect with this plugin).
 std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const PluginLoader& loader,
-                                                      const CoreServices& services);
+                                                      const CoreServices& services,
+                                                      std::vector<std::string>* notes = nullptr);
 
 // Everything a rank of a multi-rank job needs beyond the single-process run: the rendezvous
 // client, the transport, the world and its tensor-/data-parallel communicators (Megatron's
