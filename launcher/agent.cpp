@@ -21,6 +21,7 @@
 #include "rank_set.hpp"
 #include "triad/core/dist/rendezvous.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/train/stop_signals.hpp"
 
 namespace triad::launch {
 
@@ -357,6 +358,10 @@ class Agent {
   void on_signal(int sig) {
     if (sig == SIGCHLD) return reap();
     if (sig == SIGUSR1 || sig == SIGUSR2) return ranks_.signal(sig, /*as_stop=*/false);
+    // One request delivered twice (`timeout` signals the launcher, then its process group) is
+    // one request: the same signal again within kRepeatWindow leaves the orderly stop alone.
+    if (stopping_ && sig == stop_signal_ && Clock::now() - stop_signal_at_ < triad::kRepeatWindow)
+      return;
     if (stopping_) {
       say("received " + signal_name(sig) + (stop_signal_ ? " again" : " while stopping") +
           "; killing the ranks");
@@ -365,6 +370,7 @@ class Agent {
       return;
     }
     stop_signal_ = sig;
+    stop_signal_at_ = Clock::now();
     std::string what = plan_.agents > 1 ? "the launcher of " + plan_.agent_name(plan_.agent) +
                                               " (host " + host_ + ") received " + signal_name(sig)
                                         : "the launcher received " + signal_name(sig);
@@ -467,6 +473,7 @@ class Agent {
   std::vector<Failure> pending_;
   std::optional<Clock::time_point> decide_at_;
   int stop_signal_ = 0;
+  Clock::time_point stop_signal_at_{};
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_, ack_deadline_;
 };

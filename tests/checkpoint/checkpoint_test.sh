@@ -4,7 +4,8 @@
 #   resume   bit-identical losses after resuming: dp 2 ZeRO-1 killed with kill -9 mid-run then
 #            --resume into the same folder (metrics appended, the killed run's extra records
 #            dropped); tp 2 x pp 2 and pp 2 under zb-h1 stopped by training.exit_interval;
-#            SIGTERM to the launcher (exit 143, a checkpoint of the step it stopped after); keep_last.
+#            SIGTERM to the launcher, twice as `timeout` sends it (exit 143, a checkpoint of the
+#            step it stopped after); keep_last.
 #   reshard  a checkpoint of each of three layouts (dp 2 ZeRO-2, tp 2 x pp 2, tp 2 x dp 2
 #            ZeRO-3 with the optimizer offloaded) continued in the other two: the continuation's
 #            losses equal the saving layout's own to 1e-5; triad-checkpoint convert --to-hf of a
@@ -141,7 +142,8 @@ section_resume() {
   same_losses refzb/metrics.jsonl runzb/metrics.jsonl 1 6 0
   pass "pp 2 zb-h1: exit_interval 3, checkpoint.load: steps 4-6 bit-identical"
 
-  # SIGTERM to the launcher: the ranks finish the step, save it and end with 143.
+  # SIGTERM to the launcher: the ranks finish the step, save it and end with 143. Sent twice,
+  # 0.2 s apart, as `timeout` sends it (the process, then its process group): one request.
   # shellcheck disable=SC2046
   "$LAUNCH" "$CFG" $(layout dp2z2) "${common[@]}" --set training.train_iters=100000 \
     --set output.dir=run3 --set checkpoint.save=run3/ckpt >term.log 2>&1 &
@@ -151,6 +153,8 @@ section_resume() {
     sleep 0.05
   done
   kill -TERM "$job"
+  sleep 0.2
+  kill -TERM "$job" 2>/dev/null
   wait "$job"
   rc=$?
   [[ $rc -eq 143 ]] || { cat term.log; fail "SIGTERM: exit $rc, want 143"; }

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace triad {
@@ -38,11 +39,21 @@ void take_stop_signals() {
   const sigset_t set = stop_set();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
+    std::chrono::steady_clock::time_point first{};
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
       int none = 0;
-      if (!g_armed.load() || !g_signal.compare_exchange_strong(none, sig)) die_of(sig);
+      const auto now = std::chrono::steady_clock::now();
+      if (g_armed.load() && g_signal.compare_exchange_strong(none, sig)) {
+        first = now;
+        continue;
+      }
+      // One request delivered twice (`timeout` signals the process and then its process group)
+      // is still one request: the same signal again within kRepeatWindow does not cut the
+      // orderly stop short.
+      if (g_armed.load() && sig == g_signal.load() && now - first < kRepeatWindow) continue;
+      die_of(sig);
     }
   }).detach();
 }

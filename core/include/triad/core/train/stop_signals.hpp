@@ -5,12 +5,17 @@
 // every thread and one thread of its own takes them with sigwait.
 #pragma once
 
+#include <chrono>
+
 namespace triad {
 
 // Call first in a process that trains, before any other thread exists (threads inherit the
 // blocked mask). Until a training loop arms it, and after, a signal ends the process as its
-// default action would; a second signal always does.
+// default action would; a second signal does, unless it is the same signal within
+// kRepeatWindow of the first (one request delivered twice, as `timeout` delivers it).
 void take_stop_signals();
+
+inline constexpr std::chrono::milliseconds kRepeatWindow{1000};
 
 // The training loop's window: while a StopSignalsArmed lives, a first signal only sets
 // stop_signal().
