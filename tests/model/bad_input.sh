@@ -58,6 +58,10 @@ expect_error recompute_conflict "training.checkpoint_activations true means 'ful
 expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
   --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
+# A micro-batch of a hundred million: refused at once, and no fix suggested that the config
+# itself would refuse (an accumulation above its limit).
+expect_error huge_micro_batch "no higher ZeRO stage, smaller micro-batch or activation" "$BASE" \
+  --set training.micro_batch_size=100000007
 expect_error plugin_param_before_its_name "pipeline.no_such: unknown parameter of pipeline plugin 'gpipe'" \
   "$BASE" --set pipeline.no_such=1 --set pipeline=gpipe
 # fp16 (DeepSpeed's section): the bad inputs of issue-level rules, each before anything is written.

@@ -97,7 +97,7 @@ std::vector<Section> training_sections() {
                .min(0),
            F("gradient_accumulation_steps", TRIAD_SLOT(training.gradient_accumulation_steps))
                .min(0)
-               .max(1000000),
+               .max(kMaxGradientAccumulation),
            F("global_batch_size", TRIAD_SLOT(training.global_batch_size))
                .aka({"train_batch_size"})
                .min(0),

@@ -790,10 +790,12 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
   // The divisors of per_rank below b0 in O(sqrt(per_rank)) steps, not b0: a micro-batch of
   // two billion is answered at once.
   std::vector<int> divisors;
+  // A micro-batch whose accumulation the config would refuse is no fix (and its schedule of
+  // millions of micro-batches would take minutes to estimate).
   for (int d = 1; int64_t(d) * d <= per_rank; ++d)
     if (per_rank % d == 0)
       for (int q : {d, per_rank / d})
-        if (q < b0) divisors.push_back(q);
+        if (q < b0 && per_rank / q <= kMaxGradientAccumulation) divisors.push_back(q);
   std::sort(divisors.begin(), divisors.end(), std::greater<>());
   divisors.erase(std::unique(divisors.begin(), divisors.end()), divisors.end());
   micros.insert(micros.end(), divisors.begin(), divisors.end());

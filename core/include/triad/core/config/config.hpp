@@ -247,6 +247,9 @@ struct Config {
   std::map<std::string, std::string> given;
 };
 
+// The most micro-batches a step accumulates (training.gradient_accumulation_steps).
+inline constexpr int kMaxGradientAccumulation = 1000000;
+
 // Reads, overrides (--set a.b=c, in order) and validates. Throws UserError with one clear
 // message (file, line:column, key path, value, and the fix) on any problem. A top-level
 // deepspeed_config: FILE (or --set deepspeed_config=FILE) merges DeepSpeed's JSON into the YAML
