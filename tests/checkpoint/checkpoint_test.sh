@@ -83,7 +83,7 @@ one_line_error() {  # LOG PATTERN: exit 2 with one error line matching PATTERN, 
   local n
   n=$(grep -c "error" "$log")
   [[ $n -eq 1 ]] || { cat "$log"; fail "$n error lines for '$pat', want 1"; }
-  ! grep -q "step " "$log" || { cat "$log"; fail "it trained before refusing ($pat)"; }
+  ! grep -Eq "\] step +[0-9]+/" "$log" || { cat "$log"; fail "it trained before refusing ($pat)"; }
 }
 
 section_resume() {
@@ -246,8 +246,14 @@ section_damage() {
   train dp2z1 batch.log --set training.train_iters=8 --set output.dir=o7 \
     --set checkpoint.load=good/ckpt --set training.global_batch_size=4
   one_line_error batch.log "saved with global_batch_size 8 but this run has 4"
-  for d in o1 o2 o3 o4 o5 o6 o7; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
-  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch"
+  # A step edited out of range (1e15 wraps in an int): refused by name, not a data-loader crash.
+  rm -rf bad && cp -r good/ckpt bad
+  sed -i 's/"step": *4,/"step": 1000000000000000,/' bad/iter_0000004/metadata.json
+  grep -q '"step": 1000000000000000' bad/iter_0000004/metadata.json || fail "the step edit missed"
+  train dp2z1 step.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
+  one_line_error step.log "metadata.json has step 1000000000000000, outside 0..4"
+  for d in o1 o2 o3 o4 o5 o6 o7 o8; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
+  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch, step out of range"
 
   # kill -9 while a save is being written: the previous checkpoint stays loadable.
   local hits=0 try

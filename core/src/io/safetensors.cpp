@@ -220,7 +220,8 @@ Parsed parse(const Reader& r, const std::string& path, Fd& fd) {
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    r.fail(std::string("has a header that is not valid JSON: ") + e.what());
+    r.fail(std::string("has a header that is not valid JSON (") + e.what() +
+           "): the file is damaged or not safetensors; write it again or use another copy");
   }
   if (!header.is_object()) r.fail("has a header that is not a JSON object");
 

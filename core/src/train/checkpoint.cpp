@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -439,10 +440,20 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
                          f.at("crc32").get<uint32_t>(), nullptr});
     // Everything describe() and the loader read, read once here: a damaged metadata.json is
     // this one message, never a JSON exception later.
-    c.meta.at("step").get<int>();
-    c.meta.at("global_batch_size").get<int>();
-    c.meta.at("consumed_samples").get<int64_t>();
-    c.meta.at("train_iters").get<int>();
+    // And in range: a count the JSON holds as any number would otherwise wrap in an int (a step
+    // of 1e15 reads as -1530494976) and fail deep in the data loader.
+    auto count = [&](const char* key, int64_t low, int64_t high) {
+      const int64_t v = c.meta.at(key).get<int64_t>();
+      if (!c.meta.at(key).is_number_integer() || v < low || v > high)
+        c.fail("metadata.json has " + std::string(key) + " " + c.meta.at(key).dump() +
+               ", outside " + std::to_string(low) + ".." + std::to_string(high) +
+               " (the file was edited or damaged); load an earlier checkpoint");
+      return v;
+    };
+    const int64_t iters = count("train_iters", 1, INT32_MAX);
+    const int64_t step = count("step", 0, iters);
+    const int64_t batch = count("global_batch_size", 1, INT32_MAX);
+    count("consumed_samples", 0, step * batch);
     c.meta.at("tensors").size();
     c.progress = progress_of(c.meta);
     c.meta.at("rng").at("training_seed").get<uint64_t>();
