@@ -32,6 +32,7 @@ int from_megatron(const std::vector<std::string>& args, bool strict) {
                            " argument(s) not carried over (--strict): " + list +
                            "; drop them, or run without --strict to see the YAML");
   }
+  if (!y.missing.empty()) throw triad::UserError(y.missing);
   std::cout << y.yaml;
   return 0;
 }

@@ -98,6 +98,27 @@ refused 'micro_batch_size is 8 (--micro-batch-size 8) but 4 (ds_zero2.json: trai
 refused 'zero_optimization.stage is 3 (--zero-stage 3) but 2 (ds_zero2.json' \
   from-megatron -- --zero-stage 3 --deepspeed_config ds_zero2.json
 refused 'needs Megatron.s arguments after --' from-megatron
+# What Megatron itself refuses, and a schedule Triad lacks (never replaced by another).
+M=(--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2
+   --global-batch-size 4)
+refused 'neither --train-iters nor --train-samples' from-megatron -- "${M[@]}" --lr 1e-3
+refused 'give no --lr' from-megatron -- "${M[@]}" --train-iters 10
+refused '--train-iters and --train-samples are both given' from-megatron -- "${M[@]}" --lr 1e-3 \
+  --train-iters 10 --train-samples 40
+refused '--lr-warmup-iters and --lr-warmup-fraction are both given' from-megatron -- "${M[@]}" \
+  --lr 1e-3 --train-iters 10 --lr-warmup-iters 2 --lr-warmup-fraction 0.1
+refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
+  --lr-decay-style inverse-square-root
+# Megatron's defaults, not Triad's, for what the arguments leave out; the given ones win.
+"$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --weight-decay 0.1 \
+  --data-path d/x_text_document >"$WORK/defaults.yaml" 2>"$WORK/err.txt"
+for want in "adam_beta2: 0.999 .*# Megatron's default \(no --adam-beta2\)" \
+  "weight_decay: 0.1 .*# --weight-decay 0.1" "lr_decay_style: linear .*# Megatron's default" \
+  "split: 969,30,1 .*# Megatron's default \(no --split\)" "eval_interval: 1000 " \
+  "Megatron's default --hidden-dropout 0.1: no effect in Triad"; do
+  if grep -Eq "$want" "$WORK/defaults.yaml"; then pass "default: $want"
+  else fail "from-megatron lacks '$want': $(cat "$WORK/defaults.yaml" "$WORK/err.txt")"; fi
+done
 refused 'subcommand' --strict
 # shellcheck disable=SC2046
 if "$BIN/triad-config" from-megatron --strict -- $(cat gpt_125m.args) >/dev/null; then

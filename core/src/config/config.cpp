@@ -222,6 +222,8 @@ Config load_megatron_config(const std::vector<std::string>& args,
                             const std::vector<std::string>& overrides, int world_size) {
   MegatronTree t = megatron_tree(args);
   Config c = read_checked(t.root, std::move(t.origins), overrides, kMegatronSource, world_size);
+  if (const std::string missing = megatron_missing(t.root); !missing.empty())
+    throw UserError(missing);
   std::vector<std::string> notes = std::move(t.imported.no_effect);
   for (const std::string& n : t.imported.not_carried) notes.push_back("not carried over: " + n);
   notes.insert(notes.end(), c.import_notes.begin(), c.import_notes.end());

@@ -43,7 +43,14 @@ struct Imported {
   std::vector<std::string> not_carried;
   // Megatron only: the --deepspeed_config given among the arguments.
   std::string deepspeed_config;
+  // Megatron only: its own defaults for the arguments not given, where Triad's differ; merged
+  // last, only where neither the arguments nor the ds_config gave the key (merge_defaults).
+  std::vector<ImportedKey> defaults;
 };
+
+// Sets each key of `defaults` that `root` does not hold yet; the others stay as they are.
+void merge_defaults(YAML::Node& root, const std::vector<ImportedKey>& defaults,
+                    std::vector<Origin>& origins, const std::string& file);
 
 // The value a key has before an import ("" when it has none), as written.
 using Lookup = std::function<std::optional<std::string>(const std::string& key)>;
@@ -78,6 +85,9 @@ struct MegatronTree {
   Imported imported;
 };
 MegatronTree megatron_tree(const std::vector<std::string>& args);
+// What a Megatron launch must give and `root` lacks (Megatron refuses to start without it), as
+// the one-line message; "" when nothing is missing.
+std::string megatron_missing(const YAML::Node& root);
 // How messages name where a key given by Megatron's arguments came from, when no argument did.
 inline constexpr const char* kMegatronSource = "--megatron-args";
 

@@ -163,6 +163,15 @@ void merge_imported(YAML::Node& root, const std::vector<ImportedKey>& keys,
   }
 }
 
+void merge_defaults(YAML::Node& root, const std::vector<ImportedKey>& defaults,
+                    std::vector<Origin>& origins, const std::string& file) {
+  std::vector<ImportedKey> absent;
+  for (const ImportedKey& k : defaults)
+    if (const YAML::Node n = find_key(root, k.key).first; !n.IsDefined() || n.IsNull())
+      absent.push_back(k);
+  merge_imported(root, absent, origins, file);
+}
+
 std::vector<std::string> merge_deepspeed_config(YAML::Node& root, std::vector<Origin>& origins,
                                                 const std::string& file) {
   const YAML::Node v = child_of(root, "deepspeed_config");

@@ -1,6 +1,7 @@
 // Megatron-LM / Megatron-DeepSpeed's command line in Triad's keys (import.hpp): the arguments of
 // their GPT pretraining scripts. Each argument is applied (the shared key table, or a rule
 // below), accepted without effect (why), or not carried over (why; --strict refuses those).
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -22,14 +23,12 @@ const std::map<std::string_view, std::string_view>& without_effect() {
       {"--no-pipeline-parallel", "the pipeline is --pipeline-model-parallel-size"},
       {"--distributed-backend", "Triad's transport: section chooses (nccl on GPUs)"},
       {"--data-impl", "Triad reads Megatron's mmap .bin/.idx"},
-      {"--dataloader-type", "Triad reads samples in order (data.shuffle for a shuffle)"},
       {"--num-workers", "Triad reads data in the training process"},
       {"--vocab-file", "the data is already tokenized (.bin/.idx)"},
       {"--merge-file", "the data is already tokenized (.bin/.idx)"},
       {"--data-cache-path", "Triad keeps no index cache"},
       {"--override-opt_param-scheduler", "the schedule is the config's"},
       {"--use-checkpoint-opt_param-scheduler", "a resumed run continues the config's schedule"},
-      {"--no-load-optim", "Triad's checkpoints always hold the optimizer"},
       {"--no-load-rng", "Triad's data order follows the step"},
       {"--no-masked-softmax-fusion", "a kernel choice"},
       {"--no-bias-gelu-fusion", "a kernel choice"},
@@ -43,7 +42,6 @@ const std::map<std::string_view, std::string_view>& without_effect() {
       {"--accumulate-allreduce-grads-in-fp32", "Triad accumulates gradients in fp32"},
       {"--use-contiguous-buffers-in-local-ddp", "Triad's gradients live in one flat arena"},
       {"--DDP-impl", "Triad's data parallelism is the zero plugin"},
-      {"--optimizer", "Triad trains with AdamW (Megatron's adam is AdamW)"},
       {"--cpu-optimizer", "offload is zero_optimization.offload_optimizer (ds_config)"},
       {"--cpu-torch-adam", "offload is zero_optimization.offload_optimizer (ds_config)"},
       {"--partition-activations", "Triad keeps activations whole"},
@@ -54,11 +52,8 @@ const std::map<std::string_view, std::string_view>& without_effect() {
       {"--log-params-norm", "Triad logs the gradient norm"},
       {"--log-num-zeros-in-grad", "Triad logs the gradient norm"},
       {"--timing-log-level", "Triad's step trace is --profile-steps"},
-      {"--exit-duration-in-mins", "stop with SIGTERM; Triad saves and exits"},
       {"--exit-signal-handler", "Triad always saves on SIGTERM/SIGINT"},
       {"--universal-checkpoint", "Triad's checkpoints load into any layout"},
-      {"--data-parallel-random-init", "every rank starts from the same weights"},
-      {"--normalization", "LayerNorm is Triad's (RMSNorm is not carried)"},
       {"--world-size", "the launcher sets the world"},
       {"--local_rank", "the launcher sets the rank"},
       {"--use-dataset-only", "a Megatron-DeepSpeed data switch"},
@@ -87,6 +82,9 @@ const std::map<std::string_view, std::string_view>& not_carried_reasons() {
       {"--no-save-optim", "Triad's checkpoints always hold the optimizer"},
       {"--finetune", "start from a checkpoint with checkpoint.load (step and optimizer kept)"},
       {"--fp16-lm-cross-entropy", "Triad's loss is fp32"},
+      {"--no-load-optim", "Triad always loads the optimizer state a checkpoint holds"},
+      {"--exit-duration-in-mins", "stop the run with SIGTERM; Triad saves and exits"},
+      {"--data-parallel-random-init", "every Triad rank starts from the same weights"},
   };
   return m;
 }
@@ -163,6 +161,7 @@ class MegatronReader {
   }
 
   void apply(const std::string& arg, const std::vector<std::string>& values) {
+    given_.insert(arg);
     if (table_row(arg, values) || special(arg, values) || derived_later(arg, values)) return;
     if (auto it = without_effect().find(arg); it != without_effect().end()) {
       out_.no_effect.push_back(source(arg, values) + ": no effect in Triad (" +
@@ -196,6 +195,10 @@ class MegatronReader {
         if (!ok) {
           std::string list;
           for (std::string_view c : f->choices) list += (list.empty() ? "" : ", ") + std::string(c);
+          // Another schedule would train another run: refused, never replaced by a default.
+          if (key == "lr_schedule.lr_decay_style")
+            throw UserError("Megatron argument " + source(arg, values) + ": Triad's " + key +
+                            " is one of " + list + "; choose one of them");
           not_carried(arg, values, "Triad's " + key + " is one of " + list);
           return true;
         }
@@ -210,11 +213,13 @@ class MegatronReader {
   bool special(const std::string& arg, const std::vector<std::string>& values);
   bool derived_later(const std::string& arg, const std::vector<std::string>& values);
   void derive();
+  void defaults();
   double number(const std::string& key) const;
 
   const std::vector<std::string>& args_;
   size_t i_ = 0;
   std::map<std::string, ImportedKey> keys_;
+  std::set<std::string> given_;  // every argument's name, as given
   std::map<std::string, std::pair<std::string, std::string>> later_;  // arg -> (value, source)
   Imported out_;
 };
@@ -266,6 +271,19 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
       not_carried(arg, values, "Triad trains without dropout (as with 0)");
     else
       out_.no_effect.push_back(src + ": no effect in Triad (Triad trains without dropout)");
+  } else if (arg == "--optimizer" || arg == "--normalization" || arg == "--dataloader-type") {
+    // Triad's one choice of each is Megatron's default: said as without effect; another is not
+    // carried over (--strict refuses it).
+    static const std::map<std::string, std::pair<std::string, std::string>> same = {
+        {"--optimizer", {"adam", "Triad trains with AdamW, Megatron's adam"}},
+        {"--normalization", {"LayerNorm", "Triad's normalization is LayerNorm"}},
+        {"--dataloader-type",
+         {"single", "Triad reads the samples in order, as Megatron's single"}}};
+    const auto& [ours, why] = same.at(arg);
+    if (value_of(arg, values) == ours)
+      out_.no_effect.push_back(src + ": no effect in Triad (" + why + ")");
+    else
+      not_carried(arg, values, why);
   } else if (arg == "--deepspeed_config" || arg == "--deepspeed-config") {
     out_.deepspeed_config = value_of(arg, values);
   } else {
@@ -298,7 +316,53 @@ double MegatronReader::number(const std::string& key) const {
   return ec == std::errc() && end == text.data() + text.size() ? v : 0;
 }
 
+// Megatron's defaults where Triad's differ (megatron/training/arguments.py), for the arguments a
+// launch leaves out.
+void MegatronReader::defaults() {
+  static const std::vector<std::array<const char*, 3>> rows = {
+      {"optimizer.adam_beta2", "0.999", "--adam-beta2"},
+      {"optimizer.weight_decay", "0.01", "--weight-decay"},
+      {"lr_schedule.lr_decay_style", "linear", "--lr-decay-style"},
+      {"lr_schedule.lr_warmup_iters", "0", "--lr-warmup-iters"},
+      {"training.log_interval", "100", "--log-interval"}};
+  // Megatron's loss scaler, where --fp16 asks for it without a ds_config (whose fp16 section
+  // is DeepSpeed's scaler, with DeepSpeed's defaults, which are Triad's).
+  static const std::vector<std::array<const char*, 3>> scaler = {
+      {"fp16.initial_scale_power", "32", "--initial-loss-scale 4294967296"},
+      {"fp16.loss_scale_window", "1000", "--loss-scale-window"},
+      {"fp16.hysteresis", "2", "--hysteresis"},
+      {"fp16.min_loss_scale", "1", "--min-loss-scale"}};
+  // Megatron holds out validation data from --data-path by default ('969, 30, 1') and
+  // evaluates it every 1000 steps.
+  static const std::vector<std::array<const char*, 3>> validation = {
+      {"data.split", "969,30,1", "--split"}, {"training.eval_interval", "1000", "--eval-interval"}};
+  auto add = [&](const std::vector<std::array<const char*, 3>>& list) {
+    for (const auto& [key, value, arg] : list)
+      if (!keys_.count(key))
+        out_.defaults.push_back(
+            {key, YAML::Node(value), std::string("Megatron's default (no ") + arg + ")"});
+  };
+  add(rows);
+  if (keys_.count("fp16.enabled") && out_.deepspeed_config.empty()) add(scaler);
+  if (keys_.count("data.path") && !keys_.count("data.valid_path")) add(validation);
+  for (const char* arg : {"--hidden-dropout", "--attention-dropout"})
+    if (!given_.count(arg))
+      out_.no_effect.push_back(std::string("Megatron's default ") + arg +
+                               " 0.1: no effect in Triad (Triad trains without dropout)");
+}
+
 void MegatronReader::derive() {
+  // Megatron refuses these pairs (validate_args): one way to count the run and its warm-up.
+  auto one_of = [&](const char* a, const char* b) {
+    if (given_.count(a) && given_.count(b))
+      throw UserError("Megatron arguments " + std::string(a) + " and " + b +
+                      " are both given; Megatron takes one of them: keep one");
+  };
+  one_of("--train-iters", "--train-samples");
+  one_of("--lr-warmup-iters", "--lr-warmup-fraction");
+  one_of("--lr-warmup-iters", "--lr-warmup-samples");
+  one_of("--lr-warmup-fraction", "--lr-warmup-samples");
+  one_of("--lr-decay-iters", "--lr-decay-samples");
   const double gbs = number("training.global_batch_size"), seq = number("model.seq_length");
   // Samples and tokens become steps of the global batch, as Megatron counts them without ramp-up.
   auto steps = [&](const std::string& arg, const std::string& key, double per_step,
@@ -365,6 +429,7 @@ void MegatronReader::derive() {
     else
       not_carried(it->second.second, {}, "needs --num-layers a multiple of it × pipeline stages");
   }
+  defaults();
 }
 
 }  // namespace

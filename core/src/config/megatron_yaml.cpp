@@ -21,7 +21,19 @@ MegatronTree megatron_tree(const std::vector<std::string>& args) {
     merge_imported(t.root, d.keys, t.origins, kMegatronSource);
     t.imported.no_effect.insert(t.imported.no_effect.end(), d.no_effect.begin(), d.no_effect.end());
   }
+  // Megatron's own defaults where neither the arguments nor the JSON gave the key: the job
+  // trains as Megatron would train it, not with Triad's defaults.
+  merge_defaults(t.root, t.imported.defaults, t.origins, kMegatronSource);
   return t;
+}
+
+std::string megatron_missing(const YAML::Node& root) {
+  if (!value_in(root, "training.train_iters"))
+    return "the Megatron arguments give neither --train-iters nor --train-samples (Megatron "
+           "needs one); add --train-iters N";
+  if (!value_in(root, "optimizer.lr"))
+    return "the Megatron arguments give no --lr (Megatron needs it); add --lr VALUE";
+  return "";
 }
 
 namespace {
@@ -102,7 +114,7 @@ MegatronYaml megatron_to_yaml(const std::vector<std::string>& args) {
   Config scratch;
   config_detail::read_config(
       t.root, config_detail::Locator(config_detail::kMegatronSource, t.origins), scratch);
-  return {config_detail::emit(t), t.imported.not_carried};
+  return {config_detail::emit(t), t.imported.not_carried, config_detail::megatron_missing(t.root)};
 }
 
 std::vector<std::string> split_arguments(const std::string& text) {

@@ -16,6 +16,8 @@ struct MegatronYaml {
   std::string yaml;
   // "ARG VALUE: WHY" for each argument Triad cannot honour.
   std::vector<std::string> not_carried;
+  // What Megatron would refuse to start without (no --train-iters, no --lr), as one line; "".
+  std::string missing;
 };
 
 // Throws UserError for an argument without its value, or a conflict with the ds_config.json.
