@@ -132,6 +132,13 @@ schedule)
     "${S[@]}" --png "$W/file.txt/t.png"
   expect $T "--png '/sys/t.png': the folder '/sys' is not writable" "$BIN/$T" "${S[@]}" \
     --png /sys/t.png
+  # Drawn by plot_schedule.py: a PNG under a .png name only; an earlier picture is kept.
+  expect $T "--png '$W/t.txt' does not end in .png :: $W/t.png" "$BIN/$T" "${S[@]}" \
+    --png "$W/t.txt"
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    "$BIN/$T" "${S[@]}" --png "$W/keep.png" >/dev/null
+    expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "${S[@]}" --png "$W/keep.png"
+  fi
   ;;
 config)
   T=triad-config
@@ -450,6 +457,15 @@ simulate)
   expect $T "--png '$W/adir' is a folder" "$BIN/$T" "$C" --machine "$M" --png "$W/adir"
   expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "$C" \
     --machine "$M" --png "$W/nodir/t.png"
+  # Drawn by plot_simulate.py: a .png name (out.txt was a matplotlib traceback), and an earlier
+  # picture is kept (it was replaced).
+  expect $T "--png '$W/out.txt' does not end in .png :: $W/out.png" "$BIN/$T" "$C" \
+    --machine "$M" --png "$W/out.txt"
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    "$BIN/$T" "$C" --machine "$M" --png "$W/keep.png" >/dev/null
+    expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "$C" --machine "$M" \
+      --png "$W/keep.png"
+  fi
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2
