@@ -388,6 +388,23 @@ autotune)
     "$C" --output /sys/triad-tune
   expect $T "--output '$W/other-search' holds the output of another search :: --overwrite" \
     "$BIN/$T" "$C" --output "$W/other-search"
+  # Each flag named with its value; 0 is not "not given".
+  O=(--output "$W/tune")
+  expect $T "--max-train-batch-size 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" \
+    --max-train-batch-size 0
+  expect $T "--patience 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" --patience 0
+  expect $T "--warmup -1 must be at least 0" "$BIN/$T" "$C" "${O[@]}" --warmup -1
+  expect $T "--fast-layouts 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" --fast-layouts 0
+  # Found before the output folder is made (each wrote it, most without a line).
+  expect $T "--attention 'bogus' is refused: no attention plugin named 'bogus'" "$BIN/$T" "$C" \
+    "${O[@]}" --attention naive,bogus
+  printf 'name: x\n' >"$W/machine.yaml"
+  expect $T "--simulate: machine '$W/machine.yaml': source is missing" "$BIN/$T" "$C" \
+    "${O[@]}" --simulate "$W/machine.yaml"
+  expect $T "--memory-per-device 1B (0.0 MiB per rank) fits no candidate :: at least" \
+    "$BIN/$T" "$C" "${O[@]}" --memory-per-device 1B
+  expect $T "--max-train-batch-size 1 admits no candidate :: --micro-batch-sizes 4" "$BIN/$T" \
+    "$C" "${O[@]}" --max-train-batch-size 1 --micro-batch-sizes 4
   interrupted $T "$C"
   ;;
 bench_collectives)
