@@ -180,8 +180,9 @@ def check_output_file(flag, path, overwrite, suffix=None,
         raise BadInput(f"{flag} '{path}': '{folder}' is not a folder; {fix}")
     if os.path.lexists(path):
         if not os.path.isfile(path):
-            raise BadInput(f"{flag} '{path}' is {file_kind(os.lstat(path).st_mode)}, not a "
-                           f"regular file; {fix}")
+            kind = ("a symbolic link to nothing" if os.path.islink(path)
+                    else file_kind(os.stat(path).st_mode))
+            raise BadInput(f"{flag} '{path}' is {kind}, not a regular file; {fix}")
         if not overwrite:
             raise BadInput(f"{flag} '{path}' already exists; {replace}, or choose another "
                            f"file")
