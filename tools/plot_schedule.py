@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws a pipeline schedule's timeline, as triad-schedule --png writes it.
 
-    python3 tools/plot_schedule.py TIMELINE.json OUT.png
+    python3 tools/plot_schedule.py TIMELINE.json OUT.png [--overwrite | --keep]
 
 TIMELINE.json holds the schedule's name, stages, micro_batches, virtual_stages, makespan, bubble,
 formula (1F1B's bubble, (p-1)/(v*m+p-1)), split (whether any backward is split in halves) and one
@@ -10,16 +10,23 @@ box per pass: stage, start, length (time units: forward 1, backward 2, each half
 and chunk. The picture has one row per stage (stage 0 on top) and time running right; forwards
 are blue, backwards and input halves green, weight halves orange, a lighter shade per later chunk,
 each box labelled with its micro-batch. With split backwards the title gives the ideal
-(p-1)/(3m+p-1) of F = B = W next to 1F1B's. Exit 2 with one line when matplotlib is missing.
+(p-1)/(3m+p-1) of F = B = W next to 1F1B's. Exit 2 with one line when matplotlib is missing,
+OUT.png is not a .png name or cannot be written, or it exists and --overwrite is not given
+(triad_experiments.plot_arguments).
 """
 import json
+import os
 import sys
+
+sys.path[:0] = [os.path.dirname(os.path.realpath(__file__))]  # tools/ or share/triad
+import triad_experiments as tx  # noqa: E402
+
+TOOL = "triad-schedule"
 
 
 def main(argv):
-    if len(argv) != 3:
-        print("usage: plot_schedule.py TIMELINE.json OUT.png", file=sys.stderr)
-        return 2
+    data, png = tx.plot_arguments(argv, "plot_schedule.py TIMELINE.json OUT.png "
+                                        "[--overwrite | --keep]")
     try:
         import matplotlib
 
@@ -27,13 +34,10 @@ def main(argv):
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch, Rectangle
     except ImportError:
-        print(
-            "triad-schedule: error: --png needs matplotlib for python3, which is not installed "
-            "(Debian: apt-get install python3-matplotlib; or python3 -m pip install matplotlib)",
-            file=sys.stderr,
-        )
-        return 2
-    with open(argv[1]) as f:
+        raise tx.BadInput("--png needs matplotlib for python3, which is not installed (Debian: "
+                          "apt-get install python3-matplotlib; or python3 -m pip install "
+                          "matplotlib)")
+    with open(data) as f:
         t = json.load(f)
     p, m, v, span = t["stages"], t["micro_batches"], t["virtual_stages"], t["makespan"]
     colours = {"F": matplotlib.colormaps["Blues"], "B": matplotlib.colormaps["Greens"],
@@ -77,15 +81,9 @@ def main(argv):
                        for k, label in legend if k in passes or k == "F"],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
-    try:
-        fig.savefig(argv[2], dpi=120)
-    except (OSError, ValueError) as e:  # an unwritable path, a format matplotlib lacks
-        print("triad-schedule: error: --png '%s' cannot be written: %s; give a .png path in a "
-              "folder you can write" % (argv[2], str(e).splitlines()[0] if str(e) else e),
-              file=sys.stderr)
-        return 2
+    tx.save_png(fig, png, 120)  # a .png name (plot_arguments); a write that fails names png
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(tx.run_main(TOOL, lambda: main(sys.argv)))

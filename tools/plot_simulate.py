@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Draws triad-simulate's predictions, as triad-simulate --png writes them.
 
-    python3 tools/plot_simulate.py PREDICTIONS.json OUT.png
+    python3 tools/plot_simulate.py PREDICTIONS.json OUT.png [--overwrite | --keep]
 
 PREDICTIONS.json is triad-simulate's --json output (machine, source, config, layouts). One bar per
 predicted layout, fastest (most samples/s) on top, its predicted step time split into compute,
 tensor-parallel, pipeline bubble, data-parallel, optimizer and other, labelled with samples/s and
 whether it fits in memory; refused layouts are left out. Exit 2 with one line when matplotlib is
-missing.
+missing, OUT.png is not a .png name or cannot be written, or it exists and --overwrite is not
+given (triad_experiments.plot_arguments).
 """
 import json
+import os
 import sys
+
+sys.path[:0] = [os.path.dirname(os.path.realpath(__file__))]  # tools/ or share/triad
+import triad_experiments as tx  # noqa: E402
+
+TOOL = "triad-simulate"
 
 PARTS = (("compute", "compute", "#4c72b0"), ("tensor_parallel", "tensor-parallel", "#dd8452"),
          ("pipeline_bubble", "pipeline bubble", "#c44e52"),
@@ -19,19 +26,17 @@ PARTS = (("compute", "compute", "#4c72b0"), ("tensor_parallel", "tensor-parallel
 
 
 def main(argv):
-    if len(argv) != 3:
-        print("usage: plot_simulate.py PREDICTIONS.json OUT.png", file=sys.stderr)
-        return 2
+    data, png = tx.plot_arguments(argv, "plot_simulate.py PREDICTIONS.json OUT.png "
+                                        "[--overwrite | --keep]")
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("triad-simulate: error: --png needs matplotlib for python3, which is not installed "
-              "(Debian: apt-get install python3-matplotlib)", file=sys.stderr)
-        return 2
-    with open(argv[1]) as f:
+        raise tx.BadInput("--png needs matplotlib for python3, which is not installed "
+                          "(Debian: apt-get install python3-matplotlib)")
+    with open(data) as f:
         doc = json.load(f)
     rows = sorted((x for x in doc["layouts"] if "refused" not in x),
                   key=lambda x: -x["samples_per_s"])
@@ -59,10 +64,10 @@ def main(argv):
     ax.set_title(f"triad-simulate: {doc['config']} on {doc['machine']}\n{doc['source']}",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(argv[2], dpi=110)
+    tx.save_png(fig, png, 110)
     plt.close(fig)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(tx.run_main(TOOL, lambda: main(sys.argv)))

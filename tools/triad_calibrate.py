@@ -32,13 +32,19 @@ import triad_experiments as tx  # noqa: E402
 
 TOOL = "triad-simulate calibrate"
 HERE = os.path.dirname(os.path.realpath(__file__))
+# The default model: the source tree's (tools/../configs), else the installed copy beside this
+# script (<prefix>/share/triad/configs, tools/CMakeLists.txt installs it).
+DEFAULT_CONFIGS = [os.path.normpath(os.path.join(HERE, "..", "configs", "gpt-tiny.yaml")),
+                   os.path.join(HERE, "configs", "gpt-tiny.yaml")]
+# What every traced run sets on top of the config (traced_spans): checked by a dry run first.
+CUT = ["model.num_layers=2", "training.gradient_accumulation_steps=1", "data.kind=synthetic"]
 
 
 def parse_args(argv):
     p = tx.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[1])
     p.add_argument("--out", required=True, help="the machine description to write (YAML)")
-    default = os.path.normpath(os.path.join(HERE, "..", "configs", "gpt-tiny.yaml"))
-    p.add_argument("--config", default=default if os.path.isfile(default) else None,
+    default = next((c for c in DEFAULT_CONFIGS if os.path.isfile(c)), None)
+    p.add_argument("--config", default=default,
                    help="the model whose width, heads and sequence are measured (default: "
                         "configs/gpt-tiny.yaml)")
     p.add_argument("--micro-batches", default="1,4,16",
@@ -52,7 +58,9 @@ def parse_args(argv):
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     a = p.parse_args(argv)
     if a.config is None:
-        raise tx.BadInput("--config is required here (no configs/gpt-tiny.yaml beside this tool)")
+        raise tx.BadInput(f"--config is required here: the default configs/gpt-tiny.yaml is not "
+                          f"in {' nor '.join(DEFAULT_CONFIGS)}; give --config CONFIG.yaml (e.g. "
+                          f"Triad's configs/gpt-tiny.yaml)")
     tx.check_input_file(a.config, "config", "give a Triad YAML config")
     try:
         a.micro_batches = sorted({int(x) for x in a.micro_batches.split(",") if x.strip()})
@@ -68,14 +76,30 @@ def parse_args(argv):
         raise tx.BadInput(f"--rounds {a.rounds} is outside 1..20; give e.g. --rounds 3")
     if not 2 <= a.ranks <= 64:
         raise tx.BadInput(f"--ranks {a.ranks} is outside 2..64; give e.g. --ranks 2")
-    out_dir = os.path.dirname(os.path.abspath(a.out))
-    if os.path.isdir(a.out):
-        raise tx.BadInput(f"--out '{a.out}' is a folder; give a file name, e.g. "
-                          f"{os.path.join(a.out, 'machine.yaml')}")
-    tx.check_output_folder("--out", out_dir)
-    if os.path.exists(a.out) and not a.overwrite:
-        raise tx.BadInput(f"--out '{a.out}' exists; give another name or --overwrite")
+    tx.check_output_file("--out", a.out, a.overwrite)
     return a
+
+
+def check_runs(a, launch):
+    """Dry-runs what the measurements will run before any is: the config cut to 2 layers at
+    each micro-batch size, and each attention plugin; a refusal is bad input naming the flag
+    (an unknown key of the config was found only after minutes of measuring)."""
+    def refused(sets):
+        ok, _, why = tx.dry_run(launch, a.config, CUT + sets, 1)
+        return None if ok else why.replace("triad-launch: error: ", "")
+    why = refused([])
+    if why:
+        raise tx.BadInput(f"--config '{a.config}' is refused: {why}; fix it or give another "
+                          f"--config")
+    for b in a.micro_batches:
+        why = refused([f"training.micro_batch_size={b}"])
+        if why:
+            raise tx.BadInput(f"--micro-batches {b} is refused: {why}; drop that size")
+    for p in a.attention:
+        why = refused([f"attention={p}"])
+        if why:
+            raise tx.BadInput(f"--attention '{p}' is refused: {why}; give plugins triad-info "
+                              f"--kind attention lists, e.g. naive,flash2")
 
 
 def run(cmd, what, env=None):
@@ -104,10 +128,9 @@ def traced_spans(launch, config, b, work, attention="naive", ranks=1, extra=()):
     core for one rank, one each for a rank per core)."""
     out = os.path.join(work, f"trace-{attention}-b{b}" + (f"-r{ranks}" if ranks > 1 else "")
                        + "".join("-" + x.replace("=", "-") for x in extra))
-    sets = ["model.num_layers=2", f"training.micro_batch_size={b}",
-            "training.gradient_accumulation_steps=1", "training.train_iters=12",
-            "data.kind=synthetic", f"attention={attention}", f"output.dir={out}",
-            "output.overwrite=true", "training.eval_interval=0"] + list(extra)
+    sets = CUT + [f"training.micro_batch_size={b}", "training.train_iters=12",
+                  f"attention={attention}", f"output.dir={out}", "output.overwrite=true",
+                  "training.eval_interval=0"] + list(extra)
     cmd = [launch, "--nproc-per-node", str(ranks), config, "-q", "--profile-steps", "3-12"]
     for s in sets:
         cmd += ["--set", s]
@@ -263,6 +286,7 @@ def main(argv):
     a = parse_args(argv)
     launch, simulate = tx.find_program("triad-launch"), tx.find_program("triad-simulate")
     bench_coll = tx.find_program("triad-bench-collectives")
+    check_runs(a, launch)  # before the load warning: bad input is its one line
     model = model_of(a.config)
     load = os.getloadavg()[0]
     if load > 0.5:

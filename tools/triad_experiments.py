@@ -158,6 +158,68 @@ def check_output_folder(flag, folder):
                        f"({e.strerror}); {fix}")
 
 
+def check_output_file(flag, path, overwrite, suffix=None,
+                      replace="add --overwrite to replace it"):
+    """A file the tool writes at its end (--png, --out), checked before any work: a name, with
+    `suffix` where the format is fixed (".png"), in an existing folder this process can write,
+    and not an earlier file unless `overwrite` (`replace` says how to ask for that). Every
+    tool's written files are checked here."""
+    fix = f"give {flag} a file name in a folder you can write"
+    if os.path.isdir(path) or path.endswith(os.sep):
+        raise BadInput(f"{flag} '{path}' is a folder; give a file name, e.g. "
+                       f"{os.path.join(path, 'out' + (suffix or ''))}")
+    if suffix and not path.lower().endswith(suffix):
+        raise BadInput(f"{flag} '{path}' does not end in {suffix}: the file is written as "
+                       f"{suffix[1:].upper()}; give a name like "
+                       f"{os.path.splitext(path)[0] + suffix}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.lexists(folder):
+        raise BadInput(f"{flag} '{path}': the folder '{folder}' does not exist; create it or "
+                       f"give a path in a folder that exists")
+    if not os.path.isdir(folder):
+        raise BadInput(f"{flag} '{path}': '{folder}' is not a folder; {fix}")
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            kind = ("a symbolic link to nothing" if os.path.islink(path)
+                    else file_kind(os.stat(path).st_mode))
+            raise BadInput(f"{flag} '{path}' is {kind}, not a regular file; {fix}")
+        if not overwrite:
+            raise BadInput(f"{flag} '{path}' already exists; {replace}, or choose another "
+                           f"file")
+    # The file is written as a temporary beside it, then moved: the folder must take new files
+    # (probed, and removed at once: access() misjudges read-only mounts and ACLs).
+    import tempfile
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".triad-write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise BadInput(f"{flag} '{path}': the folder '{folder}' is not writable "
+                       f"({e.strerror}); {fix}")
+
+
+def plot_arguments(argv, usage):
+    """(JSON, PNG) of a drawing script the C++ tools run (plot_schedule.py, plot_simulate.py):
+    `SCRIPT JSON PNG [--overwrite | --keep]`, PNG checked as check_output_file does. A tool
+    that has an --overwrite flag passes --overwrite or --keep; one that passes neither has no
+    such flag, so an existing PNG is kept and the line says to remove it instead."""
+    args = argv[1:]
+    flags = [a for a in args if a in ("--overwrite", "--keep")]
+    rest = [a for a in args if a not in flags]
+    if len(rest) != 2 or len(flags) > 1:
+        raise BadInput(f"usage: {usage}")
+    replace = "add --overwrite to replace it" if flags else "remove it first"
+    check_output_file("--png", rest[1], flags == ["--overwrite"], ".png", replace)
+    return rest[0], rest[1]
+
+
+def save_png(fig, path, dpi):
+    """A matplotlib figure written as PNG through atomic_file: whole or not at all, and a
+    failure names `path`, not the temporary."""
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, dpi=dpi, format="png")
+
+
 def claim_output(tool, flag, folder, identity, overwrite, products):
     """Makes `folder` this tool's output for `identity` (what was asked: config, grid, ...)
     before anything else is written there. The same identity resumes (finished experiments are
@@ -509,18 +571,35 @@ class atomic_file:
 
     def __init__(self, path, mode="w", **kw):
         self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}"
-        self.f = open(self.tmp, mode, **kw)
+        try:
+            self.f = open(self.tmp, mode, **kw)
+        except OSError as e:  # said of the file the user named, not of our temporary
+            raise OSError(e.errno, e.strerror, path) from None
 
     def __enter__(self):
         return self.f
 
     def __exit__(self, kind, value, tb):
-        self.f.close()
+        try:
+            self.f.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+                return False
+        except OSError as e:  # a full disk at close, a folder gone: nothing half-written kept
+            value = e
+        self._discard()
+        # Said of the file the user named, not of the temporary (nor of no file at all).
+        if isinstance(value, OSError) and value.filename in (None, self.tmp):
+            raise OSError(value.errno, value.strerror, self.path) from None
         if kind is None:
-            os.replace(self.tmp, self.path)
-        else:
-            os.unlink(self.tmp)
+            raise value
         return False
+
+    def _discard(self):
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
 
 
 def write_json(path, obj):

@@ -132,6 +132,13 @@ schedule)
     "${S[@]}" --png "$W/file.txt/t.png"
   expect $T "--png '/sys/t.png': the folder '/sys' is not writable" "$BIN/$T" "${S[@]}" \
     --png /sys/t.png
+  # Drawn by plot_schedule.py: a PNG under a .png name only; an earlier picture is kept.
+  expect $T "--png '$W/t.txt' does not end in .png :: $W/t.png" "$BIN/$T" "${S[@]}" \
+    --png "$W/t.txt"
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    "$BIN/$T" "${S[@]}" --png "$W/keep.png" >/dev/null
+    expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "${S[@]}" --png "$W/keep.png"
+  fi
   ;;
 config)
   T=triad-config
@@ -381,6 +388,23 @@ autotune)
     "$C" --output /sys/triad-tune
   expect $T "--output '$W/other-search' holds the output of another search :: --overwrite" \
     "$BIN/$T" "$C" --output "$W/other-search"
+  # Each flag named with its value; 0 is not "not given".
+  O=(--output "$W/tune")
+  expect $T "--max-train-batch-size 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" \
+    --max-train-batch-size 0
+  expect $T "--patience 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" --patience 0
+  expect $T "--warmup -1 must be at least 0" "$BIN/$T" "$C" "${O[@]}" --warmup -1
+  expect $T "--fast-layouts 0 must be at least 1" "$BIN/$T" "$C" "${O[@]}" --fast-layouts 0
+  # Found before the output folder is made (each wrote it, most without a line).
+  expect $T "--attention 'bogus' is refused: no attention plugin named 'bogus'" "$BIN/$T" "$C" \
+    "${O[@]}" --attention naive,bogus
+  printf 'name: x\n' >"$W/machine.yaml"
+  expect $T "--simulate: machine '$W/machine.yaml': source is missing" "$BIN/$T" "$C" \
+    "${O[@]}" --simulate "$W/machine.yaml"
+  expect $T "--memory-per-device 1B (0.0 MiB per rank) fits no candidate :: at least" \
+    "$BIN/$T" "$C" "${O[@]}" --memory-per-device 1B
+  expect $T "--max-train-batch-size 1 admits no candidate :: --micro-batch-sizes 4" "$BIN/$T" \
+    "$C" "${O[@]}" --max-train-batch-size 1 --micro-batch-sizes 4
   interrupted $T "$C"
   ;;
 bench_collectives)
@@ -450,6 +474,15 @@ simulate)
   expect $T "--png '$W/adir' is a folder" "$BIN/$T" "$C" --machine "$M" --png "$W/adir"
   expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "$C" \
     --machine "$M" --png "$W/nodir/t.png"
+  # Drawn by plot_simulate.py: a .png name (out.txt was a matplotlib traceback), and an earlier
+  # picture is kept (it was replaced).
+  expect $T "--png '$W/out.txt' does not end in .png :: $W/out.png" "$BIN/$T" "$C" \
+    --machine "$M" --png "$W/out.txt"
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    "$BIN/$T" "$C" --machine "$M" --png "$W/keep.png" >/dev/null
+    expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "$C" --machine "$M" \
+      --png "$W/keep.png"
+  fi
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2

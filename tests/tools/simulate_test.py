@@ -8,6 +8,8 @@ calibrate is one line and exit 2. No time is asserted: the machine is shared.
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -50,6 +52,23 @@ check(rc == 0 and os.path.getsize(png) > 1000 if os.path.exists(png) else False,
 
 rc, out, err = run([SIM, CONFIG, "--machine", machine, "--json"] + grid, d)
 doc = json.loads(out) if rc == 0 else {}
+
+# The picture is not replaced unless asked: triad-simulate (no --overwrite flag yet) keeps it;
+# plot_simulate.py replaces it when the tool passes --overwrite, and --keep names that flag.
+rc2, out2, err2 = run([SIM, CONFIG, "--machine", machine, "--png", png] + grid, d)
+check_bad_input("triad-simulate", rc2, err2, [png, "already exists"], "--png over a picture")
+plot = os.path.join(SRC, "tools", "plot_simulate.py")
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # as the tool
+with open(os.path.join(d, "grid.json"), "w") as f:
+    f.write(out)
+rc2, out2, err2 = run([PY, plot, "grid.json", png, "--keep"], d)
+check_bad_input("triad-simulate", rc2, err2, [png, "already exists", "--overwrite"],
+                "plot_simulate.py --keep over a picture")
+with open(png, "wb") as f:
+    f.write(b"not a picture")
+rc2, out2, err2 = run([PY, plot, "grid.json", png, "--overwrite"], d)
+check(rc2 == 0 and open(png, "rb").read(4) == b"\x89PNG",
+      f"plot_simulate.py --overwrite replaces it ({err2.strip()})")
 ok = [x for x in doc.get("layouts", []) if "refused" not in x]
 check(len(ok) == 4, f"JSON: 4 predicted layouts (got {len(ok)})")
 for x in ok:
@@ -103,8 +122,39 @@ for args, names, what in (
         (["--out", os.path.join(d, "x.yaml"), "--config", os.path.join(d, "nope.yaml")],
          ["nope.yaml"], "a missing config"),
         (["--out", os.path.join(d, "x.yaml"), "--rounds", "0"], ["--rounds 0", "1..20"],
-         "no rounds")):
+         "no rounds"),
+        # Found before any measurement (these were found after it, or after the load warning).
+        (["--out", "/nonexistent-dir/c.yaml"], ["--out '/nonexistent-dir/c.yaml'",
+                                                 "'/nonexistent-dir' does not exist"],
+         "--out in a missing folder"),
+        (["--out", "/sys/c.yaml"], ["--out '/sys/c.yaml'", "'/sys' is not writable"],
+         "--out in a read-only folder"),
+        (["--out", os.path.join(d, "x.yaml"), "--attention", "naive,bogus"],
+         ["--attention 'bogus'", "no attention plugin named 'bogus'"], "an unknown plugin"),
+        (["--out", os.path.join(d, "x.yaml"), "--config", os.path.join(d, "badkey.yaml")],
+         ["--config", "badkey.yaml", "unknown key 'model.foo'"], "a config with an unknown key")):
+    with open(os.path.join(d, "badkey.yaml"), "w") as f:
+        f.write("model: {foo: 1}\n")
     rc, out, err = run([SIM, "calibrate"] + args, d)
     check_bad_input("triad-simulate calibrate", rc, err, names, what)
+    check(".tmp-" not in err, f"{what}: no temporary file named")
 check(not os.path.exists(os.path.join(d, "x.yaml")), "nothing written by refused calibrations")
+
+# Installed (share/triad, no source tree): the default config is the copy installed beside the
+# script; without it, one line naming --config.
+share = os.path.join(d, "prefix", "share", "triad")
+os.makedirs(share)
+for f in ("triad_calibrate.py", "triad_experiments.py"):
+    shutil.copy(os.path.join(SRC, "tools", f), share)
+calibrate = [PY, os.path.join(share, "triad_calibrate.py"), "--out",
+             os.path.join(d, "x.yaml"), "--attention", "bogus"]
+env = dict(os.environ, TRIAD_BIN_DIR=BIN)
+p = subprocess.run(calibrate, cwd=d, capture_output=True, text=True, env=env)
+check_bad_input("triad-simulate calibrate", p.returncode, p.stderr, ["--config is required"],
+                "installed without its default config")
+os.makedirs(os.path.join(share, "configs"))
+shutil.copy(CONFIG, os.path.join(share, "configs"))
+p = subprocess.run(calibrate, cwd=d, capture_output=True, text=True, env=env)
+check_bad_input("triad-simulate calibrate", p.returncode, p.stderr, ["--attention 'bogus'"],
+                "installed: the default config found (the run goes on to check --attention)")
 finish("simulate_test", d)

@@ -173,7 +173,19 @@ with open(os.path.join(d, "badval.yaml"), "w") as f:
 rc, out, err = run([STUDY, "badval.yaml"], d)
 check_bad_input("triad-study", rc, err, ["zero_optimization.stage", "'7'"],
                 "a grid value the config rejects")
-check(not os.path.exists(os.path.join(d, "out-badkey")) and
-      not os.path.exists(os.path.join(d, "out-badval")), "bad input writes no output folder")
+# A bad key or value in the study's set: section is blamed on set:, not on a grid key.
+for name, fixed, says in (("badset", "{foo: 1}", ["set: foo", "unknown key 'foo'"]),
+                          ("badsetval", "{zero_optimization.stage: 7}",
+                           ["set: zero_optimization.stage", "'7'"])):
+    with open(os.path.join(d, name + ".yaml"), "w") as f:
+        f.write(f"config: tiny.yaml\nset: {fixed}\ngrid: {{world: [1, 2]}}\n"
+                f"output: out-{name}\n")
+    rc, out, err = run([STUDY, name + ".yaml"], d)
+    check_bad_input("triad-study", rc, err, says, f"a bad set: section ({fixed})")
+    check("grid key" not in err and "grid 'world'" not in err,
+          f"a bad set: section ({fixed}) is not blamed on the grid")
+check(not any(os.path.exists(os.path.join(d, o)) for o in
+              ("out-badkey", "out-badval", "out-badset", "out-badsetval")),
+      "bad input writes no output folder")
 
 finish("study_test", d)

@@ -188,4 +188,51 @@ for file, says in (("broken.json", "not JSON"), ("empty.json", "no traced step")
     rc, out, err = run([TRACE, file], d)
     check_bad_input("triad-trace", rc, err, [file, says], f"triad-trace {file}")
 
+# Damaged events: one line naming the file, the first bad event and what is wrong with it (a
+# 1e308 start was a TypeError traceback, a negative duration printed negative times).
+STEP = {"name": "step 1", "cat": "step", "ph": "X", "ts": 0, "dur": 1000, "pid": 0, "tid": 0,
+        "args": {"step": 1}}
+SPAN = {"name": "forward block 0", "cat": "compute", "ph": "X", "ts": 10, "dur": 500, "pid": 0,
+        "tid": 1, "args": {"step": 1}}
+
+
+def trace_file(name, *events):
+    with open(os.path.join(d, name), "w") as f:
+        json.dump({"traceEvents": list(events)}, f)
+    return name
+
+
+for file, bad, says in (
+        ("huge-ts.json", {"ts": 1e308}, "ts 1e+308"),
+        ("neg-dur.json", {"dur": -50}, "dur -50"),
+        ("neg-ts.json", {"ts": -1}, "ts -1"),
+        ("nan-dur.json", {"dur": float("nan")}, "dur nan"),
+        ("inf-ts.json", {"ts": float("inf")}, "ts inf"),
+        ("str-ts.json", {"ts": "10"}, "ts '10'"),
+        ("bool-pid.json", {"pid": True}, "pid True"),
+        ("neg-pid.json", {"pid": -1}, "pid -1"),
+        ("name-num.json", {"name": 7}, "name 7"),
+        ("no-dur.json", {"dur": None}, "lacks dur")):
+    span = {k: v for k, v in {**SPAN, **bad}.items() if v is not None}
+    trace_file(file, STEP, span)
+    rc, out, err = run([TRACE, file], d)
+    check_bad_input("triad-trace", rc, err, [file, "event 2", says], f"triad-trace {file}")
+    check(not out, f"triad-trace {file}: nothing printed before the error")
+
+# --png: a .png name, in a folder that exists and can be written; the line names what the user
+# gave (never a temporary file); nothing written.
+good = trace_file("good.json", STEP, SPAN)
+for png, says in (("x.txt", ["--png 'x.txt'", "does not end in .png", "x.png"]),
+                  ("nodir/x.png", ["--png 'nodir/x.png'", "does not exist"]),
+                  ("/sys/x.png", ["--png '/sys/x.png'", "'/sys' is not writable"]),
+                  (".", ["--png '.' is a folder"])):
+    rc, out, err = run([TRACE, good, "--png", png], d)
+    check_bad_input("triad-trace", rc, err, says, f"triad-trace --png {png}")
+    check(".tmp-" not in err, f"triad-trace --png {png}: no temporary file named")
+check(not os.path.exists(os.path.join(d, "x.txt")) and not os.path.exists(os.path.join(d, "nodir")),
+      "a refused --png wrote nothing")
+rc, out, err = run([TRACE, good, "--png", "good.png"], d)
+check(rc == 0 and open(os.path.join(d, "good.png"), "rb").read(4) == b"\x89PNG",
+      f"a two-event trace draws its PNG ({err.strip()[-200:]})")
+
 finish("trace_test", d)
