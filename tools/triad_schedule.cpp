@@ -1,4 +1,5 @@
-// triad-schedule --stages P --micro-batches M --schedule S [--virtual V] [--png FILE]: loads the
+// triad-schedule --stages P --micro-batches M --schedule S [--virtual V] [--png FILE
+// [--overwrite]]: loads the
 // pipeline plugin S by name, asks it for every stage's stream of one step, checks them (each
 // stream's rules, then all of them run together) and prints the step's timeline with every
 // forward taking one time unit, every backward two (a split one: its input half B one, its weight
@@ -31,18 +32,18 @@ constexpr long long kMaxCells = 65536;
 
 // Refused before anything is computed or drawn: a timeline too large to compute in moments, and
 // a --png that cannot be written.
-void check_request(int p, int m, int v, const std::string& png) {
+void check_request(int p, int m, int v, const std::string& png, bool overwrite) {
   if (static_cast<long long>(p) * m * v > kMaxCells)
     throw triad::UserError("--stages " + std::to_string(p) + " x --micro-batches " +
                            std::to_string(m) + " x --virtual " + std::to_string(v) + " = " +
                            std::to_string(static_cast<long long>(p) * m * v) +
                            " cells, more than the " + std::to_string(kMaxCells) +
                            " a timeline is drawn for; use fewer stages or micro-batches");
-  if (!png.empty()) triad::check_png_path(png);
+  if (!png.empty()) triad::check_png_path(png, overwrite);
 }
 
 // Draws the timeline into `png` with plot_schedule.py; returns the exit code.
-int draw(const std::string& png, const std::string& schedule, int p, int m, int v,
+int draw(const std::string& png, bool overwrite, const std::string& schedule, int p, int m, int v,
          const triad::PipeTimeline& t) {
   nlohmann::json j = {{"schedule", schedule},
                       {"stages", p},
@@ -62,11 +63,11 @@ int draw(const std::string& png, const std::string& schedule, int p, int m, int 
                           {"pass", std::string(1, b.pass)},
                           {"micro_batch", b.micro_batch},
                           {"chunk", b.chunk}});
-  return triad::draw_png(kTool, "plot_schedule.py", TRIAD_PLOT_SCHEDULE_SCRIPT, j, png);
+  return triad::draw_png(kTool, "plot_schedule.py", TRIAD_PLOT_SCHEDULE_SCRIPT, j, png, overwrite);
 }
 
-int run(const std::string& schedule, int p, int m, int v, const std::string& png) {
-  check_request(p, m, v, png);
+int run(const std::string& schedule, int p, int m, int v, const std::string& png, bool overwrite) {
+  check_request(p, m, v, png, overwrite);
   triad::PluginLoader loader;
   auto plugin = loader.load("pipeline", schedule);
   triad::CoreServices services;
@@ -96,7 +97,7 @@ int run(const std::string& schedule, int p, int m, int v, const std::string& png
   std::cout << "in flight: at most " << t.max_in_flight
             << " micro-batches (per stage: " << triad::pipe_counts_text(t.in_flight) << ")\n";
   std::cout << "buffers per stage: " << triad::pipe_counts_text(t.peak_buffers) << std::endl;
-  return png.empty() ? 0 : draw(png, be.name(), p, m, v, t);
+  return png.empty() ? 0 : draw(png, overwrite, be.name(), p, m, v, t);
 }
 
 }  // namespace
@@ -116,9 +117,11 @@ int main(int argc, char** argv) {
   app.add_option("--virtual", virtual_stages, "model chunks per stage v (interleaved schedules)")
       ->check(triad::cli::at_least(1));
   app.add_option("--png", png, "also draw the timeline into this PNG (python3 + matplotlib)");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite, "replace an existing --png file");
   try {
     app.parse(argc, argv);
-    return run(schedule, stages, micro_batches, virtual_stages, png);
+    return run(schedule, stages, micro_batches, virtual_stages, png, overwrite);
   } catch (const CLI::ParseError& e) {
     return triad::cli::parse_error(kTool, app, e);
   } catch (const triad::UserError& e) {

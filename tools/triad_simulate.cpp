@@ -208,6 +208,7 @@ struct Options {
   std::vector<std::string> sets, grid;
   bool json = false;
   std::string png;
+  bool overwrite = false;  // --png may replace an existing file
 };
 
 // A grid key the config does not have is bad input, not a refused layout.
@@ -228,7 +229,7 @@ void check_grid_keys(const Options& o, const std::vector<GridKey>& grid, int wor
 
 int run(const Options& o) {
   const triad::Machine mc = triad::load_machine(o.machine);
-  if (!o.png.empty()) triad::check_png_path(o.png);
+  if (!o.png.empty()) triad::check_png_path(o.png, o.overwrite);
   std::vector<GridKey> grid;
   for (const std::string& g : o.grid) grid.push_back(parse_grid(g));
   const int world = o.world > 0 ? o.world : o.nodes * mc.devices_per_node;
@@ -263,9 +264,9 @@ int run(const Options& o) {
               << " (" << mc.source << ")\n";
     print_table(rows);
   }
-  return o.png.empty()
-             ? 0
-             : triad::draw_png(kTool, "plot_simulate.py", TRIAD_PLOT_SIMULATE_SCRIPT, j, o.png);
+  return o.png.empty() ? 0
+                       : triad::draw_png(kTool, "plot_simulate.py", TRIAD_PLOT_SIMULATE_SCRIPT, j,
+                                         o.png, o.overwrite);
 }
 
 // `triad-simulate calibrate ...`: the Python calibration, installed beside the tools
@@ -315,6 +316,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print the predictions as JSON");
   app.add_option("--png", o.png,
                  "also draw the predictions (step time by part, fastest first) into this PNG");
+  app.add_flag("--overwrite", o.overwrite, "replace an existing --png file");
   try {
     app.parse(argc, argv);
     return run(o);

@@ -53,10 +53,14 @@ check(rc == 0 and os.path.getsize(png) > 1000 if os.path.exists(png) else False,
 rc, out, err = run([SIM, CONFIG, "--machine", machine, "--json"] + grid, d)
 doc = json.loads(out) if rc == 0 else {}
 
-# The picture is not replaced unless asked: triad-simulate (no --overwrite flag yet) keeps it;
-# plot_simulate.py replaces it when the tool passes --overwrite, and --keep names that flag.
+# The picture is not replaced unless asked: triad-simulate keeps it, and replaces it with
+# --overwrite; plot_simulate.py replaces it when the tool passes --overwrite, and --keep names
+# that flag.
 rc2, out2, err2 = run([SIM, CONFIG, "--machine", machine, "--png", png] + grid, d)
-check_bad_input("triad-simulate", rc2, err2, [png, "already exists"], "--png over a picture")
+check_bad_input("triad-simulate", rc2, err2, [png, "already exists", "--overwrite"],
+                "--png over a picture")
+rc2, out2, err2 = run([SIM, CONFIG, "--machine", machine, "--png", png, "--overwrite"] + grid, d)
+check(rc2 == 0, f"--png with --overwrite replaces the picture (rc {rc2}: {err2.strip()})")
 plot = os.path.join(SRC, "tools", "plot_simulate.py")
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # as the tool
 with open(os.path.join(d, "grid.json"), "w") as f:

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,11 +40,20 @@ std::string script_path(const std::string& name, const std::string& source_path)
 
 }  // namespace
 
-void check_png_path(const std::string& png) {
+void check_png_path(const std::string& png, bool overwrite) {
   std::error_code ec;
   if (fs::is_directory(png, ec))
     throw UserError("--png '" + png + "' is a folder; give a file name, e.g. " +
                     (fs::path(png) / "picture.png").string());
+  std::string ext = fs::path(png).extension().string();
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (ext != ".png")
+    throw UserError("--png '" + png +
+                    "' does not end in .png: the file is written as PNG; give a " + "name like " +
+                    fs::path(png).replace_extension(".png").string());
+  if (fs::exists(fs::symlink_status(png, ec)) && !overwrite)
+    throw UserError("--png '" + png +
+                    "' already exists; add --overwrite to replace it, or choose another file");
   const fs::path folder = fs::absolute(png, ec).parent_path();
   if (!fs::exists(folder, ec))
     throw UserError("--png '" + png + "': the folder '" + folder.string() +
@@ -53,7 +63,8 @@ void check_png_path(const std::string& png) {
 }
 
 int draw_png(const std::string& tool, const std::string& script_name,
-             const std::string& source_path, const nlohmann::json& data, const std::string& png) {
+             const std::string& source_path, const nlohmann::json& data, const std::string& png,
+             bool overwrite) {
   // Debian's python3 (python3-matplotlib), as the Python tools' first line says; else PATH's.
   const std::string python =
       ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
@@ -65,8 +76,8 @@ int draw_png(const std::string& tool, const std::string& script_name,
       fs::temp_directory_path() / (tool + "-" + std::to_string(getpid()) + ".json");
   std::ofstream(json) << data.dump() << "\n";
   const std::string script = script_path(script_name, source_path);
-  const std::string cmd =
-      python + " " + quoted(script) + " " + quoted(json.string()) + " " + quoted(png);
+  const std::string cmd = python + " " + quoted(script) + " " + quoted(json.string()) + " " +
+                          quoted(png) + (overwrite ? " --overwrite" : " --keep");
   const int status = std::system(cmd.c_str());
   std::error_code ec;
   fs::remove(json, ec);

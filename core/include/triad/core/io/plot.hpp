@@ -9,16 +9,19 @@
 
 namespace triad {
 
-// Refuses a --png path that cannot be written: a folder, a missing or read-only folder, a file
-// where its folder should be. Throws UserError naming the path and the fix.
-void check_png_path(const std::string& png);
+// Refuses a --png path that cannot be written: a folder, a name not ending in .png, a missing or
+// read-only folder, a file where its folder should be, and an existing file unless `overwrite`
+// (the tool's --overwrite). Throws UserError naming the path and the fix.
+void check_png_path(const std::string& png, bool overwrite);
 
-// Writes `data` to a temporary JSON file and runs `python3 SCRIPT JSON PNG`, SCRIPT being
+// Writes `data` to a temporary JSON file and runs `python3 SCRIPT JSON PNG --overwrite|--keep`
+// (the script checks PNG again, as the tool's --overwrite says), SCRIPT being
 // share/triad/`script_name` beside the running program when installed, else `source_path`.
 // Returns the exit code: 0 drawn ("picture: PNG" printed), 2 when the script refused (its own
 // line on stderr), or 2 after one line "TOOL: error: ..." when python3 is missing or the script
 // failed.
 int draw_png(const std::string& tool, const std::string& script_name,
-             const std::string& source_path, const nlohmann::json& data, const std::string& png);
+             const std::string& source_path, const nlohmann::json& data, const std::string& png,
+             bool overwrite);
 
 }  // namespace triad
