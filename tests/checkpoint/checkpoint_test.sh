@@ -252,8 +252,14 @@ section_damage() {
   grep -q '"step": 1000000000000000' bad/iter_0000004/metadata.json || fail "the step edit missed"
   train dp2z1 step.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
   one_line_error step.log "metadata.json has step 1000000000000000, outside 0..4"
-  for d in o1 o2 o3 o4 o5 o6 o7 o8; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
-  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch, step out of range"
+  # --resume into a folder whose `latest` is gone: refused naming the newest step, not a fresh
+  # start that throws the saved steps away unsaid.
+  rm -rf bad && cp -r good/ckpt bad && rm bad/latest
+  train dp2z1 nolatest.log --set training.train_iters=8 --set output.dir=o9 \
+    --set checkpoint.load=bad --resume
+  one_line_error nolatest.log "holds iter_0000004.* but no .latest.; set checkpoint.load="
+  for d in o1 o2 o3 o4 o5 o6 o7 o8 o9; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
+  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch, step out of range, --resume without latest"
 
   # kill -9 while a save is being written: the previous checkpoint stays loadable.
   local hits=0 try

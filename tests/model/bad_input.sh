@@ -58,6 +58,8 @@ expect_error recompute_conflict "training.checkpoint_activations true means 'ful
 expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
   --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
+expect_error section_scalar "'model' must be a section of keys, not the value '3'" "$BASE" \
+  --set model=3
 # A micro-batch of a hundred million: refused at once, and no fix suggested that the config
 # itself would refuse (an accumulation above its limit).
 expect_error huge_micro_batch "no higher ZeRO stage, smaller micro-batch or activation" "$BASE" \

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -62,8 +63,26 @@ bool has_checkpoint(const std::string& dir) {
 std::string checkpoint_to_load(const Config& cfg) {
   const CheckpointConfig& c = cfg.checkpoint;
   const std::string& dir = c.load.empty() ? c.save : c.load;
-  if (c.resume) return has_checkpoint(dir) ? dir : std::string();
-  return c.load;
+  if (!c.resume) return c.load;
+  if (has_checkpoint(dir)) return dir;
+  // Saved steps without `latest` (deleted, or a copy that left it out): starting afresh would
+  // throw them away unsaid, and the newest may be the one a save was cut short in.
+  std::error_code ec;
+  std::vector<std::string> steps;
+  if (!dir.empty() && fs::is_directory(dir, ec))
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() == 12 && name.starts_with("iter_") &&
+          name.find_first_not_of("0123456789", 5) == std::string::npos && e.is_directory(ec))
+        steps.push_back(name);
+    }
+  if (steps.empty()) return "";
+  std::sort(steps.begin(), steps.end());
+  throw UserError(
+      "--resume: checkpoint folder '" + dir + "' holds " + steps.back() +
+      (steps.size() > 1 ? " and " + std::to_string(steps.size() - 1) + " older" : "") +
+      " but no `latest`; set checkpoint.load=" + (fs::path(dir) / steps.back()).string() +
+      " to continue from it, or remove the folder to start afresh");
 }
 
 void check_run_paths(const Config& c, bool writes_output) {

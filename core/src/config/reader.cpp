@@ -141,8 +141,9 @@ class Reader {
     if (!body.IsMap())
       throw UserError("'" + name + "' must be a section of keys, not " +
                       (body.IsScalar() ? "the value '" + body.Scalar() + "'" : kind_of(body)) +
-                      " (" + loc_.where(name, key.Mark()) + "); write it as\n  " + name +
-                      ":\n    " + std::string(s.fields.front().name) + ": ...");
+                      " (" + loc_.where(name, key.Mark()) + "); write it as " + name + ": {" +
+                      std::string(s.fields.front().name) + ": ...}, or --set " + name + "." +
+                      std::string(s.fields.front().name) + "=...");
     for (auto it = body.begin(); it != body.end(); ++it) {
       std::string k = key_text(it->first, name);
       if (const Section* inner = find_section(name + "." + k)) {
