@@ -31,6 +31,7 @@ same zero3_offload_fp16.json zero3_offload_fp16.yaml base.yaml --nproc-per-node 
 same auto.json auto.yaml auto_base.yaml --nproc-per-node 2
 same two_of_three.json two_of_three.yaml base.yaml --nproc-per-node 2
 same cosine.json cosine.yaml base.yaml
+same adam_only.json adam_only.yaml base.yaml
 
 # The same JSON given as deepspeed_config: in the YAML, and as --deepspeed-config.
 { cat "$CASES/base.yaml"; echo "deepspeed_config: $CASES/zero1_bf16.json"; } >key.yaml
@@ -72,6 +73,7 @@ refused '{"optimizer": {"type": "Lamb"}}' 'optimizer.type' 'AdamW'
 refused '{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}}' \
   'optimizer.params.adam_w_mode' 'true'
 refused '{"optimizer": {"type": "AdamW", "params": {"momentum": 0.9}}}' 'optimizer.params.momentum'
+refused '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}' 'optimizer.params.betas' 'two numbers'
 refused '{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}' \
   'zero_optimization.offload_param' 'none'
 refused '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}' \

@@ -4,6 +4,7 @@
 // Megatron arguments or Triad's derivation (the batch sizes), as DeepSpeed's integrations do.
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -159,10 +160,36 @@ class DeepSpeedReader {
         walk(it.key(), it.value(), it.key());
       }
     }
+    if (root.contains("optimizer"))
+      deepspeed_defaults(root["optimizer"], root.contains("scheduler"));
     return std::move(out_);
   }
 
  private:
+  // DeepSpeed's own defaults where its optimizer section leaves a value out (its Adam: betas
+  // 0.9, 0.999, eps 1e-8, no weight decay) and where it has no scheduler (a constant lr): for
+  // the keys neither the JSON nor the YAML gives (merge_defaults). A parameter the JSON gives as
+  // "auto" comes from the YAML or Triad's defaults, as the JSON asks.
+  void deepspeed_defaults(const json& optimizer, bool has_scheduler) {
+    const std::vector<std::array<const char*, 3>> rows = {
+        {"optimizer.adam_beta1", "0.9", "betas"},
+        {"optimizer.adam_beta2", "0.999", "betas"},
+        {"optimizer.adam_eps", "1e-8", "eps"},
+        {"optimizer.weight_decay", "0", "weight_decay"}};
+    const bool has_params =
+        optimizer.is_object() && optimizer.contains("params") && optimizer["params"].is_object();
+    for (const auto& [key, value, param] : rows)
+      if (!has_params || !optimizer["params"].contains(param))
+        out_.defaults.push_back(
+            {key, YAML::Node(value),
+             file_ + ": DeepSpeed's default (no optimizer.params." + std::string(param) + ")"});
+    if (has_scheduler) return;
+    for (const char* key : {"lr_schedule.lr_decay_style", "lr_schedule.lr_warmup_iters"})
+      out_.defaults.push_back({key,
+                               YAML::Node(std::string(key).ends_with("style") ? "constant" : "0"),
+                               file_ + ": DeepSpeed's default (no scheduler: a constant lr)"});
+  }
+
   std::string src(const std::string& path) const { return file_ + ": " + path; }
 
   [[noreturn]] void refuse(const std::string& path, const json& v, const std::string& fix) const {
@@ -245,6 +272,11 @@ class DeepSpeedReader {
             p.value("weight_decay", json(0.0)).get<double>() != 0)
           refuse("optimizer.params.adam_w_mode", p["adam_w_mode"],
                  "Triad's AdamW decays weights decoupled; set adam_w_mode true");
+        // betas is Adam's pair (beta1, beta2): one number alone would leave beta2 unsaid.
+        if (p.contains("betas") && !p["betas"].is_null() && p["betas"] != "auto" &&
+            (!p["betas"].is_array() || p["betas"].size() != 2))
+          refuse("optimizer.params.betas", p["betas"],
+                 "Adam's betas are two numbers; write \"betas\": [0.9, 0.999]");
         for (auto q = p.begin(); q != p.end(); ++q) {
           if (q.key() == "adam_w_mode") {
             note("optimizer.params.adam_w_mode", "Triad's AdamW decays weights decoupled");

@@ -186,6 +186,7 @@ std::vector<std::string> merge_deepspeed_config(YAML::Node& root, std::vector<Or
   const Imported d =
       import_deepspeed(path, [&root](const std::string& key) { return value_in(root, key); });
   merge_imported(root, d.keys, origins, file);
+  merge_defaults(root, d.defaults, origins, file);
   return d.no_effect;
 }
 
