@@ -115,7 +115,7 @@ refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-
 for want in "adam_beta2: 0.999 .*# Megatron's default \(no --adam-beta2\)" \
   "weight_decay: 0.1 .*# --weight-decay 0.1" "lr_decay_style: linear .*# Megatron's default" \
   "split: 969,30,1 .*# Megatron's default \(no --split\)" "eval_interval: 1000 " \
-  "Megatron's default --hidden-dropout 0.1: no effect in Triad"; do
+  "no --hidden-dropout \\(Megatron's default 0.1\\): Triad trains without dropout"; do
   if grep -Eq "$want" "$WORK/defaults.yaml"; then pass "default: $want"
   else fail "from-megatron lacks '$want': $(cat "$WORK/defaults.yaml" "$WORK/err.txt")"; fi
 done

@@ -347,8 +347,9 @@ void MegatronReader::defaults() {
   if (keys_.count("data.path") && !keys_.count("data.valid_path")) add(validation);
   for (const char* arg : {"--hidden-dropout", "--attention-dropout"})
     if (!given_.count(arg))
-      out_.no_effect.push_back(std::string("Megatron's default ") + arg +
-                               " 0.1: no effect in Triad (Triad trains without dropout)");
+      out_.no_effect.push_back(std::string("no ") + arg +
+                               " (Megatron's default 0.1): Triad trains " +
+                               "without dropout, as with " + arg + " 0");
 }
 
 void MegatronReader::derive() {
