@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -46,8 +47,15 @@
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
 #include "triad/core/tokenizer/tokenizer.hpp"
+#include "triad/core/train/stop_signals.hpp"
 
 namespace {
+
+// SIGINT / SIGTERM while reading: the inputs stop being read, the workers finish what they hold,
+// and the writer, never finished, removes its temporary files (nothing half-written is left).
+struct Interrupted {
+  int signal;
+};
 
 using triad::UserError;
 using Clock = std::chrono::steady_clock;
@@ -339,6 +347,7 @@ void read_inputs(const Options& o, Pipeline& p) {
     b = Batch{};
   };
   auto add = [&](const std::string& file, bool jsonl, std::string item, int64_t line) {
+    if (const int sig = triad::stop_signal()) throw Interrupted{sig};
     if (b.file != file || b.jsonl != jsonl) flush();
     b.file = file;
     b.jsonl = jsonl;
@@ -409,6 +418,11 @@ int run(const Options& o) {
       throw;
     }
   }
+  if (const int sig = triad::stop_signal()) throw Interrupted{sig};
+  // A dataset of no documents is one the launcher refuses: said here, and not written.
+  if (progress.docs_ == 0)
+    throw UserError("the inputs hold no documents (" + std::to_string(progress.empty_) +
+                    " empty ones skipped); nothing was written: give inputs with text");
   out.finish();
   progress.end_line();
   const double s = progress.seconds();
@@ -429,6 +443,8 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the workers exist (they inherit the blocked mask): signals go to one thread.
+  triad::take_stop_signals();
   CLI::App app{
       "Tokenizes text with GPT-2 BPE into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx) "
       "for data.kind: indexed."};
@@ -467,7 +483,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     o.vocab_given = app.count("--vocab-file") + app.count("--merge-file") > 0;
+    const triad::StopSignalsArmed armed;
     return run(o);
+  } catch (const Interrupted& i) {
+    std::fprintf(stderr, "triad-preprocess: stopped on %s; nothing was written\n",
+                 i.signal == SIGINT ? "SIGINT" : "SIGTERM");
+    return 128 + i.signal;
   } catch (const CLI::ParseError& e) {
     return triad::cli::parse_error("triad-preprocess", app, e);
   } catch (const UserError& e) {

@@ -179,6 +179,16 @@ TEST_F(Preprocess, EmptyDocumentsAreSkippedAndCounted) {
   EXPECT_THAT(r.out, HasSubstr("1 documents (2 empty ones skipped)"));
 }
 
+// Inputs with no document at all make a dataset the launcher would refuse: one line, nothing
+// written.
+TEST_F(Preprocess, NoDocumentsIsOneLineAndNothingWritten) {
+  const Result r = run(
+      "-i " + in("e.txt", "") + " " + in("e.jsonl", "{\"text\": \"\"}\n") + " -o " + quote(out()),
+      "1000");
+  expect_one_line(r, "the inputs hold no documents (2 empty ones skipped); nothing was written");
+  EXPECT_TRUE(outputs().empty());
+}
+
 TEST_F(Preprocess, SameFilesForAnyWorkerCount) {
   std::string jsonl;
   for (int i = 0; i < 3000; ++i)
