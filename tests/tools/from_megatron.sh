@@ -109,6 +109,12 @@ refused '--lr-warmup-iters and --lr-warmup-fraction are both given' from-megatro
   --lr 1e-3 --train-iters 10 --lr-warmup-iters 2 --lr-warmup-fraction 0.1
 refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
   --lr-decay-style inverse-square-root
+# --load as Megatron reads it: continue from the checkpoint there, or start afresh when none is.
+"$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --load ck --save ck \
+  >"$WORK/load.yaml" 2>"$WORK/err.txt"
+if grep -Eq "resume: true .*# --load ck \(continues from it" "$WORK/load.yaml"; then
+  pass "--load is checkpoint.resume"
+else fail "--load: $(cat "$WORK/load.yaml" "$WORK/err.txt")"; fi
 # Megatron's defaults, not Triad's, for what the arguments leave out; the given ones win.
 "$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --weight-decay 0.1 \
   --data-path d/x_text_document >"$WORK/defaults.yaml" 2>"$WORK/err.txt"

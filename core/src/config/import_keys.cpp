@@ -72,7 +72,6 @@ const std::vector<KeyRow>& key_table() {
       {"logging.tensorboard_log_interval", "", "--tensorboard-log-interval"},
       {"checkpoint.save", "", "--save"},
       {"checkpoint.save_interval", "", "--save-interval"},
-      {"checkpoint.load", "", "--load"},
   };
   return rows;
 }

@@ -237,6 +237,12 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
     }
     set("data.kind", YAML::Node("indexed"), src);
     set("data.path", path, src);
+  } else if (arg == "--load") {
+    // Megatron starts afresh when --load holds no checkpoint yet and continues from it when it
+    // does (the same script, run again after a stop): Triad's checkpoint.resume.
+    set("checkpoint.load", YAML::Node(value_of(arg, values)), src);
+    set("checkpoint.resume", YAML::Node("true"),
+        src + " (continues from it when it holds a checkpoint, starts afresh when not)");
   } else if (arg == "--valid-data-path") {
     set("data.valid_path", YAML::Node(value_of(arg, values)), src);
   } else if (arg == "--tokenizer-type") {
