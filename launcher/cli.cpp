@@ -96,7 +96,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
       "Under srun or mpirun the layout comes from SLURM / Open MPI."};
   app.name("triad-launch");
   app.add_option("config", a.config_path, "YAML config file");
-  app.add_option("--set", a.sets, "override a key: --set training.train_iters=10 (repeatable)");
+  app.add_option("--set", a.sets, "override a key: --set training.train_iters=10 (repeatable)")
+      ->allow_extra_args(false);  // one value each: `--set k=v CONFIG` leaves CONFIG positional
   app.add_option("--megatron-args", a.megatron_args,
                  "Megatron(-DeepSpeed)'s arguments in one quoted text, instead of a CONFIG (see "
                  "triad-config from-megatron)");

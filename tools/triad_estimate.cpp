@@ -316,7 +316,8 @@ int main(int argc, char** argv) {
   CLI::Option* world_opt =
       app.add_option("--world", world, "the job's ranks (tp x cp x pp x dp); default 1")
           ->check(triad::cli::at_least(1));
-  app.add_option("--set", sets, "override a key: --set zero_optimization.stage=2 (repeatable)");
+  app.add_option("--set", sets, "override a key: --set zero_optimization.stage=2 (repeatable)")
+      ->allow_extra_args(false);  // one value each: `--set k=v CONFIG` leaves CONFIG positional
   app.add_option("--memory-per-device", memory,
                  "the limit per rank, e.g. 80GiB (default: this machine's available memory "
                  "shared by the ranks)");

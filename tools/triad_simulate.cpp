@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
       ->check(triad::cli::at_least(1));
   app.add_option("--world", o.world, "the job's ranks; default nodes x devices_per_node")
       ->check(triad::cli::at_least(1));
-  app.add_option("--set", o.sets, "override a key: --set training.micro_batch_size=4 (repeatable)");
+  app.add_option("--set", o.sets, "override a key: --set training.micro_batch_size=4 (repeatable)")
+      ->allow_extra_args(false);  // one value each: `--set k=v CONFIG` leaves CONFIG positional
   app.add_option("--grid", o.grid,
                  "predict every value: --grid parallel.tensor_model_parallel_size=1,2 "
                  "(repeatable; also world=..., nodes=...)");

@@ -58,6 +58,13 @@ expect_error recompute_conflict "training.checkpoint_activations true means 'ful
 expect_error recompute_granularity "'partial' is not one of none, full, selective" "$BASE" \
   --set training.recompute_granularity=partial
 expect_error unknown_plugin_param "attention." "$BASE" --set attention.no_such_param=1
+# --set takes one value each: a config after it stays the config (it was taken as a second
+# override, then "no CONFIG given").
+if "$LAUNCH" --dry-run --set training.train_iters=3 "$BASE" 2>&1 | grep -q "train_iters: 3"; then
+  echo "PASS set_before_config"; passes=$((passes + 1))
+else
+  echo "FAIL set_before_config: --set k=v CONFIG did not read CONFIG"; fails=$((fails + 1))
+fi
 expect_error section_scalar "'model' must be a section of keys, not the value '3'" "$BASE" \
   --set model=3
 # A micro-batch of a hundred million: refused at once, and no fix suggested that the config
