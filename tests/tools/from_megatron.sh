@@ -107,6 +107,9 @@ refused '--train-iters and --train-samples are both given' from-megatron -- "${M
   --train-iters 10 --train-samples 40
 refused '--lr-warmup-iters and --lr-warmup-fraction are both given' from-megatron -- "${M[@]}" \
   --lr 1e-3 --train-iters 10 --lr-warmup-iters 2 --lr-warmup-fraction 0.1
+refused "data.split '1,x,2' has 'x'" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
+  --split 1,x,2
+refused "are both true; keep one" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --fp16 --bf16
 refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
   --lr-decay-style inverse-square-root
 # --load as Megatron reads it: continue from the checkpoint there, or start afresh when none is.

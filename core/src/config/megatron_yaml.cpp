@@ -2,6 +2,7 @@
 // arguments (megatron.cpp) and the ds_config.json among them (deepspeed.cpp) merged into one tree.
 #include <algorithm>
 
+#include "checks.hpp"
 #include "import.hpp"
 #include "schema.hpp"
 #include "triad/core/config/megatron.hpp"
@@ -112,8 +113,11 @@ MegatronYaml megatron_to_yaml(const std::vector<std::string>& args) {
   // Every value read as the YAML will be (types, ranges, choices), so what is printed loads; the
   // layout is checked when it runs, against its world size.
   Config scratch;
-  config_detail::read_config(
-      t.root, config_detail::Locator(config_detail::kMegatronSource, t.origins), scratch);
+  const config_detail::Locator loc(config_detail::kMegatronSource, t.origins);
+  const config_detail::Given given = config_detail::read_config(t.root, loc, scratch);
+  // And what needs no world (--split, --fp16 with --bf16, ...): what would not launch is not
+  // printed as if it would.
+  config_detail::check_config_without_world(scratch, given, loc);
   return {config_detail::emit(t), t.imported.not_carried, config_detail::megatron_missing(t.root)};
 }
 
