@@ -215,7 +215,9 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
     std::string have;
     for (int s = 0; s < 32; ++s)
       if (stages & (1u << s)) have += (have.empty() ? "" : ", ") + std::to_string(s);
-    throw UserError("zero_optimization.stage " + std::to_string(z.stage) + " (" + cfg.source_path +
+    const auto where = cfg.given.find("zero_optimization.stage");
+    throw UserError("zero_optimization.stage " + std::to_string(z.stage) + " (" +
+                    (where != cfg.given.end() ? where->second : cfg.source_path) +
                     ") is not implemented by data plugin '" + choice.name + "' (" + plugin->path() +
                     "), which implements stages " + have + "; use one of those");
   }
