@@ -53,6 +53,7 @@ struct Options {
   int factor = 2;
   int warmup = 5, iters = 20;
   std::string json;
+  bool overwrite = false;  // --json may replace an existing file
   std::vector<std::string> params;
   long long timeout_ms = 120000;
 };
@@ -280,6 +281,10 @@ void check_options(const Options& o) {
     const std::filesystem::path dir = std::filesystem::path(o.json).parent_path();
     triad::check_output_folder("--json", dir.empty() ? "." : dir.string(),
                                "give a --json file in a folder you can write");
+    if (std::filesystem::exists(std::filesystem::symlink_status(o.json, ec)) && !o.overwrite)
+      throw triad::UserError("--json '" + o.json +
+                             "' already exists; add --overwrite to replace it, or choose another "
+                             "file");
   }
 }
 
@@ -368,6 +373,7 @@ int main(int argc, char** argv) {
   app.add_option("-i,--iters", o.iters, "timed iterations per size (fewer above 32 MiB)")
       ->check(triad::cli::in_range(1, 100000));
   app.add_option("--json", o.json, "write the results as JSON here");
+  app.add_flag("--overwrite", o.overwrite, "replace an existing --json file");
   app.add_option("--param", o.params, "transport parameter key=value (repeatable)");
   app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait")
       ->check(triad::cli::at_least(1));
@@ -378,7 +384,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    o.min_bytes = std::max<uint64_t>(1, parse_bytes("--min-bytes", min_b));
+    o.min_bytes = parse_bytes("--min-bytes", min_b);
+    if (o.min_bytes == 0)
+      throw triad::UserError("--min-bytes 0: the smallest message is 1 byte; give e.g. -b 8");
     o.max_bytes = parse_bytes("--max-bytes", max_b);
     o.ops.clear();
     std::stringstream ss(ops);

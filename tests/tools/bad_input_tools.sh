@@ -426,6 +426,9 @@ bench_collectives)
   expect $T "--param 'nokv': expected key=value" "$BIN/$T" --param nokv
   expect $T "--json '$W/adir' is a folder" "$BIN/$T" --json "$W/adir"
   expect $T "--json '/sys' is not writable" "$BIN/$T" --json /sys/x.json
+  expect $T "--min-bytes 0: the smallest message is 1 byte" "$BIN/$T" -b 0
+  : >"$W/was.json"
+  expect $T "--json '$W/was.json' already exists; add --overwrite" "$BIN/$T" --json "$W/was.json"
   # What only the ranks find is one line for the job (the lowest rank's), not one per rank.
   expect $T "rank 0: no transport plugin named 'nosuch'" "$BIN/$T" -n 2 --transport nosuch
   expect $T "plugin file $W/fifo is a FIFO (named pipe)" "$BIN/$T" -n 2 --plugin "$W/fifo"
