@@ -31,7 +31,16 @@ const std::string* find(const Environment& env, const std::string& name) {
 
 int env_int(const Environment& env, const std::string& name) {
   const std::string* v = find(env, name);
-  if (!v) throw UserError(name + " is not set, though the scheduler's other variables are");
+  // --scheduler slurm / mpi outside a job step, or a step whose environment lacks a variable.
+  if (!v)
+    throw UserError(name + " is not set" +
+                    (name.starts_with("SLURM_")
+                         ? std::string(": --scheduler slurm reads the job step's variables; run "
+                                       "under srun, or use --scheduler none (or auto) with "
+                                       "--nproc-per-node")
+                         : std::string(": --scheduler mpi reads Open MPI's variables; run under "
+                                       "mpirun, or use --scheduler none (or auto) with "
+                                       "--nproc-per-node")));
   errno = 0;
   char* end = nullptr;
   long n = std::strtol(v->c_str(), &end, 10);

@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
   from->add_flag("--strict", strict, "exit 2 when any argument is not carried over");
   std::vector<char*> cargv;
   for (std::string& s : ours) cargv.push_back(s.data());
+  // A misspelt subcommand is named (CLI11 would only say that one is required).
+  if (cargv.size() > 1 && cargv[1][0] != '-' && std::string(cargv[1]) != "from-megatron")
+    return triad::cli::fail("triad-config", "'" + std::string(cargv[1]) +
+                                                "' is not a subcommand; use from-megatron (see "
+                                                "triad-config --help)");
   try {
     app.parse(int(cargv.size()), cargv.data());
     return from_megatron(megatron, strict);

@@ -143,6 +143,7 @@ schedule)
 config)
   T=triad-config
   expect $T "subcommand is required" "$BIN/$T"
+  expect $T "'bogus' is not a subcommand; use from-megatron" "$BIN/$T" bogus
   expect $T "needs Megatron's arguments after --" "$BIN/$T" from-megatron
   expect $T "not expected: --bogus" "$BIN/$T" from-megatron --bogus -- --num-layers 2
   expect $T "--num-layers takes one value" "$BIN/$T" from-megatron -- --num-layers
