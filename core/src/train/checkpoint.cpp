@@ -316,8 +316,26 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
 }
 
 void check_checkpoint_to_load(const Config& cfg) {
+  // Everything a rank would refuse, said once by the launcher before the ranks start.
   const std::string dir = checkpoint_to_load(cfg);
-  if (!dir.empty()) Checkpoint(dir).check_model(cfg.model, "checkpoint.load");
+  if (!dir.empty()) Checkpoint(dir).check_continues(cfg);
+}
+
+void Checkpoint::check_continues(const Config& cfg) const {
+  const auto& t = cfg.training;
+  check_model(cfg.model, "checkpoint.load");
+  if (global_batch_size() != t.global_batch_size)
+    throw UserError("checkpoint.load '" + path() + "' was saved with global_batch_size " +
+                    std::to_string(global_batch_size()) + " but this run has " +
+                    std::to_string(t.global_batch_size) +
+                    "; the data position is counted in steps of that batch: keep "
+                    "training.global_batch_size " +
+                    std::to_string(global_batch_size()) +
+                    " (micro batch, accumulation and layout may change)");
+  if (step() >= t.train_iters)
+    throw UserError("checkpoint.load '" + path() + "' is at step " + std::to_string(step()) +
+                    ", not before training.train_iters " + std::to_string(t.train_iters) +
+                    ": nothing is left to train; raise train_iters to continue");
 }
 
 // --- loading ----------------------------------------------------------------------------------

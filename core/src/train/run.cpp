@@ -300,24 +300,10 @@ void Run::place_model() {
 // A checkpoint to start from, checked whole (its files, sizes, checksums, the model and the
 // batch) before anything is allocated, connected or written.
 void Run::open_checkpoint() {
-  const auto& t = cfg.training;
   const std::string dir = checkpoint_to_load(cfg);
   if (dir.empty()) return;
   ckpt = std::make_unique<Checkpoint>(dir);
-  ckpt->check_model(cfg.model, "checkpoint.load");
-  if (ckpt->global_batch_size() != t.global_batch_size)
-    throw UserError("checkpoint.load '" + ckpt->path() + "' was saved with global_batch_size " +
-                    std::to_string(ckpt->global_batch_size()) + " but this run has " +
-                    std::to_string(t.global_batch_size) +
-                    "; the data position is counted in steps of that batch: keep "
-                    "training.global_batch_size " +
-                    std::to_string(ckpt->global_batch_size()) +
-                    " (micro batch, accumulation and layout may change)");
-  if (ckpt->step() >= t.train_iters)
-    throw UserError("checkpoint.load '" + ckpt->path() + "' is at step " +
-                    std::to_string(ckpt->step()) + ", not before training.train_iters " +
-                    std::to_string(t.train_iters) +
-                    ": nothing is left to train; raise train_iters to continue");
+  ckpt->check_continues(cfg);
   ckpt->verify();
   start_step = ckpt->step();
   progress = ckpt->progress();

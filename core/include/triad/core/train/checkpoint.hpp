@@ -88,6 +88,9 @@ class Checkpoint {
   std::string describe() const;
   // Throws UserError when `m` is another model (the first difference named).
   void check_model(const ModelConfig& m, const std::string& key) const;
+  // check_model, and that `cfg` can go on from this checkpoint: the same global batch (the data
+  // position counts steps of it) and a step before training.train_iters. Throws UserError.
+  void check_continues(const Config& cfg) const;
   // Every file's bytes against its CRC-32; throws UserError naming a file that differs.
   void verify() const;
 
