@@ -80,8 +80,13 @@ refused '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvm
   'offload_optimizer.device' '"cpu"'
 refused '{"zero_optimization": {"stage": "three"}}' 'zero_optimization.stage' 'three'
 refused '{"scheduler": {"type": "OneCycle", "params": {}}}' 'scheduler.type' 'WarmupLR'
-refused '{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "log"}}}' \
-  'scheduler.params.warmup_type' 'linear'
+# DeepSpeed's warm-up is log-shaped unless the file says "linear".
+printf '%s\n' '{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}' >c.json
+"$LAUNCH" "$CASES/base.yaml" --deepspeed_config c.json --dry-run >out.txt 2>&1
+if grep -q "lr_warmup_style: log" out.txt; then pass "WarmupLR without warmup_type: log"; else
+  fail "WarmupLR without warmup_type: $(cat out.txt)"; fi
+refused '{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "exp"}}}' \
+  'scheduler.params.warmup_type' '"log" and "linear"'
 refused '{"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-5}}}' \
   'scheduler.params.warmup_min_lr' '0'
 refused '{"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5}}}' \

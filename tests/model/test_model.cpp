@@ -166,6 +166,23 @@ TEST(Engine, LearningRateScheduleIsMegatrons) {
   s.lr_decay_style = "constant";
   EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 5), 0.5);  // warm-up still applies
   EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 100), 1.0);
+  // Megatron's inverse-square-root (optimizer_param_scheduler.py): lr sqrt(warmup / step) after
+  // the warm-up, never below min_lr.
+  s.lr_decay_style = "inverse-square-root";
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 40), 0.5);  // sqrt(10 / 40)
+  EXPECT_NEAR(learning_rate(o, s, 1000, 90), 1.0 / 3.0, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 2000, 1000), 0.1);  // sqrt(0.01) = 0.1 = min_lr
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 5000, 4000), 0.1);  // 0.05, floored
+  // DeepSpeed's log warm-up (WarmupLR's default): log(step + 1) / log(warmup), at most 1.
+  s.lr_decay_style = "constant";
+  s.lr_warmup_style = "log";
+  EXPECT_NEAR(learning_rate(o, s, 110, 1), std::log(2.0) / std::log(10.0), 1e-15);
+  EXPECT_NEAR(learning_rate(o, s, 110, 4), std::log(5.0) / std::log(10.0), 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 9), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
+  s.lr_warmup_iters = 1;  // log(1) is 0: DeepSpeed's max(2, warmup)
+  EXPECT_NEAR(learning_rate(o, s, 110, 1), 1.0, 1e-15);
 }
 
 TEST(Engine, FlopsFormula) {

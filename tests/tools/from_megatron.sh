@@ -111,7 +111,7 @@ refused "data.split '1,x,2' has 'x'" from-megatron -- "${M[@]}" --lr 1e-3 --trai
   --split 1,x,2
 refused "are both true; keep one" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --fp16 --bf16
 refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
-  --lr-decay-style inverse-square-root
+  --lr-decay-style WSD
 # --load as Megatron reads it: continue from the checkpoint there, or start afresh when none is.
 "$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --load ck --save ck \
   >"$WORK/load.yaml" 2>"$WORK/err.txt"

@@ -340,11 +340,14 @@ void DeepSpeedReader::scheduler_params(const std::string& type, const json& p) {
     set("lr_schedule.lr_warmup_iters",
         given("warmup_num_steps") ? scalar_text(p["warmup_num_steps"]) : "1000",
         pre + "warmup_num_steps" + (given("warmup_num_steps") ? "" : " (DeepSpeed's default)"));
-  if (given("warmup_type") && p["warmup_type"] != "linear")
+  // DeepSpeed warms up log-shaped unless told "linear" (lr_schedule.lr_warmup_style).
+  if (given("warmup_type") && p["warmup_type"] != "linear" && p["warmup_type"] != "log")
     refuse(pre + "warmup_type", p["warmup_type"],
-           "Triad warms up linearly (as Megatron does); set \"warmup_type\": \"linear\"");
-  if (!given("warmup_type") && steps > 0 && !p.contains("warmup_type"))
-    note(pre + "warmup_type", "absent means DeepSpeed's 'log' warm-up; Triad warms up linearly");
+           "DeepSpeed's warm-ups are \"log\" and \"linear\"; use one of them");
+  if (given("warmup_type"))
+    set("lr_schedule.lr_warmup_style", p["warmup_type"].get<std::string>(), pre + "warmup_type");
+  else if (!p.contains("warmup_type"))
+    set("lr_schedule.lr_warmup_style", "log", pre + "warmup_type (DeepSpeed's default)");
   const double start = cosine ? number("warmup_min_ratio", 0) : number("warmup_min_lr", 0);
   if (start != 0 && steps > 0)
     refuse(pre + (cosine ? "warmup_min_ratio" : "warmup_min_lr"),

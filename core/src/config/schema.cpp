@@ -137,7 +137,8 @@ std::vector<Section> training_sections() {
                .min(0),
            F("lr_decay_style", TRIAD_SLOT(lr_schedule.lr_decay_style))
                .aka({"decay_style"})
-               .one_of({"cosine", "linear", "constant"}),
+               .one_of({"cosine", "linear", "constant", "inverse-square-root"}),
+           F("lr_warmup_style", TRIAD_SLOT(lr_schedule.lr_warmup_style)).one_of({"linear", "log"}),
            // 0 = train_iters
            F("lr_decay_iters", TRIAD_SLOT(lr_schedule.lr_decay_iters)).aka({"decay_iters"}).min(0),
        }},

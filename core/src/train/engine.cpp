@@ -24,8 +24,17 @@ double model_flops_per_step(const ModelConfig& m, int global_batch) {
 double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters,
                      int step) {
   const int warmup = s.lr_warmup_iters;
-  if (warmup > 0 && step <= warmup) return o.lr * step / warmup;
+  // DeepSpeed's log warm-up reaches the peak one step before the linear one (log(W) / log(W));
+  // it divides by log(max(2, W)) as DeepSpeed does.
+  if (warmup > 0 && step <= warmup)
+    return s.lr_warmup_style == "log"
+               ? o.lr * std::min(1.0, std::log(step + 1.0) / std::log(std::max(2, warmup)))
+               : o.lr * step / warmup;
   if (s.lr_decay_style == "constant") return o.lr;
+  // Megatron's inverse-square-root: lr · sqrt(warmup / step) after the warm-up, floored at
+  // min_lr (no decay_iters).
+  if (s.lr_decay_style == "inverse-square-root")
+    return std::max(o.min_lr, o.lr * std::sqrt(double(std::max(warmup, 1)) / std::max(step, 1)));
   const int decay_iters = s.lr_decay_iters > 0 ? s.lr_decay_iters : train_iters;
   if (step >= decay_iters) return o.min_lr;
   const double span = std::max(1, decay_iters - warmup);

@@ -109,8 +109,10 @@ struct OptimizerConfig {
 
 struct LrScheduleConfig {
   int lr_warmup_iters = 0;
-  std::string lr_decay_style = "cosine";  // cosine | linear | constant
-  int lr_decay_iters = 0;                 // 0 = train_iters
+  std::string lr_decay_style = "cosine";  // cosine | linear | constant | inverse-square-root
+  // linear (Megatron's) | log (DeepSpeed's WarmupLR default: log(step + 1) / log(warmup))
+  std::string lr_warmup_style = "linear";
+  int lr_decay_iters = 0;  // 0 = train_iters
 };
 
 struct ParallelConfig {
