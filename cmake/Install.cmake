@@ -24,3 +24,8 @@ install(FILES ${_config_dir}/TriadConfig.cmake ${_config_dir}/TriadConfigVersion
   ${CMAKE_SOURCE_DIR}/cmake/TriadPlugin.cmake DESTINATION ${TRIAD_CMAKE_INSTALL_DIR})
 configure_file(${CMAKE_SOURCE_DIR}/cmake/TriadBuildTreeConfig.cmake.in
   ${CMAKE_BINARY_DIR}/TriadConfig.cmake @ONLY)
+# The same SDK for builds without CMake (pkg-config), relocatable: the prefix is found from the
+# .pc file's own folder, so `cmake --install --prefix P` needs no reconfigure.
+file(RELATIVE_PATH TRIAD_PC_TO_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
+configure_file(${CMAKE_SOURCE_DIR}/cmake/triad.pc.in ${_config_dir}/triad.pc @ONLY)
+install(FILES ${_config_dir}/triad.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -125,6 +125,21 @@ tr -s ' \n' ' ' <from-build-tree.log |
   grep -q "is Triad's build tree, not an installed Triad. Install it first" ||
   { cat from-build-tree.log; fail "configuring against the build tree did not say to install first"; }
 
+step "without CMake: pkg-config --cflags triad builds the attention example, which passes"
+if command -v pkg-config >/dev/null; then
+  cflags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags triad) ||
+    fail "pkg-config finds no triad in $prefix/lib/pkgconfig"
+  mkdir -p by-pkg-config
+  # shellcheck disable=SC2086  # the flags are words
+  c++ -std=c++17 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -fno-gnu-unique $cflags \
+    examples/attention-example/*.cpp -o by-pkg-config/libtriad-attention-example.so ||
+    fail "the attention example does not build with pkg-config's flags"
+  "$prefix/bin/triad-plugin-test" --quick attention by-pkg-config/libtriad-attention-example.so \
+    >pkg-config.log 2>&1 || { cat pkg-config.log; fail "the pkg-config build fails the harness"; }
+else
+  echo "(pkg-config is not installed: skipped)"
+fi
+
 # tensor-example at tp 2 (attention replicated, MLP split) against the one-process losses of the
 # shipped plugins: a third party's own split, run by the core.
 step "tp 2 with tensor-example gives the losses of tp 1"
