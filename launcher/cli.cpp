@@ -107,7 +107,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   app.add_flag("--dry-run", a.dry_run,
                "print the resolved config, parameter count, memory per rank and FLOPs per step");
   app.add_flag("-q,--quiet", a.quiet, "no per-step lines, only the summary");
-  app.add_option("--nproc-per-node", a.nproc_per_node, "ranks to start on this node")
+  app.add_option("--nproc-per-node,--nproc_per_node", a.nproc_per_node,
+                 "ranks to start on this node (torchrun's spelling too)")
       ->check(whole_number(1, INT_MAX, "a whole number of at least 1", "POSITIVE"));
   app.add_option("--nnodes", a.nnodes, "number of nodes")
       ->check(whole_number(1, INT_MAX, "a whole number of at least 1", "POSITIVE"));
@@ -165,7 +166,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
       "mpirun, export a shared token first:\n  export TRIAD_JOB_TOKEN=$(head -c16 /dev/urandom | "
       "xxd -p)");
 
-  std::reverse(ours.begin(), ours.end());  // CLI11 takes the vector form reversed
+  const std::vector<std::string> given = ours;  // app.parse consumes `ours`
+  std::reverse(ours.begin(), ours.end());       // CLI11 takes the vector form reversed
   try {
     app.parse(ours);
   } catch (const CLI::ParseError& e) {
@@ -175,6 +177,13 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
     // "--nproc-per-node: 1 required INT missing": the flag came last, without its value.
     if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && msg.find(" missing") != std::string::npos)
       msg = msg.substr(0, msg.find(':')) + " needs a value";
+    // Other launchers' names for the ranks per node (mpirun's -n, DeepSpeed's --num_gpus).
+    if (dynamic_cast<const CLI::ExtrasError*>(&e))
+      for (const char* other : {"-n", "-np", "--nproc", "--num_gpus", "--num-gpus"})
+        if (std::find(given.begin(), given.end(), other) != given.end()) {
+          msg += std::string("; the ranks per node are --nproc-per-node N, not ") + other;
+          break;
+        }
     std::fprintf(stderr, "triad-launch: error: %s; see triad-launch --help\n", msg.c_str());
     return kExitUserError;
   }

@@ -65,6 +65,7 @@ if "$LAUNCH" --dry-run --set training.train_iters=3 "$BASE" 2>&1 | grep -q "trai
 else
   echo "FAIL set_before_config: --set k=v CONFIG did not read CONFIG"; fails=$((fails + 1))
 fi
+expect_error mpirun_n "the ranks per node are --nproc-per-node N, not -n" "$BASE" -n 2
 expect_error section_scalar "'model' must be a section of keys, not the value '3'" "$BASE" \
   --set model=3
 # A micro-batch of a hundred million: refused at once, and no fix suggested that the config
