@@ -160,7 +160,11 @@ void export_hf(const std::string& dir, const ModelConfig& m, const GptLayout& la
 
 void check_hf(const std::string& dir, const ModelConfig& m, const GptLayout& layout) {
   require_learned(m, "init_from_hf");
-  if (!fs::is_directory(dir)) throw UserError("init_from_hf: folder '" + dir + "' not found");
+  if (!fs::is_directory(dir))
+    throw UserError(
+        "output.init_from_hf: folder '" + dir +
+        "' not found; point it at a folder written by output.export_hf (or triad-checkpoint "
+        "convert --to-hf)");
   check_config(dir, m);
   const fs::path file = fs::path(dir) / "model.safetensors";
   const auto f = safetensors::read(file.string());
