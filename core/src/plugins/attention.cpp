@@ -135,7 +135,7 @@ void AttentionBackend::workspace_size(const triad_attention_shape_v1& shape, siz
       "workspace_size", [&] { return ops_.workspace_size(instance_.handle(), &shape, &f, &b); });
   // A shape or dtype the plugin refuses is the config's fault, not the core's (the memory
   // estimate asks for float32's workspace on a GPU before the run checks the shape): one line
-  // naming the plugin's fix. A failing call with a shape it takes stays an internal error.
+  // naming the plugin's fix. Any other failure goes through check(): the plugin's, with its file.
   if (status == TRIAD_ERR_UNSUPPORTED)
     throw UserError("attention backend '" + name() + "' " +
                     instance_.failure(status, "workspace_size"));
