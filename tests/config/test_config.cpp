@@ -1254,5 +1254,14 @@ TEST_F(ConfigTest, ContextParallelBadInput) {
                8);
 }
 
+TEST(CheckpointFolders, StepOfAnIterationFolderName) {
+  EXPECT_EQ(checkpoint_folder_step("iter_0000042"), 42);
+  EXPECT_EQ(checkpoint_folder_step("iter_0000000"), 0);
+  // Anything else is not a step: pruning and --resume leave it alone.
+  for (const char* name : {"iter_000004", "iter_00000042", "iter_00000x2", "iter_0000042.tmp",
+                           "iter_0000042.pruned", "iter_-000042", "ITER_0000042", "latest", ""})
+    EXPECT_EQ(checkpoint_folder_step(name), -1) << name;
+}
+
 }  // namespace
 }  // namespace triad

@@ -60,6 +60,13 @@ bool has_checkpoint(const std::string& dir) {
                           fs::exists(fs::path(dir) / "metadata.json", ec));
 }
 
+int checkpoint_folder_step(const std::string& name) {
+  if (name.size() != 12 || !name.starts_with("iter_") ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    return -1;
+  return std::stoi(name.substr(5));
+}
+
 std::string checkpoint_to_load(const Config& cfg) {
   const CheckpointConfig& c = cfg.checkpoint;
   const std::string& dir = c.load.empty() ? c.save : c.load;
@@ -72,9 +79,7 @@ std::string checkpoint_to_load(const Config& cfg) {
   if (!dir.empty() && fs::is_directory(dir, ec))
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (name.size() == 12 && name.starts_with("iter_") &&
-          name.find_first_not_of("0123456789", 5) == std::string::npos && e.is_directory(ec))
-        steps.push_back(name);
+      if (checkpoint_folder_step(name) >= 0 && e.is_directory(ec)) steps.push_back(name);
     }
   if (steps.empty()) return "";
   std::sort(steps.begin(), steps.end());

@@ -238,11 +238,10 @@ void publish(const Config& cfg, const fs::path& tmp, const fs::path& final,
   std::vector<std::pair<int, fs::path>> done;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string n = e.path().filename().string();
-    int s = 0;
+    const int s = checkpoint_folder_step(n);
     if (n.size() > 7 && n.compare(n.size() - 7, 7, ".pruned") == 0 && n.rfind("iter_", 0) == 0) {
       fs::remove_all(e.path());
-    } else if (n.size() == 12 && n.rfind("iter_", 0) == 0 &&
-               std::sscanf(n.c_str() + 5, "%d", &s) == 1 && e.path() != final) {
+    } else if (s >= 0 && e.path() != final) {
       if (fs::exists(e.path() / "metadata.json"))
         done.emplace_back(s, e.path());
       else

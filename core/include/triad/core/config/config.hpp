@@ -276,6 +276,8 @@ std::string runnable_refusal(const Config& c);
 
 // Whether `dir` holds a checkpoint to load: a save folder with `latest`, or an iteration folder.
 bool has_checkpoint(const std::string& dir);
+// The step an iteration folder's name holds ("iter_0000042" -> 42), or -1 for any other name.
+int checkpoint_folder_step(const std::string& name);
 // The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
 // checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
 std::string checkpoint_to_load(const Config& cfg);
