@@ -438,10 +438,8 @@ std::string batch_source(const Checker& k, const Locator& loc) {
   return elsewhere ? places : loc.file();
 }
 
-}  // namespace
-
-void check_config_without_world(Config& c, const Given& given, const Locator& loc) {
-  Checker k(given, loc);
+// What holds whatever the world: the model, training, recomputation, profiling, plugins.
+void check_without_world(Config& c, const Checker& k) {
   check_model(c, k);
   check_training(c, k);
   resolve_recompute(c.training, k);
@@ -449,12 +447,18 @@ void check_config_without_world(Config& c, const Given& given, const Locator& lo
   check_available(c, k);
 }
 
+}  // namespace
+
+void check_config_without_world(Config& c, const Given& given, const Locator& loc) {
+  check_without_world(c, Checker(given, loc));
+}
+
 void check_config(Config& c, const Given& given, const Locator& loc, int world_size) {
   if (world_size < 1)
     throw UserError("world size " + std::to_string(world_size) +
                     " is not valid; it must be at least 1");
-  check_config_without_world(c, given, loc);
-  Checker k(given, loc);
+  const Checker k(given, loc);
+  check_without_world(c, k);
   // data_parallel_size 1 is the header default, not a user's choice: derive unless given.
   if (!k.given("parallel.data_parallel_size")) c.parallel.data_parallel_size = 0;
   check_tensor_parallel(c, k);

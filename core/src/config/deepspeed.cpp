@@ -184,10 +184,11 @@ class DeepSpeedReader {
             {key, YAML::Node(value),
              file_ + ": DeepSpeed's default (no optimizer.params." + std::string(param) + ")"});
     if (has_scheduler) return;
-    for (const char* key : {"lr_schedule.lr_decay_style", "lr_schedule.lr_warmup_iters"})
-      out_.defaults.push_back({key,
-                               YAML::Node(std::string(key).ends_with("style") ? "constant" : "0"),
-                               file_ + ": DeepSpeed's default (no scheduler: a constant lr)"});
+    const std::array<std::array<const char*, 2>, 2> constant_lr = {
+        {{"lr_schedule.lr_decay_style", "constant"}, {"lr_schedule.lr_warmup_iters", "0"}}};
+    for (const auto& [key, value] : constant_lr)
+      out_.defaults.push_back(
+          {key, YAML::Node(value), file_ + ": DeepSpeed's default (no scheduler: a constant lr)"});
   }
 
   std::string src(const std::string& path) const { return file_ + ": " + path; }

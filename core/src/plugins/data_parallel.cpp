@@ -138,48 +138,38 @@ void DataParallelBackend::setup(const GptLayout& layout,
   counted_.bytes = 0;
   s.dp_comm = {&kCountingOps, &counted_, comm.comm};
   s.timeout_ms = timeout_ms;
-  check(instance_.call("setup", [&] { return ops_.setup(instance_.handle(), &s2); }), "setup");
+  run("setup", [&] { return ops_.setup(instance_.handle(), &s2); });
 }
 
 void DataParallelBackend::grads_ready(float* grads, size_t offset, size_t count) {
-  check(instance_.call("grads_ready",
-                       [&] { return ops_.grads_ready(instance_.handle(), grads, offset, count); }),
-        "grads_ready");
+  run("grads_ready", [&] { return ops_.grads_ready(instance_.handle(), grads, offset, count); });
 }
 
 void DataParallelBackend::finish_grads(float* grads) {
-  check(
-      instance_.call("finish_grads", [&] { return ops_.finish_grads(instance_.handle(), grads); }),
-      "finish_grads");
+  run("finish_grads", [&] { return ops_.finish_grads(instance_.handle(), grads); });
 }
 
 void DataParallelBackend::owned_range(size_t* offset, size_t* count) {
   uint64_t o = 0, n = 0;
-  check(instance_.call("owned_range", [&] { return ops_.owned_range(instance_.handle(), &o, &n); }),
-        "owned_range");
+  run("owned_range", [&] { return ops_.owned_range(instance_.handle(), &o, &n); });
   *offset = o;
   *count = n;
 }
 
 void DataParallelBackend::after_step(float* params) {
-  check(instance_.call("after_step", [&] { return ops_.after_step(instance_.handle(), params); }),
-        "after_step");
+  run("after_step", [&] { return ops_.after_step(instance_.handle(), params); });
 }
 
 uint32_t DataParallelBackend::partitioning() {
   uint32_t flags = 0;
-  check(
-      instance_.call("partitioning", [&] { return ops_.partitioning(instance_.handle(), &flags); }),
-      "partitioning");
+  run("partitioning", [&] { return ops_.partitioning(instance_.handle(), &flags); });
   if (flags & TRIAD_DATA_PARTITION_PARAMS) flags |= TRIAD_DATA_PARTITION_GRADS;
   return flags;
 }
 
 std::vector<std::pair<size_t, size_t>> DataParallelBackend::shard() {
   std::vector<uint64_t> off(unit_offsets_.size()), n(unit_offsets_.size());
-  check(
-      instance_.call("shard", [&] { return ops_.shard(instance_.handle(), off.data(), n.data()); }),
-      "shard");
+  run("shard", [&] { return ops_.shard(instance_.handle(), off.data(), n.data()); });
   std::vector<std::pair<size_t, size_t>> out;
   for (size_t u = 0; u < off.size(); ++u) {
     if (n[u] > 0 &&
@@ -193,26 +183,18 @@ std::vector<std::pair<size_t, size_t>> DataParallelBackend::shard() {
 }
 
 void DataParallelBackend::reduce_unit(size_t unit, float* grads, float* owned) {
-  check(instance_.call(
-            "reduce_unit",
-            [&] { return ops_.reduce_unit(instance_.handle(), uint32_t(unit), grads, owned); }),
-        "reduce_unit");
+  run("reduce_unit",
+      [&] { return ops_.reduce_unit(instance_.handle(), uint32_t(unit), grads, owned); });
 }
 
 void DataParallelBackend::gather_unit(size_t unit, const void* owned, void* params,
                                       DLDataType dtype) {
-  check(instance_.call("gather_unit",
-                       [&] {
-                         return ops_.gather_unit(instance_.handle(), uint32_t(unit), owned, params,
-                                                 dtype);
-                       }),
-        "gather_unit");
+  run("gather_unit",
+      [&] { return ops_.gather_unit(instance_.handle(), uint32_t(unit), owned, params, dtype); });
 }
 
 void DataParallelBackend::wait_unit(size_t unit) {
-  check(instance_.call("wait_unit",
-                       [&] { return ops_.wait_unit(instance_.handle(), uint32_t(unit)); }),
-        "wait_unit");
+  run("wait_unit", [&] { return ops_.wait_unit(instance_.handle(), uint32_t(unit)); });
 }
 
 }  // namespace triad

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/core/model/gpt_layout.hpp"
@@ -56,6 +57,12 @@ class DataParallelBackend {
   };
   static const triad_transport_ops_v1 kCountingOps;
   void check(int status, const char* what) const;
+  // Calls a slot of the plugin through its instance (which catches what escapes the plugin) and
+  // turns a failure into a UserError naming the plugin, the slot and the status.
+  template <class F>
+  void run(const char* slot, F&& f) const {
+    check(instance_.call(slot, std::forward<F>(f)), slot);
+  }
   Counted counted_;
   std::function<std::string()> transport_error_;
   PluginInstance instance_;
