@@ -242,7 +242,12 @@ section_damage() {
   rm -rf bad && cp -r good/ckpt bad
   echo iter_0000099 >bad/latest
   train dp2z1 latest.log --set training.train_iters=8 --set output.dir=o6 --set checkpoint.load=bad
-  one_line_error latest.log "latest. names 'iter_0000099', which has no metadata.json"
+  one_line_error latest.log 'latest. names "iter_0000099", which has no metadata.json'
+  # A `latest` with terminal escape bytes is shown escaped, never sent raw.
+  printf 'iter_\033[2J\n' >bad/latest
+  train dp2z1 latest-esc.log --set training.train_iters=8 --set output.dir=o6 --set checkpoint.load=bad
+  one_line_error latest-esc.log 'latest. names "iter_\\u001b\[2J", which has no metadata.json'
+  ! grep -q $'\033' latest-esc.log || { cat -v latest-esc.log; fail "the escape byte reached the log"; }
   train dp2z1 batch.log --set training.train_iters=8 --set output.dir=o7 \
     --set checkpoint.load=good/ckpt --set training.global_batch_size=4
   one_line_error batch.log "saved with global_batch_size 8 but this run has 4"

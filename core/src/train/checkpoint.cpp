@@ -422,12 +422,15 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     // Read without ever blocking (a FIFO is refused by name), as every file a run reads.
     const std::string text = read_regular_file(latest.string(), "checkpoint file", to_iter);
     const std::string name = text.substr(0, text.find('\n'));
+    // As a JSON string: control bytes and broken UTF-8 escaped, never sent raw to a terminal.
+    const std::string shown = nlohmann::json(name.substr(0, 64))
+                                  .dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
     if (name.empty() || name.find('/') != std::string::npos)
-      c.fail("has a `latest` file that names no checkpoint ('" + name + "'); " + to_iter);
+      c.fail("has a `latest` file that names no checkpoint (" + shown + "); " + to_iter);
     c.dir = (fs::path(dir_in) / name).string();
     if (!fs::exists(fs::path(c.dir) / "metadata.json", ec))
-      throw UserError("checkpoint '" + dir_in + "': `latest` names '" + name +
-                      "', which has no metadata.json; point " + key +
+      throw UserError("checkpoint '" + dir_in + "': `latest` names " + shown +
+                      ", which has no metadata.json; point " + key +
                       " at one of its complete iter_* folders");
   } else if (!fs::exists(fs::path(dir_in) / "metadata.json", ec)) {
     const std::string point =
