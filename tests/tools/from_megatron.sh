@@ -60,7 +60,9 @@ has gpt_125m '^  enabled: true +# --fp16$'
 has gpt_125m '^  path: data/meg-gpt2_text_document +# --data-path'
 has gpt_1_3b '^attention: flash2 +# --use-flash-attn-v2$'
 has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_document\]'
-has gpt_1_3b '^  train_iters: 286103 +# --train-tokens'
+# Both counts given: Megatron's --train-samples // 512 (286102) ends the run before the step that
+# reaches --train-tokens (286103).
+has gpt_1_3b '^  train_iters: 286102 +# --train-samples 146484375 / 512 per step'
 has gpt_1_3b '^  tensorboard_dir: tensorboard/gpt_1.3B +# --tensorboard-dir tensorboard/gpt_1.3B$'
 has gpt_1_3b '^#   --log-timers-to-tensorboard: no effect in Triad '
 has gpt_13b_3d \
@@ -118,6 +120,12 @@ refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-
 if grep -Eq "resume: true .*# --load ck \(continues from it" "$WORK/load.yaml"; then
   pass "--load is checkpoint.resume"
 else fail "--load: $(cat "$WORK/load.yaml" "$WORK/err.txt")"; fi
+# --train-samples rounds down to whole global batches, as Megatron's train_samples // batch.
+"$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-samples 43 \
+  >"$WORK/samples.yaml" 2>"$WORK/err.txt"
+if grep -Eq "train_iters: 10 .*# --train-samples 43 / 4 per step" "$WORK/samples.yaml"; then
+  pass "--train-samples 43 at global batch 4 is 10 steps"
+else fail "--train-samples: $(grep train_iters "$WORK/samples.yaml") $(cat "$WORK/err.txt")"; fi
 # Megatron's defaults, not Triad's, for what the arguments leave out; the given ones win.
 "$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --weight-decay 0.1 \
   --data-path d/x_text_document >"$WORK/defaults.yaml" 2>"$WORK/err.txt"

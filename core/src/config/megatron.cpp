@@ -371,9 +371,12 @@ void MegatronReader::derive() {
   one_of("--lr-warmup-fraction", "--lr-warmup-samples");
   one_of("--lr-decay-iters", "--lr-decay-samples");
   const double gbs = number("training.global_batch_size"), seq = number("model.seq_length");
-  // Samples and tokens become steps of the global batch, as Megatron counts them without ramp-up.
+  // Samples and tokens become steps of the global batch, as Megatron counts them without ramp-up:
+  // the run's length as Megatron's (--train-samples // the global batch; --train-tokens stops the
+  // first step that reaches them, and with both the earlier ends it), the lr's phases rounded up.
+  enum class Round { down, up };
   auto steps = [&](const std::string& arg, const std::string& key, double per_step,
-                   const std::string& need) {
+                   const std::string& need, Round round = Round::up) {
     auto it = later_.find(arg);
     if (it == later_.end()) return;
     const double v = to_number(it->second.second, it->second.first);
@@ -381,10 +384,12 @@ void MegatronReader::derive() {
       not_carried(it->second.second, {}, "needs " + need + " to become steps");
       return;
     }
-    set(key, YAML::Node(std::to_string(static_cast<long long>(std::ceil(v / per_step)))),
+    const double n = round == Round::down ? std::floor(v / per_step) : std::ceil(v / per_step);
+    if (key == "training.train_iters" && keys_.count(key) && number(key) <= n) return;
+    set(key, YAML::Node(std::to_string(static_cast<long long>(n))),
         it->second.second + " / " + std::to_string(static_cast<long long>(per_step)) + " per step");
   };
-  steps("--train-samples", "training.train_iters", gbs, "--global-batch-size");
+  steps("--train-samples", "training.train_iters", gbs, "--global-batch-size", Round::down);
   steps("--train-tokens", "training.train_iters", gbs * seq,
         "--global-batch-size and --seq-length");
   steps("--lr-decay-samples", "lr_schedule.lr_decay_iters", gbs, "--global-batch-size");
