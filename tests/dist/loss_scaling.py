@@ -115,6 +115,16 @@ for name in ("tp2_sp", "pp2", "dp2_zero1", "dp2_zero3_offload", "tp2_pp2", "resu
                 and close(a["grad_norm"], b["grad_norm"]))
         check(same, f"{name} step {b['step']}: {b}, single process {a}")
 
+# A scale whose scaled squares pass fp32's range (2^100): the norm, unscaled before it is summed
+# over ranks, is the plain run's, and so is every step.
+for name in ("huge_pp2", "huge_dp2_zero1"):
+    rows = metrics(name)
+    check(len(rows) == 8, f"{name}: {len(rows)} steps, not 8")
+    for a, b in zip(plain, rows):
+        check(b["grad_norm"] is not None and close(a["loss"], b["loss"])
+              and close(a["grad_norm"], b["grad_norm"]) and not b["skipped"],
+              f"{name} step {b['step']}: {b}, without the scaler {a}")
+
 # A scale beyond fp32's range overflows by itself. Each micro-batch's loss gradient is scaled by
 # scale / 4 (the mean over 4 micro-batches): from 2^131 down, 2^131 and 2^130 give an inf, which
 # every step at such a scale must skip; the halved scale then trains.

@@ -10,6 +10,8 @@
 #   - tp 2 with sequence parallelism, pp 2, ZeRO-1 and ZeRO-3 + offload at dp 2, tp 2 x pp 2,
 #     each with the overflow on its last rank, against the single process (1e-5 relative, as the
 #     golden losses);
+#   - a scale of 2^100 (finite gradients, their scaled squares beyond fp32) under pp 2 and
+#     ZeRO-1 trains as without the scaler: the gradient norm is unscaled before any sum;
 #   - a run stopped after step 4 and resumed from its checkpoint equals the run that never
 #     stopped, bit for bit (scale, hysteresis and skipped count carried over).
 # Usage: loss_scaling.sh TRIAD_LAUNCH SOURCE_DIR WORK_DIR PYTHON
@@ -40,6 +42,10 @@ INJECT=2,3,6
       --set "checkpoint.save=$WORK/resumed/ckpt" --set checkpoint.resume=true \
       $( ((half == 1)) && echo "--set training.exit_interval=4")
   done
+  # 2^100: the gradients stay finite in fp32, but their scaled sum of squares is beyond it.
+  huge=(--set precision=fp32 --set fp16.enabled=true --set fp16.initial_scale_power=100)
+  run huge_pp2 2 "${huge[@]}" $(pp 2)
+  run huge_dp2_zero1 2 "${huge[@]}" $(zero 1)
   run beyond_fp32 1 --set precision=fp32 --set fp16.enabled=true \
     --set fp16.initial_scale_power=131 --set fp16.hysteresis=1 --set training.train_iters=6
 }

@@ -11,14 +11,14 @@ Optimizer::Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& 
                      const OptimizerConfig& cfg, const Place& place, DistributedRun* dist)
     : state_(state), spec_(spec), arena_(arena), cfg_(cfg), place_(place), dist_(dist) {}
 
-double Optimizer::grad_norm() {
+double Optimizer::grad_norm(double grad_scale) {
   Device& dev = state_.device();
   // Sharded (ZeRO-1's owned block, ZeRO-2/3's slices): only the pieces hold the group's sums.
   const bool sharded = dist_ && state_.grads_sharded();
   const int tp = place_.tp_size, pp = place_.stages;
   double sq = 0;
   if (!sharded && tp == 1 && pp == 1) {
-    sq = dev.sum_squares(state_.grads(), state_.size());
+    sq = dev.sum_squares(state_.grads(), state_.size()) / (grad_scale * grad_scale);
   } else {
     const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
     for_each_overlap(sharded ? state_.pieces() : whole, spec_.tensors,
@@ -27,6 +27,7 @@ double Optimizer::grad_norm() {
                        if (ts.tie_group == "wte" && pp > 1 && place_.stage != 0) return;
                        sq += dev.sum_squares(state_.piece_grads(pc) + k, n);
                      });
+    sq /= grad_scale * grad_scale;
     if (sharded) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
     if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
     if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);

@@ -224,7 +224,7 @@ void TrainingStep::optimizer_step() {
       return;
     }
   }
-  norm_ = optimizer_.grad_norm() / step_scale_;
+  norm_ = optimizer_.grad_norm(step_scale_);
   if (step_ == 1 && !run_.opts.grads_dump_dir.empty()) {
     const Buffer<float> whole = whole_grads();
     std::vector<float> g = run_.whole_model(whole.data());

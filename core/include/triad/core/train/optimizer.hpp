@@ -27,8 +27,10 @@ class Optimizer {
   // The global gradient norm (before clipping): every split tensor's slices, each replicated
   // tensor once per tensor group, the tied word embedding once (on the first stage). With
   // ZeRO-2/3 this rank holds its slices of those tensors only (summed over the data-parallel
-  // group); otherwise the whole arena.
-  double grad_norm();
+  // group); otherwise the whole arena. The gradients hold `grad_scale` times the true ones
+  // (fp16's loss scale): the true norm comes back, unscaled before any sum over ranks, so no
+  // large scale overflows the floats the sums travel in.
+  double grad_norm(double grad_scale = 1);
   // The gradients hold `grad_scale` times the true gradients (fp16's loss scale; 1 otherwise),
   // whose norm is `norm`: unscales them and clips to optimizer.clip_grad in one pass, then AdamW
   // step `t` at learning rate `lr` over the pieces whose moments this rank keeps, then the data
