@@ -881,7 +881,16 @@ TEST_F(ConfigTest, DataParallelWorldSizes) {
   expect_error(
       "model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 2\n"
       "  pipeline_partition: '4,x'\n",
-      {"parallel.pipeline_partition '4,x' ($F:5:", "has 'x'"}, {}, 2);
+      {"parallel.pipeline_partition '4,x' ($F:5:", "has 'x'", "e.g. '2,2'"}, {}, 2);
+  // More stages than layers: said as such, never a partition with an empty stage suggested.
+  expect_error("model:\n  num_layers: 2\nparallel:\n  pipeline_model_parallel_size: 4\n",
+               {"parallel.pipeline_model_parallel_size 4 ($F:4:",
+                "more stages than model.num_layers 2", "use at most 2 stages"},
+               {}, 4);
+  expect_error(
+      "model:\n  num_layers: 6\nparallel:\n  pipeline_model_parallel_size: 4\n"
+      "  pipeline_partition: '3,0,2,1'\n",
+      {"has '0'", "e.g. '2,2,1,1'"}, {}, 4);
   EXPECT_EQ(error_of("model:\n  num_layers: 4\nparallel:\n  pipeline_model_parallel_size: 2\n"
                      "  pipeline_partition: '3,1'\n",
                      {}, 2),

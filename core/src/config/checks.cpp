@@ -313,6 +313,10 @@ void check_pipeline(Config& c, const Checker& k) {
            "); each of the " + str(pp * v) + " model chunks needs the same number of layers");
     return;
   }
+  if (L < pp)
+    fail("parallel.pipeline_model_parallel_size " + str(pp) + " (" + where + ") is more stages " +
+         "than model.num_layers " + str(L) + "; every stage needs a layer: use at most " + str(L) +
+         " stages, or more layers");
   if (p.pipeline_partition.empty()) {
     if (L % pp != 0)
       fail("model.num_layers " + str(L) + " is not divisible by " +
@@ -336,7 +340,8 @@ void check_pipeline(Config& c, const Checker& k) {
     }
     if (count < 1)
       fail("parallel.pipeline_partition '" + p.pipeline_partition + "' (" + pw + ") has '" + item +
-           "', not a layer count of at least 1; give one count per stage, e.g. '2,2'");
+           "', not a layer count of at least 1; give one count per stage, e.g. '" +
+           even_partition(L, pp) + "'");
     counts.push_back(count);
     sum += count;
   }
