@@ -59,7 +59,8 @@ int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
       s.size(), s.front().loss, s.back().loss,
       std::isfinite(r.valid_loss) ? fmt::format(" | validation loss {:.4f}", r.valid_loss)
                                   : std::string(),
-      ms / double(n), tok / double(n), tfl / double(n), mib(s.back().peak_bytes), r.output_dir);
+      ms / double(n), tok / double(n), tfl / double(n),
+      mib(std::max(r.peak_bytes, s.back().peak_bytes)), r.output_dir);
   return code;
 }
 
@@ -136,9 +137,19 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
       first += p.stage_layers[st];
     }
   }
-  std::cout << "memory per rank:     " << mib(p.total_bytes()) << " (parameters "
-            << mib(p.param_bytes) << ", gradients " << mib(p.grad_bytes) << ", Adam moments "
-            << mib(p.optimizer_bytes) << ", activations " << mib(p.activation_bytes) << ")\n";
+  // The largest stage's: what every rank must have room for.
+  size_t top = 0;
+  for (size_t st = 1; st < p.stage_memory.size(); ++st)
+    if (p.stage_memory[st].total() > p.stage_memory[top].total()) top = st;
+  const MemoryEstimate& m = p.stage_memory[top];
+  std::cout << "memory per rank:     " << mib(m.total())
+            << (p.stage_memory.size() > 1 ? " at stage " + std::to_string(top) : "")
+            << " (parameters " << mib(m.params) << ", gradients " << mib(m.grads)
+            << ", Adam moments " << mib(m.optimizer) << ", activations " << mib(m.activations)
+            << ", workspace and buffers " << mib(m.workspace + m.buffers())
+            << (m.peak_phase() == std::string("step") ? ""
+                                                      : std::string("; peak at ") + m.peak_phase())
+            << ")\n";
   std::printf("FLOPs per step:      %.4g (%.4g per token)\n", p.flops_per_step,
               p.flops_per_step / (double(cfg.training.global_batch_size) * cfg.model.seq_length));
   if (par.tensor_model_parallel_size > 1) {

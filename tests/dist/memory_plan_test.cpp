@@ -179,7 +179,9 @@ TEST(MemoryPlan, HostMemoryIsKnown) {
 // and backward's scratch). Context attention's workspace comes on top, by hand (fp32,
 // micro-batch 1, C 128, H 4, u = T/cp x C x 4 bytes), as ContextAttention allocates it: ulysses
 // 10u (8 head-split tensors, the all-to-all's send and receive); ring 9.5u (two key/value
-// blocks, two dk/dv blocks, a pair's partials 1.5u) + one lse (T/cp x H x 4).
+// blocks, two dk/dv blocks, a pair's partials 1.5u) + one lse (T/cp x H x 4); and the
+// embedding's rows of the learned position table for the rank's tokens and their gradient
+// (2u: fp32 activations and fp32 gradients).
 TEST(MemoryPlan, ContextParallelActivationsHoldTokensOverCp) {
   for (const int T : {4096, 8192}) {
     auto cfg = [&](int cp, const std::string& method) {
@@ -201,7 +203,7 @@ TEST(MemoryPlan, ContextParallelActivationsHoldTokensOverCp) {
         EXPECT_EQ(e.grads, one.grads) << what;
         EXPECT_EQ(e.optimizer, one.optimizer) << what;
         const size_t t = size_t(T / cp), u = t * 128 * 4;
-        const size_t want = method == "ulysses" ? 10 * u : 9 * u + u / 2 + t * 4 * 4;
+        const size_t want = (method == "ulysses" ? 10 * u : 9 * u + u / 2 + t * 4 * 4) + 2 * u;
         EXPECT_EQ(e.context_exchange, want) << what;
         EXPECT_EQ(e.buffers(), want + e.scalars + e.pipeline_sends + e.tensor_exchange) << what;
       }

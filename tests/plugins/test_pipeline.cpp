@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test_helpers.hpp"
+#include "triad/core/model/memory_plan.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/core/plugins/services.hpp"
 
@@ -93,6 +94,21 @@ TEST(PipelineBackend, OneFOneBWarmsUpThenAlternates) {
   EXPECT_EQ(std::vector<std::vector<int32_t>>(r.begin(), r.begin() + long(head.size())), head);
   // Fewer micro-batches than stages: every forward, then every backward.
   EXPECT_EQ(passes(be->schedule(0, 4, 2)), "F0 F1 B0 B1");
+}
+
+// The send staging copies come from the streams alone (causality, not timing): a send stays
+// unknown to its stage until a message the peer sent after posting its receive arrives.
+// 1F1B's first stage sends its p warm-up activations before it hears from stage 1; the last
+// stage learns a gradient was received only from the activation after next, so two are in
+// flight. GPipe hears nothing back before its backward (first stage) or at all (later stages:
+// their peer then sends the other way): m copies. One stage sends nothing.
+TEST(PipelineBackend, SendCopiesFollowFromTheStreams) {
+  Backend one(TRIAD_1F1B_PLUGIN), gpipe(TRIAD_GPIPE_PLUGIN), zb(TRIAD_ZBH1_PLUGIN);
+  EXPECT_EQ(pipeline_send_copies(one->schedules(4, 8)), (std::vector<int>{4, 4, 3, 2}));
+  EXPECT_EQ(pipeline_send_copies(one->schedules(2, 4)), (std::vector<int>{2, 2}));
+  EXPECT_EQ(pipeline_send_copies(gpipe->schedules(3, 5)), (std::vector<int>{5, 5, 5}));
+  EXPECT_EQ(pipeline_send_copies(zb->schedules(4, 8)), (std::vector<int>{4, 4, 3, 2}));
+  EXPECT_EQ(pipeline_send_copies(one->schedules(1, 4)), (std::vector<int>{0}));
 }
 
 TEST(PipelineBackend, GPipeRunsEveryForwardThenEveryBackwardInReverse) {

@@ -1,7 +1,7 @@
 // The memory estimator. It replays, without allocating, what the engine allocates through its
 // counting Device for one rank of each pipeline stage (tensor- and data-parallel rank 0):
-//   train/ (the run)      the collectives' scalars (1 float; pp + 1 once a pipelined step ends),
-//                         the executor's send staging copies, the export's gathers;
+//   train/ (the run)      the collectives' scalars (collective_scalars), the executor's send
+//                         staging copies (pipeline_send_copies), the export's gathers;
 //   ModelState            parameters, gradients, the compute copy (bf16), AdamW's moments (whole,
 //                         the data plugin's owned block at stage 1, the owned shard at 2-3); at
 //                         stages 2-3 the gradient windows and, at 3, the gathered weights, with
@@ -14,7 +14,7 @@
 // call order as GPT::forward / GPT::backward and the executor. Nothing here is measured.
 // Not counted: the plugins' own allocations through the core's allocator service (none of the
 // bundled plugins makes any; the engine adds their peak to peak_memory_bytes) and the test-only
-// gradient dump. The pipeline's send copies are an upper bound (see simulate_send_copies).
+// gradient dump.
 #include "triad/core/model/memory_plan.hpp"
 
 #include <omp.h>
@@ -334,36 +334,34 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
   return {w.peak_grads, w.peak_params};
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
-// Pipeline send staging. The executor copies what it sends into a staging buffer, recycles the
-// copies of finished sends at its next send and waits for all of them at REDUCE_GRADS; the copies
-// stay allocated for the next steps. A send finishes once its peer has posted the matching
-// receive AND the sender's transport has made progress since: the executor is sure to make it
-// only while it blocks in a receive of its own (ZeRO and tensor-parallel waits and the test() at
-// the next send may make some too, but when depends on the transport's timing), so the count is
-// an upper bound: a copy is kept until a later blocking receive of its stage ended no earlier than
-// the peer posted the matching one. When receives are posted comes from running the stages'
-// streams together (a forward costing its chunk's FLOPs, a backward twice that plus what it
-// recomputes; communication free). GPipe's stages thus keep all m copies; 1F1B's first stage
-// two, the others one.
-std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
-                                      const std::vector<std::vector<double>>& fwd_cost,
-                                      const std::vector<std::vector<double>>& bwd_cost) {
+// Pipeline send staging. The executor copies what it sends into one of a fixed set of staging
+// buffers, made at its first stream, and takes a copy back once its send has finished; when all
+// are in flight it waits for one. That wait must never need the peer to do anything more, or two
+// stages could wait on each other: so the set is as large as the most sends a stage can have in
+// flight whose receive it cannot yet know the peer has posted. A stage knows that only from a
+// message the peer sent after posting it (vector clocks over the streams: a blocking receive
+// merges the sender's clock), whatever the machine's timing; a send known posted finishes with
+// the transport's progress alone. REDUCE_GRADS waits for every send. The count depends on the
+// streams only, so memory is the same on every run: GPipe's first stage m copies, 1F1B's first
+// stage two.
+std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) {
   const int pp = int(streams.size());
   // A message: (receiving stage, kind 0 activation / 1 gradient, micro-batch, receiver's chunk).
   using Key = std::tuple<int, int, int, int>;
-  std::map<Key, double> sent, posted;
-  struct InFlight {
-    Key key;
-    double progress = -1;  // the end of the latest blocking receive since the send
-  };
+  using Clock = std::vector<int>;  // per stage: how many of its instructions are known reached
+  std::map<Key, Clock> sent;       // each message with its sender's clock
+  std::map<Key, int> posted;       // the receiver's own clock when it posted the receive
   struct Stage {
     size_t pc = 0;
-    double t = 0;
-    std::vector<InFlight> inflight;
+    Clock clock;
+    std::vector<Key> unknown;  // sends in flight not yet known posted
     int copies = 0;
   };
   std::vector<Stage> st(static_cast<size_t>(pp));
+  for (Stage& g : st) g.clock.assign(size_t(pp), 0);
   auto recv_key = [&](int s, const triad_pipe_instr_v1& in) {
     return Key{s, in.op == TRIAD_PIPE_RECV_GRAD, in.micro_batch, in.chunk};
   };
@@ -372,63 +370,49 @@ std::vector<int> simulate_send_copies(const std::vector<PipeSchedule>& streams,
       return Key{(s + 1) % pp, 0, in.micro_batch, in.chunk + (s == pp - 1)};
     return Key{(s + pp - 1) % pp, 1, in.micro_batch, in.chunk - (s == 0)};  // prev_stage
   };
-  for (;;) {
-    int next = -1;
+  for (bool moved = true; moved;) {
+    moved = false;
     for (int s = 0; s < pp; ++s) {
       Stage& g = st[size_t(s)];
       const auto& instrs = streams[size_t(s)].instrs;
-      if (g.pc >= instrs.size()) continue;
-      const triad_pipe_instr_v1& in = instrs[g.pc];
-      if (in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD) {
-        const Key k = recv_key(s, in);
-        posted.emplace(k, g.t);  // posted (and waited on) when the stage gets there
-        if (!sent.count(k)) continue;
+      while (g.pc < instrs.size()) {
+        const triad_pipe_instr_v1& in = instrs[g.pc];
+        const bool receive = in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD;
+        g.clock[size_t(s)] = int(g.pc) + 1;
+        if (receive) {
+          const Key k = recv_key(s, in);
+          posted.emplace(k, g.clock[size_t(s)]);
+          const auto it = sent.find(k);
+          if (it == sent.end()) break;  // blocked until the sender gets there
+          for (int t = 0; t < pp; ++t)
+            g.clock[size_t(t)] = std::max(g.clock[size_t(t)], it->second[size_t(t)]);
+        } else if (in.op == TRIAD_PIPE_SEND_ACTIVATION || in.op == TRIAD_PIPE_SEND_GRAD) {
+          std::erase_if(g.unknown, [&](const Key& k) {
+            const auto it = posted.find(k);
+            return it != posted.end() && g.clock[size_t(std::get<0>(k))] >= it->second;
+          });
+          const Key k = send_key(s, in);
+          sent.emplace(k, g.clock);
+          g.unknown.push_back(k);
+          g.copies = std::max(g.copies, int(g.unknown.size()));
+        } else if (in.op == TRIAD_PIPE_REDUCE_GRADS) {
+          g.unknown.clear();
+        }
+        ++g.pc;
+        moved = true;
       }
-      if (next < 0 || g.t < st[size_t(next)].t) next = s;
-    }
-    if (next < 0) break;  // every stream done (schedules() already refused deadlocks)
-    Stage& g = st[size_t(next)];
-    const triad_pipe_instr_v1& in = streams[size_t(next)].instrs[g.pc++];
-    const size_t chunk = size_t(std::max(0, in.chunk));
-    switch (in.op) {
-      case TRIAD_PIPE_FORWARD:
-        g.t += fwd_cost[size_t(next)][chunk];
-        break;
-      case TRIAD_PIPE_BACKWARD:
-        g.t += bwd_cost[size_t(next)][chunk];
-        break;
-      case TRIAD_PIPE_BACKWARD_INPUT:  // the halves: the backward's cost between them
-      case TRIAD_PIPE_BACKWARD_WEIGHT:
-        g.t += bwd_cost[size_t(next)][chunk] / 2;
-        break;
-      case TRIAD_PIPE_RECV_ACTIVATION:
-      case TRIAD_PIPE_RECV_GRAD:
-        g.t = std::max(g.t, sent[recv_key(next, in)]);
-        for (InFlight& f : g.inflight) f.progress = g.t;
-        break;
-      case TRIAD_PIPE_SEND_ACTIVATION:
-      case TRIAD_PIPE_SEND_GRAD: {
-        std::erase_if(g.inflight, [&](const InFlight& f) {
-          const auto it = posted.find(f.key);
-          return it != posted.end() && it->second <= f.progress;
-        });
-        const Key k = send_key(next, in);
-        sent[k] = g.t;
-        g.inflight.push_back({k});
-        g.copies = std::max(g.copies, int(g.inflight.size()));
-        break;
-      }
-      case TRIAD_PIPE_REDUCE_GRADS:
-        g.inflight.clear();
-        break;
-      default:
-        break;
     }
   }
   std::vector<int> copies;
   for (const Stage& g : st) copies.push_back(g.copies);
   return copies;
 }
+
+size_t collective_scalars(int stages) {
+  return 2 * (stages > 1 ? 2 * size_t(stages) + 1 : 2);
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // The estimate of one layout, with the plugins already loaded.
@@ -443,8 +427,10 @@ struct ActShapes {
   size_t scratch = 0;                    // backward scratch (per chunk)
   size_t exchange = 0;                   // the tensor-parallel exchange buffers (per chunk)
   size_t context = 0;                    // context attention's exchange buffers (per chunk)
-  size_t workspace = 0;                  // the attention plugin's (per chunk)
-  TensorShards shards;                   // the parts the plan splits
+  size_t positions = 0;  // the embedding chunk's rows of the learned position table, and their
+                         // gradient, for this rank's tokens under context parallelism
+  size_t workspace = 0;  // the attention plugin's (per chunk)
+  TensorShards shards;   // the parts the plan splits
 };
 
 // Context attention's workspace per model chunk, in bytes, as ContextAttention
@@ -512,6 +498,8 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
   const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";
   s.context = context_buffers(cp, ulysses, BT * Cl, BT * Hl, a);
+  // GPT::setup: wpe_own_ (activation dtype) and dwpe_own_ (fp32), T / cp rows each.
+  if (cp > 1 && m.position_embedding != "rope") s.positions = s.T / cp * C * (a + 4);
   // The attention plugin's shape: without context parallelism the whole sequence; Ulysses runs
   // it on the whole sequence with Hl / cp heads, ring on pairs of chunks of T / (2 cp) queries
   // and keys (the same shape for every pair).
@@ -530,22 +518,19 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   return s;
 }
 
-// A pipeline stage's tensors (tensor rank 0), its model chunks, and each chunk's forward and
-// backward FLOPs (for the send simulation).
+// A pipeline stage's tensors (tensor rank 0) and its model chunks.
 struct StagePlan {
   ParamSpec spec;
   std::vector<Chunk> chunks;
-  std::vector<double> cost, bwd_cost;
 };
 
-std::vector<StagePlan> stage_plans(const Config& cfg, const Plugins& plugins, const ActShapes& s) {
+std::vector<StagePlan> stage_plans(const Config& cfg, const Plugins& plugins) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& par = cfg.parallel;
   const int tp = par.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
   const int v = par.virtual_pipeline_model_parallel_size;
   const std::vector<int> layers = pipeline_partition(cfg);
   const int chunk_layers = m.num_layers / (pp * v);
-  const double BT = double(s.BT), T = double(s.T), C = double(s.C);
   std::vector<StagePlan> out;
   int first = 0;
   for (int st = 0; st < pp; ++st) {
@@ -569,16 +554,6 @@ std::vector<StagePlan> stage_plans(const Config& cfg, const Plugins& plugins, co
             {c * chunk_layers, chunk_layers, st == 0 && c == 0, st == pp - 1 && c == v - 1});
     } else {
       plan.chunks.push_back({0, int(plan.spec.layers.size()), st == 0, st == pp - 1});
-    }
-    const TensorShards& sh = s.shards;
-    const double Vl = double(plan.spec.padded_vocab_size / sh.vocab);
-    for (const Chunk& c : plan.chunks) {
-      const double attention = BT * c.blocks * 4.0 * T * C / sh.attention;
-      const double block = 8.0 * C * C / sh.attention + 16.0 * C * C / sh.mlp;
-      plan.cost.push_back(BT * (c.blocks * block + (c.head ? 2.0 * C * Vl : 0.0) + C) + attention);
-      plan.bwd_cost.push_back(2 * plan.cost.back() + (s.full        ? plan.cost.back()
-                                                      : s.selective ? attention
-                                                                    : 0.0));
     }
     out.push_back(std::move(plan));
   }
@@ -671,14 +646,13 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
     acts += size_t(stream.buffers) * set + s.recompute_work + s.scratch;
     e.workspace += s.workspace;
     e.tensor_exchange += s.exchange;
-    e.context_exchange += s.context;
+    e.context_exchange += s.context + (c.embedding ? s.positions : 0);
   }
   e.activations = acts;
   const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
   e.pipeline_sends = size_t(send_copies) * io;
-  // The collectives' scalars: one float, replaced at the first pipelined step's end by pp + 1
-  // (both alive for a moment).
-  e.scalars = distributed ? (pp > 1 ? size_t(pp + 2) * 4 : 4) : 0;
+  // The collectives' scalars, allocated with the communicators.
+  e.scalars = distributed ? collective_scalars(pp) * 4 : 0;
   size_t shard = 0;
   set_model_states(e, cfg, spec, zero_stage, distributed, s.cb, &shard);
   if (distributed && zero_stage >= 2) {
@@ -691,8 +665,7 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
   // the stage keeps) beside every GPT allocation; at stage 3 ModelState::partition briefly
   // holds the whole weights, their shard copy and the gradient shard. (With offload the
   // moments are allocated on the host device from the start.)
-  const size_t model_side =
-      acts + e.workspace + e.tensor_exchange + e.context_exchange + (distributed ? 4 : 0);
+  const size_t model_side = acts + e.workspace + e.tensor_exchange + e.context_exchange + e.scalars;
   e.setup = (4 + s.cb) * psi + model_side;
   if (part_params) e.setup = std::max(e.setup, (4 + s.cb) * psi + 8 * shard + model_side);
   if (!cfg.output.export_hf.empty()) {
@@ -714,16 +687,9 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
   const std::vector<PipeSchedule> streams =
       plugins.pipeline->schedules(pp, cfg.training.gradient_accumulation_steps,
                                   cfg.parallel.virtual_pipeline_model_parallel_size);
-  const std::vector<StagePlan> plans = stage_plans(cfg, plugins, shapes);
-  std::vector<int> copies(size_t(pp), 0);
-  if (pp > 1) {
-    std::vector<std::vector<double>> cost, bwd_cost;
-    for (const StagePlan& p : plans) {
-      cost.push_back(p.cost);
-      bwd_cost.push_back(p.bwd_cost);
-    }
-    copies = simulate_send_copies(streams, cost, bwd_cost);
-  }
+  const std::vector<StagePlan> plans = stage_plans(cfg, plugins);
+  const std::vector<int> copies =
+      pp > 1 ? pipeline_send_copies(streams) : std::vector<int>(size_t(pp), 0);
   std::vector<MemoryEstimate> out;
   for (int st = 0; st < pp; ++st)
     out.push_back(stage_estimate(cfg, world_size, zero_stage, shapes, plans[size_t(st)],

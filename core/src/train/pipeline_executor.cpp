@@ -1,5 +1,6 @@
 #include "triad/core/train/pipeline_executor.hpp"
 
+#include <thread>
 #include <utility>
 
 #include "triad/core/error.hpp"
@@ -48,8 +49,8 @@ void PipelineExecutor::peer_wait(TransportRequest r, const char* what, int peer)
   }
 }
 
-void PipelineExecutor::send(const void* src, size_t elems, int to, uint32_t tag) {
-  for (size_t k = 0; k < inflight_.size();) {  // recycle the copies of finished sends
+void PipelineExecutor::recycle_sends() {
+  for (size_t k = 0; k < inflight_.size();) {
     if (inflight_[k].req.test()) {
       spare_.push_back(std::move(inflight_[k].data));
       inflight_.erase(inflight_.begin() + long(k));
@@ -57,14 +58,26 @@ void PipelineExecutor::send(const void* src, size_t elems, int to, uint32_t tag)
       ++k;
     }
   }
+}
+
+void PipelineExecutor::send(const void* src, size_t elems, int to, uint32_t tag) {
   const size_t bytes = elems * dtype_bytes(act_);
-  Buffer<uint8_t> copy;
-  if (!spare_.empty()) {
-    copy = std::move(spare_.back());
-    spare_.pop_back();
-  } else {
-    copy = Buffer<uint8_t>(device_, bytes, "pipeline send buffers");
+  recycle_sends();
+  if (spare_.empty() && inflight_.empty())  // no copies made (a stage the bound gives none)
+    spare_.emplace_back(device_, bytes, "pipeline send buffers");
+  // Every copy in flight: at least one of them is a send whose receive the peer has posted, which
+  // finishes with the transport's progress alone.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (spare_.empty()) {
+    std::this_thread::yield();
+    recycle_sends();
+    if (spare_.empty() && std::chrono::steady_clock::now() > deadline)
+      throw UserError("pipeline stage " + std::to_string(place_.stage) + ": none of its " +
+                      std::to_string(inflight_.size()) + " sends in flight finished within " +
+                      std::to_string(timeout_.count()) + " ms; is a peer stage stuck?");
   }
+  Buffer<uint8_t> copy = std::move(spare_.back());
+  spare_.pop_back();
   device_.copy(copy.data(), src, bytes);
   device_.synchronize();  // the copy is complete before the transport reads it
   inflight_.push_back(
@@ -100,6 +113,11 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
   };
   const int B = place_.micro_batch;
   const size_t io = chunks_[0]->stage_bytes(B) / dtype_bytes(act_);  // elements of a boundary
+  if (!copies_made_) {
+    for (int k = 0; k < place_.send_copies; ++k)
+      spare_.emplace_back(device_, chunks_[0]->stage_bytes(B), "pipeline send buffers");
+    copies_made_ = true;
+  }
   const auto step_wide = [&](const triad_pipe_instr_v1& in) -> StepHooks& {
     if (!hooks)
       throw std::logic_error("instruction " + std::to_string(in.op) +

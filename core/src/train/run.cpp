@@ -21,14 +21,26 @@ std::chrono::milliseconds wait_bound(const TrainingConfig& t) {
 }
 
 std::vector<double> DistributedRun::sum(Communicator& comm, const std::vector<double>& xs) {
-  std::vector<float> v(xs.begin(), xs.end());
-  if (scalars.size() < v.size()) scalars = Buffer<float>(*device, v.size(), "collective scalars");
+  // Each value as two floats, its float and the rest: a value one rank gives (a stage's peak
+  // bytes) comes back exact up to 2^48, where one float would round it to 24 bits.
+  const size_t n = xs.size();
+  std::vector<float> v(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = float(xs[i]);
+    v[n + i] = float(xs[i] - double(v[i]));
+  }
+  // Sized once (collective_scalars), so the memory plan counts it; growing it here would not be.
+  if (scalars.size() < v.size())
+    throw std::logic_error("DistributedRun::sum: " + std::to_string(n) +
+                           " scalars, more than collective_scalars() makes room for");
   device->to_device(scalars.data(), v.data(), v.size() * sizeof(float));
   comm.all_reduce(scalars.data(), scalars.data(), v.size(), dl_float32(), TRIAD_REDUCE_SUM,
                   device->dl_device())
       .wait(timeout);
   device->to_host(v.data(), scalars.data(), v.size() * sizeof(float));
-  return std::vector<double>(v.begin(), v.end());
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = double(v[i]) + double(v[n + i]);
+  return out;
 }
 
 std::vector<float> DistributedRun::gather_tp(const float* src, size_t n) {
@@ -72,7 +84,8 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   auto run = std::make_unique<DistributedRun>();
   run->timeout = wait_bound(cfg.training);
   run->device = &device;
-  run->scalars = Buffer<float>(device, 1, "collective scalars");
+  run->scalars = Buffer<float>(
+      device, collective_scalars(cfg.parallel.pipeline_model_parallel_size), "collective scalars");
   // Load and check both plugins before connecting to anyone.
   auto tplugin = loader.load("transport", cfg.transport.name);
   const ResolvedParams tparams =
@@ -249,6 +262,9 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       services->c_services());
   schedule = pipeline->schedule(me.pp, stages(), cfg.training.gradient_accumulation_steps,
                                 chunks_per_stage);
+  if (stages() > 1)
+    send_copies = pipeline_send_copies(pipeline->schedules(
+        stages(), cfg.training.gradient_accumulation_steps, chunks_per_stage))[size_t(me.pp)];
   connect();
   open_data();
   build_model();

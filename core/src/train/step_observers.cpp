@@ -308,6 +308,7 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
       if (!quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
     }
   }
+  result.peak_bytes = run.device->peak_bytes() + run.services->peak_bytes();
 }
 
 void write_step_trace(const Run& run, const StepTrace& trace) {

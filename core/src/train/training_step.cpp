@@ -28,6 +28,7 @@ PipelineExecutor::Place executor_place(const Run& run) {
   p.chunks = run.chunks_per_stage;
   p.buffers = run.schedule.buffers;
   p.micro_batch = run.cfg.training.micro_batch_size;
+  p.send_copies = run.send_copies;
   p.seq_length = run.cfg.model.seq_length;
   return p;
 }

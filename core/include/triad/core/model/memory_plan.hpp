@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "triad/core/config/config.hpp"
+#include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/sdk/tensor_v1.h"
 
 namespace triad {
@@ -61,6 +62,16 @@ struct MemoryEstimate {
   // "step", "setup" or "export_hf": which phase total() is.
   const char* peak_phase() const;
 };
+
+// The staging copies each pipeline stage's executor keeps for its sends: the most sends in
+// flight whose receive the stage cannot yet know its peer has posted, over the streams of one
+// step (every stage's, from PipelineBackend::schedules). The executor makes this many and waits
+// for one to come back when all are in flight, which the bound makes safe.
+std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams);
+// The floats of the buffer the distributed run reduces its scalars in, two per value
+// (DistributedRun::sum): the loss and the stop request; with pipeline stages also each stage's
+// busy time, peak memory and tail.
+size_t collective_scalars(int stages);
 
 // One estimate per pipeline stage (a rank of that stage with tensor- and data-parallel rank 0,
 // the ranks whose peaks the metrics report), for the config's ZeRO stage or `zero_stage`.

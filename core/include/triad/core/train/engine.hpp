@@ -106,6 +106,9 @@ struct RunResult {
   int stopped_at = 0, stop_signal = 0;
   std::string checkpoint;            // the last checkpoint this run saved; empty: none
   double valid_loss = std::nan("");  // the last validation loss (training.eval_interval)
+  // This rank's peak over the whole run, output.export_hf's gathers included (bytes; the steps'
+  // peak_bytes stop at the last step).
+  size_t peak_bytes = 0;
 };
 
 struct TrainOptions {

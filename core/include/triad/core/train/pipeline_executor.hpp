@@ -46,6 +46,7 @@ class PipelineExecutor {
     int stage = 0, stages = 1, chunks = 1;  // chunks: model chunks per stage (interleaving)
     int buffers = 1;                        // activation buffers per chunk
     int micro_batch = 1, seq_length = 1;    // B, T of each micro-batch
+    int send_copies = 0;                    // staging copies for sends (pipeline_send_copies)
   };
   // chunks: this stage's model chunks; pipe: the pipeline-parallel communicator (null with one
   // stage); grad_scale: what each BACKWARD scales the loss gradient by.
@@ -86,11 +87,15 @@ class PipelineExecutor {
   std::string schedule_name_;
   // Tokens of each activation buffer's micro-batch (host), indexed by chunk * buffers + buffer.
   std::vector<std::vector<int32_t>> inputs_, targets_;
+  // Takes the copies of finished sends back into spare_.
+  void recycle_sends();
   // Sends in flight: each carries a copy of what it sends, so the activation buffer can be
-  // reused at once (a stage never waits on a send before the end of its step: the schedule is
-  // deadlock-free only with buffered sends). Copies of finished sends are reused.
+  // reused at once (the schedules are deadlock-free only with buffered sends). The copies are
+  // Place::send_copies buffers made at the first stream (so memory does not depend on when sends
+  // finish); a send that finds none free waits for one, which pipeline_send_copies makes safe.
   std::vector<PendingSend> inflight_;
   std::vector<Buffer<uint8_t>> spare_;
+  bool copies_made_ = false;
 };
 
 // Evaluation's stream for one global batch: every micro-batch through every chunk of this stage,

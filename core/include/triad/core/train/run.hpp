@@ -61,7 +61,8 @@ struct DistributedRun {
   // Every wait's bound (training.collective_timeout).
   std::chrono::milliseconds timeout{300000};
 
-  // Element-wise sums of xs over a group, in one all-reduce (fp32 on the wire).
+  // Element-wise sums of xs over a group, in one all-reduce (each value as two floats on the
+  // wire: exact for a value one rank gives, up to 2^48).
   std::vector<double> sum(Communicator& comm, const std::vector<double>& xs);
   double sum(Communicator& comm, double x) { return sum(comm, std::vector<double>{x})[0]; }
   // Every tensor-parallel rank's `n` elements of `src` (device memory), rank order, on the host.
@@ -130,6 +131,7 @@ class Run {
   std::shared_ptr<const LoadedPlugin> pipeline_plugin;
   std::unique_ptr<PipelineBackend> pipeline;
   PipeSchedule schedule;  // this stage's instructions for one step
+  int send_copies = 0;    // the executor's send staging copies (pipeline_send_copies)
   std::unique_ptr<DistributedRun> dist;
   std::unique_ptr<DataLoader> data, valid;
   TensorParallel tpc;
