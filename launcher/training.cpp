@@ -11,6 +11,7 @@
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/config/megatron.hpp"
+#include "triad/core/device/device.hpp"
 #include "triad/core/dist/dist_env.hpp"
 #include "triad/core/dist/process_groups.hpp"
 #include "triad/core/dist/rank_status.hpp"
@@ -159,11 +160,14 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
         "replicated grads %.0f; Megatron's formula, ring accounting)\n",
         t.total(), t.activations, t.logits, t.replicated_grads);
   }
-  const std::string refusal = runnable_refusal(cfg);
-  if (!refusal.empty()) std::cout << "runs here:           no: " << refusal << "\n";
   for (const std::string& note : cfg.import_notes)
     std::cout << "no effect:           " << note << "\n";
   for (const std::string& note : plugin_notes) std::cout << "no effect:           " << note << "\n";
+  // The verdict last: whether this build and this machine would start the run.
+  std::string refusal = runnable_refusal(cfg);
+  if (refusal.empty() && cfg.device == "cuda" && cuda_devices_visible() == 0)
+    refusal = "device 'cuda': no CUDA GPU is visible on this machine";
+  std::cout << "runs here:           " << (refusal.empty() ? "yes" : "no: " + refusal) << "\n";
   return 0;
 }
 

@@ -41,7 +41,7 @@ CUT = ["model.num_layers=2", "training.gradient_accumulation_steps=1", "data.kin
 
 
 def parse_args(argv):
-    p = tx.ArgumentParser(prog=TOOL, description=__doc__.split("\n\n")[1])
+    p = tx.ArgumentParser(prog=TOOL, description=tx.summary(__doc__.split("\n\n", 1)[1]))
     p.add_argument("--out", required=True, help="the machine description to write (YAML)")
     default = next((c for c in DEFAULT_CONFIGS if os.path.isfile(c)), None)
     p.add_argument("--config", default=default,

@@ -148,11 +148,12 @@ int main(int argc, char** argv) {
     } else if (a == "--algos") {
       algos = split(next());
     } else {
-      std::fprintf(stderr,
+      const bool help = a == "-h" || a == "--help";
+      std::fprintf(help ? stdout : stderr,
                    "usage: bench-attention-cuda [--json PATH] [--tokens N] [--reps N] "
                    "[--dtype bf16|fp16] [--d 64,128] [--t 1024,...] [--causal 0,1] "
                    "[--algos flash1,flash2,flash2-det]\n");
-      return 2;
+      return help ? 0 : 2;
     }
   }
   int ndev = 0;
