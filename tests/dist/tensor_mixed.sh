@@ -67,7 +67,7 @@ refused() {
   [ ! -e "$WORK/$name/metrics.jsonl" ] || { echo "FAIL $name: it wrote metrics"; exit 1; }
 }
 refused megatron_3heads "replicate: attention"
-refused unknown_part "names 'heads'; list parts among attention, mlp, embedding" \
+refused unknown_part "'heads' is not a part; list parts among attention, mlp, embedding" \
   "${tp2[@]}" --set tensor.replicate=heads
 
 # The conformance suite runs the mixed plans through the core's own placement.

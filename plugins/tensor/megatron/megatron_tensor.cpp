@@ -40,8 +40,9 @@ class MegatronTensor final : public triad::sdk::TensorPlugin {
       else if (part == "embedding")
         embedding_ = false;
       else if (!part.empty())
-        throw triad::sdk::invalid("replicate = '" + p.get_string("replicate") + "' names '" + part +
-                                  "'; list parts among attention, mlp, embedding");
+        throw triad::sdk::invalid("replicate '" + p.get_string("replicate") + "': '" + part +
+                                  "' is not a part; list parts among attention, mlp, embedding "
+                                  "(e.g. replicate: attention,embedding)");
     }
   }
 
