@@ -117,7 +117,11 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
             << "\n";
   std::cout << "parameters:          " << p.num_params << " (vocabulary " << cfg.model.vocab_size
             << " padded to " << p.padded_vocab_size << ")\n";
-  std::cout << "parameters per rank: " << p.params_per_rank << "\n";
+  std::cout << "parameters per rank: " << p.params_per_rank
+            << (p.padded_vocab_size != cfg.model.vocab_size
+                    ? " (stage 0's tensor slice, its vocabulary rows padded)"
+                    : " (stage 0's tensor slice)")
+            << "\n";
   if (par.pipeline_model_parallel_size > 1) {
     int first = 0;
     for (size_t st = 0; st < p.stage_layers.size(); ++st) {
