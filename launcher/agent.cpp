@@ -198,13 +198,15 @@ class Agent {
     spec.env["MASTER_ADDR"] = plan_.master_addr;
     spec.env["MASTER_PORT"] = std::to_string(port_);
     spec.env["TRIAD_JOB_TOKEN"] = plan_.token;
-    if (plan_.ranks.size() > 1 && !spec.env.count("OMP_NUM_THREADS")) {
-      // Ranks sharing a node would otherwise each start a thread per CPU (torchrun does this).
-      int cpus = usable_cpus(), n = int(plan_.ranks.size());
-      int threads = std::max(1, cpus / n);
+    // Ranks sharing a node would otherwise each start a thread per CPU (torchrun does this).
+    const int cpus = usable_cpus();
+    const int sharing = ranks_sharing_cpus(plan_, cpus, online_cpus());
+    if (sharing > 1 && !spec.env.count("OMP_NUM_THREADS")) {
+      const int threads = std::max(1, cpus / sharing);
       spec.env["OMP_NUM_THREADS"] = std::to_string(threads);
-      say("OMP_NUM_THREADS is not set; giving each of the " + std::to_string(n) + " ranks " +
-          std::to_string(threads) + " (" + std::to_string(cpus) + " CPUs); set it to override");
+      say("OMP_NUM_THREADS is not set; giving each of the " + std::to_string(sharing) +
+          " ranks on this node " + std::to_string(threads) + " (" + std::to_string(cpus) +
+          " CPUs); set it to override");
     }
     std::function<LinePrefixer::Filter(const RankSlot&)> err_filter;
     if (s_.training)

@@ -67,6 +67,11 @@ bool under_mpi(const Environment& env) {
   return find(env, "OMPI_COMM_WORLD_RANK") && find(env, "OMPI_COMM_WORLD_SIZE");
 }
 
+int ranks_sharing_cpus(const JobPlan& plan, int usable_cpus, int online_cpus) {
+  if (plan.ranks.size() > 1) return int(plan.ranks.size());
+  return usable_cpus >= online_cpus ? plan.local_world_size : 1;
+}
+
 JobPlan plan_local(const LaunchArgs& a) {
   if (a.node_rank >= a.nnodes)
     throw UserError("--node-rank " + std::to_string(a.node_rank) + " is outside 0.." +

@@ -48,6 +48,11 @@ JobPlan plan_local(const LaunchArgs& args);
 JobPlan plan_slurm(const LaunchArgs& args, const Environment& env);
 JobPlan plan_mpi(const LaunchArgs& args, const Environment& env);
 
+// How many ranks share this launcher's CPUs when OMP_NUM_THREADS is not set: its own ranks;
+// with one task per rank (srun, mpirun), the node's tasks, unless the scheduler bound the task
+// to fewer CPUs than the node has (then its CPUs are its own). Each rank gets cpus / sharing.
+int ranks_sharing_cpus(const JobPlan& plan, int usable_cpus, int online_cpus);
+
 bool under_slurm(const Environment& env);
 bool under_mpi(const Environment& env);
 

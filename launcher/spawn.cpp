@@ -159,11 +159,15 @@ ExitInfo describe_exit(int st) {
   return {1, "ended with wait status " + std::to_string(st)};
 }
 
+int online_cpus() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
+}
+
 int usable_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? int(n) : 1;
+  return online_cpus();
 }
 
 }  // namespace triad::launch

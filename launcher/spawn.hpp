@@ -43,5 +43,7 @@ std::string signal_name(int sig);  // "SIGKILL"
 
 // CPUs this process may run on (its affinity mask, which SLURM and cgroups narrow).
 int usable_cpus();
+// CPUs online on this machine (what an unbound process could use).
+int online_cpus();
 
 }  // namespace triad::launch

@@ -141,6 +141,23 @@ TEST(Plan, SrunWithOneTaskPerRankRunsItsOwnRank) {
   EXPECT_NE(error_of(two, env).find("drop --nproc-per-node 2"), std::string::npos);
 }
 
+// Threads per rank without OMP_NUM_THREADS: a launcher's own ranks share its CPUs; one task per
+// rank shares the node's with the node's tasks, unless bound to fewer CPUs than the node has.
+TEST(Plan, RanksSharingTheCpus) {
+  JobPlan local;
+  local.ranks = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+  local.local_world_size = 4;
+  EXPECT_EQ(ranks_sharing_cpus(local, 16, 16), 4);
+  JobPlan task;  // mpirun -n 8 on one node: this task runs rank 3
+  task.ranks = {{3, 3}};
+  task.local_world_size = 8;
+  EXPECT_EQ(ranks_sharing_cpus(task, 16, 16), 8);  // unbound: the node's 16 CPUs, 8 tasks
+  EXPECT_EQ(ranks_sharing_cpus(task, 2, 16), 1);   // bound to 2 CPUs: its own
+  JobPlan alone;
+  alone.ranks = {{0, 0}};
+  EXPECT_EQ(ranks_sharing_cpus(alone, 16, 16), 1);
+}
+
 TEST(Plan, MasterFromFlagThenEnvironmentThenNodeList) {
   Environment env = srun_per_node();
   env["MASTER_ADDR"] = "10.1.2.3";

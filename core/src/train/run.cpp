@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <set>
 
@@ -27,7 +28,7 @@ std::vector<double> DistributedRun::sum(Communicator& comm, const std::vector<do
   std::vector<float> v(2 * n);
   for (size_t i = 0; i < n; ++i) {
     v[i] = float(xs[i]);
-    v[n + i] = float(xs[i] - double(v[i]));
+    v[n + i] = std::isfinite(v[i]) ? float(xs[i] - double(v[i])) : 0.0f;  // inf stays inf
   }
   // Sized once (collective_scalars), so the memory plan counts it; growing it here would not be.
   if (scalars.size() < v.size())
