@@ -163,8 +163,8 @@ TEST(MemoryPlan, DryRunPlanUsesTheEstimate) {
   const auto est = estimate_memory(cfg, 4);
   ASSERT_EQ(p.stage_bytes.size(), 2u);
   for (size_t s = 0; s < 2; ++s) EXPECT_EQ(p.stage_bytes[s], est[s].total());
-  EXPECT_EQ(p.total_bytes(), est[0].total());
-  EXPECT_EQ(p.optimizer_bytes, est[0].optimizer);
+  EXPECT_EQ(p.stage_memory[0].total(), est[0].total());
+  EXPECT_EQ(p.stage_memory[0].optimizer, est[0].optimizer);
 }
 
 TEST(MemoryPlan, HostMemoryIsKnown) {

@@ -345,8 +345,8 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
 // message the peer sent after posting it (vector clocks over the streams: a blocking receive
 // merges the sender's clock), whatever the machine's timing; a send known posted finishes with
 // the transport's progress alone. REDUCE_GRADS waits for every send. The count depends on the
-// streams only, so memory is the same on every run: GPipe's first stage m copies, 1F1B's first
-// stage two.
+// streams only, so memory is the same on every run: GPipe's stages m copies, 1F1B's first stage
+// p, its last two; one stage none.
 std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) {
   const int pp = int(streams.size());
   // A message: (receiving stage, kind 0 activation / 1 gradient, micro-batch, receiver's chunk).
@@ -688,8 +688,7 @@ std::vector<MemoryEstimate> estimate(const Config& cfg, int world_size, int zero
       plugins.pipeline->schedules(pp, cfg.training.gradient_accumulation_steps,
                                   cfg.parallel.virtual_pipeline_model_parallel_size);
   const std::vector<StagePlan> plans = stage_plans(cfg, plugins);
-  const std::vector<int> copies =
-      pp > 1 ? pipeline_send_copies(streams) : std::vector<int>(size_t(pp), 0);
+  const std::vector<int> copies = pipeline_send_copies(streams);
   std::vector<MemoryEstimate> out;
   for (int st = 0; st < pp; ++st)
     out.push_back(stage_estimate(cfg, world_size, zero_stage, shapes, plans[size_t(st)],

@@ -1,5 +1,6 @@
 #include "triad/core/train/pipeline_executor.hpp"
 
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -63,18 +64,22 @@ void PipelineExecutor::recycle_sends() {
 void PipelineExecutor::send(const void* src, size_t elems, int to, uint32_t tag) {
   const size_t bytes = elems * dtype_bytes(act_);
   recycle_sends();
-  if (spare_.empty() && inflight_.empty())  // no copies made (a stage the bound gives none)
-    spare_.emplace_back(device_, bytes, "pipeline send buffers");
+  if (spare_.empty() && inflight_.empty())
+    throw std::logic_error(
+        "PipelineExecutor::send: no staging copies (Place::send_copies 0 for a "
+        "stage that sends)");
   // Every copy in flight: at least one of them is a send whose receive the peer has posted, which
   // finishes with the transport's progress alone.
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  while (spare_.empty()) {
-    std::this_thread::yield();
-    recycle_sends();
-    if (spare_.empty() && std::chrono::steady_clock::now() > deadline)
-      throw UserError("pipeline stage " + std::to_string(place_.stage) + ": none of its " +
-                      std::to_string(inflight_.size()) + " sends in flight finished within " +
-                      std::to_string(timeout_.count()) + " ms; is a peer stage stuck?");
+  if (spare_.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    do {
+      std::this_thread::yield();
+      recycle_sends();
+      if (spare_.empty() && std::chrono::steady_clock::now() > deadline)
+        throw UserError("pipeline stage " + std::to_string(place_.stage) + ": none of its " +
+                        std::to_string(inflight_.size()) + " sends in flight finished within " +
+                        std::to_string(timeout_.count()) + " ms; is a peer stage stuck?");
+    } while (spare_.empty());
   }
   Buffer<uint8_t> copy = std::move(spare_.back());
   spare_.pop_back();

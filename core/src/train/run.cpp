@@ -261,11 +261,12 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       pipeline_plugin,
       resolve_params(pipeline_plugin->descriptor(), cfg.pipeline.params, cfg.pipeline.yaml_path),
       services->c_services());
-  schedule = pipeline->schedule(me.pp, stages(), cfg.training.gradient_accumulation_steps,
-                                chunks_per_stage);
-  if (stages() > 1)
-    send_copies = pipeline_send_copies(pipeline->schedules(
-        stages(), cfg.training.gradient_accumulation_steps, chunks_per_stage))[size_t(me.pp)];
+  // Every stage's stream (this one's, as schedule() gives it, checked to run with the others):
+  // the send copies come from all of them.
+  const std::vector<PipeSchedule> streams =
+      pipeline->schedules(stages(), cfg.training.gradient_accumulation_steps, chunks_per_stage);
+  schedule = streams[size_t(me.pp)];
+  send_copies = pipeline_send_copies(streams)[size_t(me.pp)];
   connect();
   open_data();
   build_model();

@@ -37,12 +37,6 @@ RunPlan plan_run(const Config& cfg) {
   // scratch, workspace, communication buffers and windows).
   p.stage_memory = estimate_memory(cfg, world);
   for (const MemoryEstimate& e : p.stage_memory) p.stage_bytes.push_back(e.total());
-  const MemoryEstimate& e = p.stage_memory.front();
-  p.param_bytes = e.params;
-  p.grad_bytes = e.grads;
-  p.optimizer_bytes = e.optimizer;
-  p.activation_bytes = e.activations + e.workspace + e.buffers();
-  p.peak_bytes = e.total();
   p.flops_per_step = model_flops_per_step(m, cfg.training.global_batch_size);
   p.shards = tensor_shards(place);
   p.tensor_traffic = tensor_traffic_formula(cfg, 0, p.shards);

@@ -35,16 +35,6 @@ struct RunPlan {
   std::vector<size_t> stage_bytes;   // per rank of each stage: its estimated peak
   // The memory estimate (memory_plan.hpp) of a rank of each stage, at the configured ZeRO stage.
   std::vector<MemoryEstimate> stage_memory;
-  // params_per_rank, the bytes and the activations below are a rank of stage 0's: its step's
-  // parameters, gradients, optimizer states and the rest (activations, attention workspace,
-  // communication buffers and windows); peak_bytes its estimated peak (the step's, or the setup's
-  // before ZeRO partitions the arenas when that is larger).
-  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
-  size_t peak_bytes = 0;
-  size_t total_bytes() const {
-    const size_t sum = param_bytes + grad_bytes + optimizer_bytes + activation_bytes;
-    return peak_bytes > sum ? peak_bytes : sum;
-  }
   double flops_per_step = 0;  // Megatron's formula, see model_flops_per_step
 };
 // Loads the attention, tensor and pipeline plugins the config names (see estimate_memory).
