@@ -60,8 +60,7 @@ int train(const LaunchArgs& a, const Config& cfg, const DistEnv& dist) {
       s.size(), s.front().loss, s.back().loss,
       std::isfinite(r.valid_loss) ? fmt::format(" | validation loss {:.4f}", r.valid_loss)
                                   : std::string(),
-      ms / double(n), tok / double(n), tfl / double(n),
-      mib(std::max(r.peak_bytes, s.back().peak_bytes)), r.output_dir);
+      ms / double(n), tok / double(n), tfl / double(n), mib(r.peak_bytes), r.output_dir);
   return code;
 }
 

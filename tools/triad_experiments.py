@@ -58,12 +58,12 @@ class ArgumentParser(argparse.ArgumentParser):
         fail(self.prog, f"{message} (see {self.prog} --help)")
 
 
-
 def summary(doc):
     """The first sentence of a docstring's paragraph, for argparse's description (a whole
     docstring holds usage lines and detail that --help would run together)."""
     text = " ".join(doc.split("\n\n")[0].split())
     return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
+
 
 def run_main(tool, main):
     """Runs a tool's main(): bad input is one line and exit 2; Ctrl-C one line and exit 130; a

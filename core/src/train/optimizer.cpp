@@ -16,22 +16,23 @@ double Optimizer::grad_norm(double grad_scale) {
   // Sharded (ZeRO-1's owned block, ZeRO-2/3's slices): only the pieces hold the group's sums.
   const bool sharded = dist_ && state_.grads_sharded();
   const int tp = place_.tp_size, pp = place_.stages;
+  const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
   double sq = 0;
   if (!sharded && tp == 1 && pp == 1) {
-    sq = dev.sum_squares(state_.grads(), state_.size()) / (grad_scale * grad_scale);
+    sq = dev.sum_squares(state_.grads(), state_.size());
   } else {
-    const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
     for_each_overlap(sharded ? state_.pieces() : whole, spec_.tensors,
                      [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t k, size_t n) {
                        if (ts.replicated_in_tp && place_.tp_rank != 0) return;
                        if (ts.tie_group == "wte" && pp > 1 && place_.stage != 0) return;
                        sq += dev.sum_squares(state_.piece_grads(pc) + k, n);
                      });
-    sq /= grad_scale * grad_scale;
-    if (sharded) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
-    if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
-    if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);
   }
+  // Unscaled before any sum across ranks: a scaled square can overflow the float they carry.
+  sq /= grad_scale * grad_scale;
+  if (sharded) sq = dist_->sum(dist_->comms.grad_reduce(), sq);
+  if (tp > 1) sq = dist_->sum(*dist_->comms.tp, sq);
+  if (pp > 1) sq = dist_->sum(*dist_->comms.pp, sq);
   return std::sqrt(sq);
 }
 

@@ -503,6 +503,10 @@ void Run::describe() const {
                      : "");
 }
 
+size_t Run::peak_bytes() const {
+  return device->peak_bytes() + services->peak_bytes();
+}
+
 std::vector<float> Run::whole_model(const float* arena) const {
   const GPT& gpt = model();
   std::vector<float> full(gpt.full_layout().total, 0.0f);

@@ -82,7 +82,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
   r.tokens_per_s = r.samples_per_s * cfg.model.seq_length;
   r.tflops = flops_per_step_ / (s.ms / 1e3) / 1e12 / run_.opts.dist.world_size;
   r.mfu = peak_tflops > 0 ? r.tflops / peak_tflops : 0;
-  r.peak_bytes = run_.device->peak_bytes() + run_.services->peak_bytes();
+  r.peak_bytes = run_.peak_bytes();
   if (!std::isfinite(s.loss))
     throw UserError("loss is " + std::to_string(s.loss) + " at step " + std::to_string(s.step) +
                     "; lower optimizer.lr or enable clip_grad");
@@ -308,7 +308,7 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
       if (!quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
     }
   }
-  result.peak_bytes = run.device->peak_bytes() + run.services->peak_bytes();
+  result.peak_bytes = run.peak_bytes();
 }
 
 void write_step_trace(const Run& run, const StepTrace& trace) {

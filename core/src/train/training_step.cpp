@@ -152,7 +152,7 @@ StepOutcome TrainingStep::run(int step) {
   if (pp > 1) {
     std::vector<double> mine(2 * size_t(pp) + 1, 0.0);
     mine[0] = work.busy_ms;
-    mine[size_t(run_.me.pp) + 1] = double(run_.device->peak_bytes() + run_.services->peak_bytes());
+    mine[size_t(run_.me.pp) + 1] = double(run_.peak_bytes());
     // The step ends at once on every stage (the agreement above): how long before it each
     // stage's last pass ended, on its own clock.
     mine[size_t(pp + run_.me.pp) + 1] =

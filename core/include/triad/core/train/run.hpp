@@ -107,6 +107,8 @@ class Run {
   // The whole model's host copy of an arena (parameters or gradients) from every
   // tensor-parallel rank's slices and every stage, in the Hugging Face layout. Collective.
   std::vector<float> whole_model(const float* arena) const;
+  // The most bytes this rank has held so far: the device's and the core services' together.
+  size_t peak_bytes() const;
 
   const Config& cfg;
   TrainOptions opts;  // rank 0 speaks for the job: other ranks are quiet and write nothing
