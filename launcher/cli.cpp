@@ -101,6 +101,9 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   app.add_option("--megatron-args", a.megatron_args,
                  "Megatron(-DeepSpeed)'s arguments in one quoted text, instead of a CONFIG (see "
                  "triad-config from-megatron)");
+  app.add_flag("--strict", a.strict,
+               "with --megatron-args: refuse any argument not carried over (an argument Triad "
+               "does not know, a feature it lacks), as triad-config from-megatron --strict");
   app.add_option("--deepspeed_config,--deepspeed-config", a.deepspeed_config,
                  "DeepSpeed's ds_config.json, read into the config (deepspeed_config: in YAML); "
                  "a key it gives with another value than the YAML is an error");
@@ -210,6 +213,10 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
         "train or 'triad-launch "
         "[options] --exec PROGRAM [ARGS...]' to run a program per rank (see --help)");
   }
+  if (a.strict && a.megatron_args.empty())
+    throw UserError(
+        "--strict checks what --megatron-args carries over, and no --megatron-args is given; "
+        "drop --strict (a YAML CONFIG's unknown keys are always refused)");
   if (!a.deepspeed_config.empty() && !exec_seen)
     a.sets.push_back("deepspeed_config=" + a.deepspeed_config);
   if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key

@@ -16,6 +16,8 @@ struct LaunchArgs {
   // --megatron-args "ARGS": Megatron(-DeepSpeed)'s arguments instead of a CONFIG (the YAML that
   // triad-config from-megatron prints, never written).
   std::string megatron_args;
+  // --strict: with --megatron-args, an argument not carried over is refused.
+  bool strict = false;
   bool dry_run = false;
   bool quiet = false;
   std::vector<std::string> exec;  // PROGRAM ARGS...; empty: train

@@ -85,7 +85,7 @@ void check_transport(const Config& cfg, int world_size) {
 
 Config load_launch_config(const LaunchArgs& a, int world_size) {
   if (a.megatron_args.empty()) return load_config(a.config_path, a.sets, world_size);
-  return load_megatron_config(split_arguments(a.megatron_args), a.sets, world_size);
+  return load_megatron_config(split_arguments(a.megatron_args), a.sets, world_size, a.strict);
 }
 
 void log_import_notes(const Config& cfg) {

@@ -25,13 +25,8 @@ int from_megatron(const std::vector<std::string>& args, bool strict) {
         "from-megatron needs Megatron's arguments after --, e.g. triad-config from-megatron -- "
         "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048");
   const triad::MegatronYaml y = triad::megatron_to_yaml(args);
-  if (strict && !y.not_carried.empty()) {
-    std::string list;
-    for (const std::string& n : y.not_carried) list += (list.empty() ? "" : "; ") + n;
-    throw triad::UserError(std::to_string(y.not_carried.size()) +
-                           " argument(s) not carried over (--strict): " + list +
-                           "; drop them, or run without --strict to see the YAML");
-  }
+  if (strict && !y.not_carried.empty())
+    throw triad::UserError(triad::not_carried_refusal(y.not_carried));
   if (!y.missing.empty()) throw triad::UserError(y.missing);
   std::cout << y.yaml;
   return 0;

@@ -74,6 +74,9 @@ refused '{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight
   'optimizer.params.adam_w_mode' 'true'
 refused '{"optimizer": {"type": "AdamW", "params": {"momentum": 0.9}}}' 'optimizer.params.momentum'
 refused '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}' 'optimizer.params.betas' 'two numbers'
+refused '{"optimizer": {"type": "AdamW", "params": {"bias_correction": false}}}' \
+  'optimizer.params.bias_correction is false' 'always corrects'
+refused '{"gradient_clipping": 1e400}' 'cannot be read' '1e400'
 refused '{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}' \
   'zero_optimization.offload_param' 'none'
 refused '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}' \

@@ -231,8 +231,16 @@ TEST_F(ConfigTest, OutOfRangeAndUnsupportedValues) {
        {"optimizer.min_lr 0.01 is larger than optimizer.lr 0.001", "$F:10:"}},
       {"lr_schedule:\n  lr_warmup_iters: -1\n", {"lr_schedule.lr_warmup_iters: -1", "at least 0"}},
       {"lr_schedule:\n  lr_warmup_iters: 10\n  lr_decay_iters: 5\n",
-       {"lr_schedule.lr_decay_iters 5 is smaller than lr_schedule.lr_warmup_iters 10 ($F:10:19)",
-        "raise lr_decay_iters to at least 10"}},
+       {"lr_schedule.lr_decay_iters 5 ends the decay at step 5, before the warm-up ends at step "
+        "10 ($F:10:19)",
+        "lengthen the decay to at least step 10"}},
+      {"lr_schedule:\n  lr_warmup_iters: 10\n  lr_warmup_fraction: 0.1\n",
+       {"lr_schedule.lr_warmup_iters and lr_schedule.lr_warmup_fraction are both given ($F:10:",
+        "keep one"}},
+      {"lr_schedule:\n  lr_decay_iters: 10\n  lr_decay_samples: 100\n",
+       {"lr_schedule.lr_decay_iters and lr_schedule.lr_decay_samples are both given", "keep one"}},
+      {"lr_schedule:\n  lr_warmup_fraction: 1.5\n", {"lr_schedule.lr_warmup_fraction: 1.5"}},
+      {"lr_schedule:\n  lr_lag_steps: 3\n", {"lr_schedule.lr_lag_steps: 3"}},
       {"lr_schedule:\n  lr_decay_style: cosin\n",
        {"lr_schedule.lr_decay_style: 'cosin' is not one of cosine, linear, constant",
         "did you mean 'cosine'?"}},
@@ -291,9 +299,19 @@ TEST_F(ConfigTest, DecayNotBeforeWarmup) {
                          {"training.train_iters=3"});
   EXPECT_EQ(d.lr_schedule.lr_decay_iters, 0);
   expect_error(kBase,
-               {"lr_schedule.lr_decay_iters 4 is smaller than lr_schedule.lr_warmup_iters 6 "
-                "(--set 'lr_schedule.decay_iters=4')"},
+               {"lr_schedule.lr_decay_iters 4 ends the decay at step 4, before the warm-up ends "
+                "at step 6 (--set 'lr_schedule.decay_iters=4')"},
                {"lr_schedule.warmup_iters=6", "lr_schedule.decay_iters=4"});
+  // Samples are steps of the global batch, whose parts count: 10 samples of 4 end at step 2.5.
+  expect_error(kBase,
+               {"lr_schedule.lr_decay_samples 10 ends the decay at step 2.5, before the warm-up "
+                "ends at step 3 (--set 'lr_schedule.lr_decay_samples=10')"},
+               {"lr_schedule.warmup_iters=3", "lr_schedule.lr_decay_samples=10",
+                "training.global_batch_size=4", "training.micro_batch_size=4"});
+  Config e = load_config(write(kBase),
+                         {"lr_schedule.lr_warmup_samples=10", "lr_schedule.lr_decay_samples=10",
+                          "training.global_batch_size=4", "training.micro_batch_size=4"});
+  EXPECT_EQ(lr_phases(e.lr_schedule, e.training.train_iters, 4).decay, 2.5);
 }
 
 // The paths a run meets only once started, checked before: the data file is a regular file

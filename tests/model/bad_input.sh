@@ -161,7 +161,7 @@ expect_command info_kind "--kind 'bogus' is not a plugin kind; use one of attent
   "$BIN/triad-info" --kind bogus
 # A decay that would end before the warm-up does.
 expect_error lr_decay_before_warmup \
-  "lr_schedule.lr_decay_iters 5 is smaller than lr_schedule.lr_warmup_iters 20" "$BASE" \
+  "lr_schedule.lr_decay_iters 5 ends the decay at step 5, before the warm-up ends at step 20" "$BASE" \
   --set lr_schedule.lr_decay_iters=5
 # The transport section is checked at every world size, though one rank never connects.
 expect_error transport_param "transport.no_such_param: unknown parameter of transport plugin 'ucx'" \

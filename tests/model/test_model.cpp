@@ -127,62 +127,133 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   EXPECT_LT(std::sqrt(num / den), 1e-5);
 }
 
-TEST(Engine, LearningRateScheduleIsMegatrons) {
+// An optimizer config with only the schedule's peak and floor set.
+static OptimizerConfig peak_and_floor(double lr, double min_lr) {
   OptimizerConfig o;
-  o.lr = 1.0;
-  o.min_lr = 0.1;
+  o.lr = lr;
+  o.min_lr = min_lr;
+  return o;
+}
+
+TEST(Engine, LearningRateScheduleIsMegatrons) {
+  OptimizerConfig o = peak_and_floor(1.0, 0.1);
   LrScheduleConfig s;
   s.lr_warmup_iters = 10;
   s.lr_decay_style = "cosine";
   // Warm-up: lr * step / warmup.
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1), 0.1);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 5), 0.5);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 1), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 5), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 10), 1.0);
   // Cosine over steps 10..110: min + (lr - min) (1 + cos(pi r)) / 2 at r = 1/4, 1/2, 3/4
   // (cos(pi/4) = 0.70710678...). Only the midpoint is where cosine and linear agree.
-  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.86819805153394640, 1e-12);
-  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);
-  EXPECT_NEAR(learning_rate(o, s, 110, 85), 0.23180194846605365, 1e-12);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 111), 0.1);  // past the end: min_lr
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 35), 0.86819805153394640, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 60), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 85), 0.23180194846605365, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 110), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 111), 0.1);  // past the end: min_lr
   // lr_decay_iters shorter than train_iters: the decay spans steps 10..60, then min_lr holds.
   s.lr_decay_iters = 60;
-  EXPECT_NEAR(learning_rate(o, s, 110, 20), 0.91405764746872634, 1e-12);  // r = 1/5
-  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.55, 1e-12);                 // r = 1/2
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 60), 0.1);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 80), 0.1);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 20), 0.91405764746872634, 1e-12);  // r = 1/5
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 35), 0.55, 1e-12);                 // r = 1/2
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 60), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 80), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 110), 0.1);
   s.lr_decay_iters = 0;
   // min_lr is the floor the decay aims at: with 0, cosine at r = 1/4 is (1 + cos(pi/4)) / 2.
   o.min_lr = 0.0;
-  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.85355339059327373, 1e-12);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.0);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 35), 0.85355339059327373, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 110), 0.0);
   o.min_lr = 0.1;
   s.lr_decay_style = "linear";
-  EXPECT_NEAR(learning_rate(o, s, 110, 35), 0.775, 1e-12);
-  EXPECT_NEAR(learning_rate(o, s, 110, 60), 0.55, 1e-12);
-  EXPECT_NEAR(learning_rate(o, s, 110, 85), 0.325, 1e-12);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 110), 0.1);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 35), 0.775, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 60), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 85), 0.325, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 110), 0.1);
   s.lr_decay_style = "constant";
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 5), 0.5);  // warm-up still applies
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 100), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 5), 0.5);  // warm-up still applies
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 100), 1.0);
   // Megatron's inverse-square-root (optimizer_param_scheduler.py): lr sqrt(warmup / step) after
   // the warm-up, never below min_lr.
   s.lr_decay_style = "inverse-square-root";
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 40), 0.5);  // sqrt(10 / 40)
-  EXPECT_NEAR(learning_rate(o, s, 1000, 90), 1.0 / 3.0, 1e-15);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 2000, 1000), 0.1);  // sqrt(0.01) = 0.1 = min_lr
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 5000, 4000), 0.1);  // 0.05, floored
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 10), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 40), 0.5);  // sqrt(10 / 40)
+  EXPECT_NEAR(learning_rate(o, s, 1000, 1, 90), 1.0 / 3.0, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 2000, 1, 1000), 0.1);  // sqrt(0.01) = 0.1 = min_lr
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 5000, 1, 4000), 0.1);  // 0.05, floored
   // DeepSpeed's log warm-up (WarmupLR's default): log(step + 1) / log(warmup), at most 1.
   s.lr_decay_style = "constant";
   s.lr_warmup_style = "log";
-  EXPECT_NEAR(learning_rate(o, s, 110, 1), std::log(2.0) / std::log(10.0), 1e-15);
-  EXPECT_NEAR(learning_rate(o, s, 110, 4), std::log(5.0) / std::log(10.0), 1e-15);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 9), 1.0);
-  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 10), 1.0);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 1), std::log(2.0) / std::log(10.0), 1e-15);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 4), std::log(5.0) / std::log(10.0), 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 9), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 110, 1, 10), 1.0);
   s.lr_warmup_iters = 1;  // log(1) is 0: DeepSpeed's max(2, warmup)
-  EXPECT_NEAR(learning_rate(o, s, 110, 1), 1.0, 1e-15);
+  EXPECT_NEAR(learning_rate(o, s, 110, 1, 1), 1.0, 1e-15);
+}
+
+// Megatron's get_lr (optimizer_param_scheduler.py): past the decay's end every decaying style,
+// inverse-square-root included, holds min_lr.
+TEST(Engine, InverseSquareRootEndsAtTheDecayEnd) {
+  const OptimizerConfig o = peak_and_floor(1.0, 0.1);
+  LrScheduleConfig s;
+  s.lr_warmup_iters = 4;
+  s.lr_decay_style = "inverse-square-root";
+  s.lr_decay_iters = 16;
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 100, 1, 16), 0.5);  // sqrt(4 / 16), the last decay step
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 100, 1, 17), 0.1);  // past it: min_lr, not sqrt(4 / 17)
+  s.lr_decay_iters = 0;                                    // = train_iters
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 100, 1, 64), 0.25);
+}
+
+// Megatron counts its schedule in samples: a warm-up of 10 samples at a global batch of 4 ends
+// 2.5 steps in, and a fraction of the decay need not be whole steps either.
+TEST(Engine, SampleCountsAndFractionsNeedNotBeWholeSteps) {
+  const OptimizerConfig o = peak_and_floor(1.0, 0.0);
+  LrScheduleConfig s;
+  s.lr_decay_style = "linear";
+  s.lr_warmup_samples = 10;
+  s.lr_decay_samples = 60;                                           // 15 steps of 4
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 20, 4, 1), 0.4);              // 4 of 10 samples
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 20, 4, 2), 0.8);              // 8 of 10
+  EXPECT_NEAR(learning_rate(o, s, 20, 4, 7), 1 - 18.0 / 50, 1e-15);  // (28 - 10) / (60 - 10)
+  EXPECT_DOUBLE_EQ(learning_rate(o, s, 20, 4, 15), 0.0);
+  EXPECT_EQ(lr_phases(s, 20, 4).warmup, 2.5);
+  s.lr_warmup_samples = 0;
+  s.lr_decay_samples = 0;
+  s.lr_decay_iters = 16;
+  s.lr_warmup_fraction = 0.15;  // 2.4 steps of the 16
+  EXPECT_NEAR(learning_rate(o, s, 20, 4, 1), 1 / 2.4, 1e-15);
+  EXPECT_NEAR(learning_rate(o, s, 20, 4, 2), 2 / 2.4, 1e-15);
+  EXPECT_NEAR(learning_rate(o, s, 20, 4, 3), 1 - 0.6 / 13.6, 1e-15);
+}
+
+// Megatron's scheduler steps after the update (step k applies what it logged at k - 1);
+// DeepSpeed's is set once before step 1 and stepped after each update (step k applies its
+// value at k - 2; the first two steps the warm-up's start).
+TEST(Engine, LaggedSchedulesApplyEarlierValues) {
+  const OptimizerConfig o = peak_and_floor(1.0, 0.0);
+  LrScheduleConfig s;
+  s.lr_decay_style = "linear";
+  s.lr_warmup_iters = 4;
+  s.lr_decay_iters = 12;
+  for (int lag : {0, 1, 2}) {
+    s.lr_lag_steps = lag;
+    for (int step = 1; step <= 14; ++step) {
+      LrScheduleConfig plain = s;
+      plain.lr_lag_steps = 0;
+      EXPECT_DOUBLE_EQ(learning_rate(o, s, 14, 1, step),
+                       learning_rate(o, plain, 14, 1, std::max(0, step - lag)))
+          << "lag " << lag << " step " << step;
+    }
+  }
+  s.lr_lag_steps = 2;
+  EXPECT_EQ(learning_rate(o, s, 14, 1, 1), 0.0);
+  EXPECT_EQ(learning_rate(o, s, 14, 1, 2), 0.0);
+  EXPECT_EQ(learning_rate(o, s, 14, 1, 3), 0.25);
+  s.lr_warmup_iters = 0;  // no warm-up: Megatron's step 1 applies lr(0), the peak
+  s.lr_lag_steps = 1;
+  EXPECT_EQ(learning_rate(o, s, 14, 1, 1), 1.0);
+  EXPECT_NEAR(learning_rate(o, s, 14, 1, 4), 0.75, 1e-15);
 }
 
 TEST(Engine, FlopsFormula) {

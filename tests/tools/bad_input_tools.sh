@@ -155,13 +155,13 @@ config)
     from-megatron -- --lr-warmup-fraction x
   expect $T "not carried over (--strict): --swiglu" "$BIN/$T" from-megatron --strict -- --swiglu
   expect $T "DeepSpeed config '$W/nope.json' cannot be opened" "$BIN/$T" \
-    from-megatron -- --deepspeed_config "$W/nope.json"
+    from-megatron -- --deepspeed --deepspeed_config "$W/nope.json"
   expect $T "DeepSpeed config '$W/adir' is a directory" "$BIN/$T" \
-    from-megatron -- --deepspeed_config "$W/adir"
+    from-megatron -- --deepspeed --deepspeed_config "$W/adir"
   expect $T "DeepSpeed config '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" \
-    from-megatron -- --deepspeed_config "$W/fifo"
+    from-megatron -- --deepspeed --deepspeed_config "$W/fifo"
   expect $T "DeepSpeed config '$W/file.txt' is not valid JSON" "$BIN/$T" \
-    from-megatron -- --deepspeed_config "$W/file.txt"
+    from-megatron -- --deepspeed --deepspeed_config "$W/file.txt"
   ;;
 estimate)
   T=triad-estimate C=$SRC/configs/gpt-tiny.yaml

@@ -55,7 +55,10 @@ check gpt_350m_zero2 8 "tp 1 x pp 1 x dp 8" 4 8 256
 has() {
   if grep -qE "$2" "$WORK/$1.yaml"; then pass "$1: /$2/"; else fail "$1: lacks /$2/"; fi
 }
-has gpt_125m '^  lr_warmup_iters: 3200 +# --lr-warmup-fraction .01'
+has gpt_125m '^  lr_warmup_fraction: 0.01 +# --lr-warmup-fraction .01$'
+has gpt_125m "^  lr_lag_steps: 1 +# Megatron steps its scheduler after each update$"
+has gpt_125m "^  raise_error_at_min_scale: false +# Megatron's scaler"
+has gpt_125m '^#   no --hidden-dropout .Megatron.s default 0.1.: Triad trains without dropout'
 has gpt_125m '^  enabled: true +# --fp16$'
 has gpt_125m '^  path: data/meg-gpt2_text_document +# --data-path'
 has gpt_1_3b '^attention: flash2 +# --use-flash-attn-v2$'
@@ -63,6 +66,9 @@ has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_docu
 # Both counts given: Megatron's --train-samples // 512 (286102) ends the run before the step that
 # reaches --train-tokens (286103).
 has gpt_1_3b '^  train_iters: 286102 +# --train-samples 146484375 / 512 per step'
+# The schedule's phases stay in samples, as Megatron counts them (tokens / seq_length).
+has gpt_1_3b '^  lr_decay_samples: 146484375.0 +# --lr-decay-tokens 300000000000 / 2048 tokens'
+has gpt_1_3b '^  lr_warmup_samples: 183105.46875 +# --lr-warmup-tokens 375000000 / 2048 tokens'
 has gpt_1_3b '^  tensorboard_dir: tensorboard/gpt_1.3B +# --tensorboard-dir tensorboard/gpt_1.3B$'
 has gpt_1_3b '^#   --log-timers-to-tensorboard: no effect in Triad '
 has gpt_13b_3d \
@@ -75,6 +81,9 @@ has gpt_350m_zero2 \
   '^  reduce_bucket_size: 500000000 +# ds_zero2.json: zero_optimization.reduce_bucket_size$'
 has gpt_350m_zero2 '^#   ds_zero2.json: zero_optimization.contiguous_gradients: no effect in Triad'
 has gpt_350m_zero2 '^#   --deepspeed: no effect in Triad'
+# Under --deepspeed, Megatron-DeepSpeed hands DeepSpeed Megatron's optimizer: the JSON clips.
+has gpt_350m_zero2 '^  clip_grad: 1 +# ds_zero2.json: gradient_clipping$'
+has gpt_350m_zero2 '^#   --clip-grad 1.0: no effect under --deepspeed'
 
 # refused WANT ARGS...: exit 2, one stderr line "triad-config: error: ..." holding WANT, no stdout.
 refused() {
@@ -96,9 +105,9 @@ refused '--num-layers takes one value' from-megatron -- --num-layers
 refused "model.num_layers: 'x' is not an integer (--num-layers x)" from-megatron -- --num-layers x
 refused "'abc' is not a number" from-megatron -- --lr-warmup-fraction abc
 refused 'micro_batch_size is 8 (--micro-batch-size 8) but 4 (ds_zero2.json: train_micro' \
-  from-megatron -- --micro-batch-size 8 --deepspeed_config ds_zero2.json
+  from-megatron -- --micro-batch-size 8 --deepspeed --deepspeed_config ds_zero2.json
 refused 'zero_optimization.stage is 3 (--zero-stage 3) but 2 (ds_zero2.json' \
-  from-megatron -- --zero-stage 3 --deepspeed_config ds_zero2.json
+  from-megatron -- --zero-stage 3 --deepspeed --deepspeed_config ds_zero2.json
 refused 'needs Megatron.s arguments after --' from-megatron
 # What Megatron itself refuses, and a schedule Triad lacks (never replaced by another).
 M=(--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2
@@ -114,6 +123,17 @@ refused "data.split '1,x,2' has 'x'" from-megatron -- "${M[@]}" --lr 1e-3 --trai
 refused "are both true; keep one" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --fp16 --bf16
 refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
   --lr-decay-style WSD
+refused '--train-iters and --lr-decay-samples mix iteration- and sample-based counts' \
+  from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --lr-decay-samples 40
+refused '--train-samples and --lr-warmup-iters mix' from-megatron -- "${M[@]}" --lr 1e-3 \
+  --train-samples 40 --lr-warmup-iters 2
+refused '--train-samples 40 needs --global-batch-size' from-megatron -- --num-layers 2 \
+  --hidden-size 64 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --lr 1e-3 \
+  --train-samples 40
+refused '--train-samples 1e30 gives .* steps of 4; it must give 1 to 2147483647 steps' \
+  from-megatron -- "${M[@]}" --lr 1e-3 --train-samples 1e30
+refused "lr_warmup_fraction: 1.0e.30 is out of range .--lr-warmup-fraction 1e30" from-megatron -- \
+  "${M[@]}" --lr 1e-3 --train-iters 10 --lr-warmup-fraction 1e30
 # --load as Megatron reads it: continue from the checkpoint there, or start afresh when none is.
 "$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --load ck --save ck \
   >"$WORK/load.yaml" 2>"$WORK/err.txt"
@@ -125,6 +145,9 @@ else fail "--load: $(cat "$WORK/load.yaml" "$WORK/err.txt")"; fi
   >"$WORK/samples.yaml" 2>"$WORK/err.txt"
 if grep -Eq "train_iters: 10 .*# --train-samples 43 / 4 per step" "$WORK/samples.yaml"; then
   pass "--train-samples 43 at global batch 4 is 10 steps"
+  grep -Eq "lr_decay_samples: 43.0 .*# --train-samples 43 \(Megatron decays over" \
+    "$WORK/samples.yaml" && pass "the decay spans the 43 samples" ||
+    fail "decay: $(grep lr_ "$WORK/samples.yaml")"
 else fail "--train-samples: $(grep train_iters "$WORK/samples.yaml") $(cat "$WORK/err.txt")"; fi
 # Megatron's defaults, not Triad's, for what the arguments leave out; the given ones win.
 "$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --weight-decay 0.1 \
@@ -132,14 +155,27 @@ else fail "--train-samples: $(grep train_iters "$WORK/samples.yaml") $(cat "$WOR
 for want in "adam_beta2: 0.999 .*# Megatron's default \(no --adam-beta2\)" \
   "weight_decay: 0.1 .*# --weight-decay 0.1" "lr_decay_style: linear .*# Megatron's default" \
   "split: 969,30,1 .*# Megatron's default \(no --split\)" "eval_interval: 1000 " \
-  "no --hidden-dropout \\(Megatron's default 0.1\\): Triad trains without dropout"; do
+  "no --hidden-dropout \\(Megatron's default 0.1\\): Triad trains without dropout" \
+  "lr_lag_steps: 1 "; do
   if grep -Eq "$want" "$WORK/defaults.yaml"; then pass "default: $want"
   else fail "from-megatron lacks '$want': $(cat "$WORK/defaults.yaml" "$WORK/err.txt")"; fi
 done
 refused 'subcommand' --strict
+# Megatron drops out 10% unless told 0: --strict refuses a list that leaves it at its default.
 # shellcheck disable=SC2046
-if "$BIN/triad-config" from-megatron --strict -- $(cat gpt_125m.args) >/dev/null; then
+refused 'no --hidden-dropout' from-megatron --strict -- $(cat gpt_125m.args)
+# shellcheck disable=SC2046
+if "$BIN/triad-config" from-megatron --strict -- $(cat gpt_125m.args) --hidden-dropout 0 \
+  --attention-dropout 0 >/dev/null; then
   pass "--strict passes a list it carries whole"; else fail "--strict refused gpt_125m"; fi
+# Without --deepspeed, Megatron-DeepSpeed never reads the JSON; --normalization in either spelling.
+"$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 \
+  --deepspeed_config ds_zero2.json --normalization layernorm >"$WORK/nods.yaml" 2>"$WORK/err.txt"
+if grep -q "^#   --deepspeed_config ds_zero2.json: no effect without --deepspeed" "$WORK/nods.yaml" &&
+  ! grep -q "ds_zero2.json: zero" "$WORK/nods.yaml" &&
+  grep -q "^#   --normalization layernorm: no effect in Triad" "$WORK/nods.yaml"; then
+  pass "--deepspeed_config without --deepspeed is not read"
+else fail "without --deepspeed: $(cat "$WORK/nods.yaml" "$WORK/err.txt")"; fi
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

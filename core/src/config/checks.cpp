@@ -73,6 +73,26 @@ void check_model(Config& c, const Checker& k) {
   }
 }
 
+// Megatron counts the decay from step 0, warm-up included: the decay runs from the end of the
+// warm-up to its own end, so it cannot end before the warm-up does. Sample counts need the
+// global batch: until it is known (derived from the layout) they are not compared.
+void check_lr_phases(const Config& c, const Checker& k) {
+  const LrScheduleConfig& s = c.lr_schedule;
+  const bool by_samples = s.lr_decay_samples > 0, warmup_samples = s.lr_warmup_samples > 0;
+  if ((by_samples || warmup_samples) && c.training.global_batch_size <= 0) return;
+  if (s.lr_decay_iters <= 0 && !by_samples) return;
+  const LrPhases p = lr_phases(s, c.training.train_iters, c.training.global_batch_size);
+  if (p.decay >= p.warmup) return;
+  const std::string key =
+      by_samples ? "lr_schedule.lr_decay_samples" : "lr_schedule.lr_decay_iters";
+  fail(key + " " + (by_samples ? count_text(s.lr_decay_samples) : str(s.lr_decay_iters)) +
+       " ends the decay at step " + count_text(p.decay) + ", before the warm-up ends at step " +
+       count_text(p.warmup) + " (" + k.at(key) +
+       "); the decay runs from the end of the warm-up to its own end (counted from step 0), "
+       "so lengthen the decay to at least step " +
+       count_text(p.warmup) + ", set it to 0 (= train_iters) or shorten the warm-up");
+}
+
 void check_training(const Config& c, const Checker& k) {
   const OptimizerConfig& o = c.optimizer;
   if (o.min_lr > o.lr)
@@ -80,16 +100,21 @@ void check_training(const Config& c, const Checker& k) {
          " is larger than optimizer.lr " + k.text("optimizer.lr", o.lr) + " (" +
          k.at("optimizer.min_lr") +
          "); the schedule decays from lr down to min_lr, so min_lr must not exceed lr");
-  // Megatron counts lr_decay_iters from step 0, warm-up included: the decay runs from the end
-  // of the warm-up to lr_decay_iters, so it cannot end before the warm-up does.
+  // One count of each phase, as Megatron takes one of its arguments.
   const LrScheduleConfig& s = c.lr_schedule;
-  if (s.lr_decay_iters > 0 && s.lr_decay_iters < s.lr_warmup_iters)
-    fail("lr_schedule.lr_decay_iters " + str(s.lr_decay_iters) +
-         " is smaller than lr_schedule.lr_warmup_iters " + str(s.lr_warmup_iters) + " (" +
-         k.at("lr_schedule.lr_decay_iters") +
-         "); the decay runs from the end of the warm-up to lr_decay_iters (counted from step 0), "
-         "so raise lr_decay_iters to at least " +
-         str(s.lr_warmup_iters) + ", set it to 0 (= train_iters) or shorten the warm-up");
+  auto one_of = [&](std::initializer_list<std::pair<const char*, double>> keys) {
+    std::vector<std::string> given;
+    for (const auto& [key, v] : keys)
+      if (v > 0) given.push_back(std::string("lr_schedule.") + key);
+    if (given.size() > 1)
+      fail(given[0] + " and " + given[1] + " are both given (" + k.at(given[1]) +
+           "); each counts the same phase of the schedule: keep one");
+  };
+  one_of({{"lr_warmup_iters", s.lr_warmup_iters},
+          {"lr_warmup_samples", s.lr_warmup_samples},
+          {"lr_warmup_fraction", s.lr_warmup_fraction}});
+  one_of({{"lr_decay_iters", s.lr_decay_iters}, {"lr_decay_samples", s.lr_decay_samples}});
+  check_lr_phases(c, k);
   const DataConfig& d = c.data;
   if (!d.path_list.empty() && d.kind != "indexed")
     fail("data.path is a list (" + k.at("data.path") + "), which only data.kind indexed takes " +
@@ -471,6 +496,7 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_layout(c, k, world_size);
   check_context_parallel(c, k);
   resolve_batch_sizes(c.training, c.parallel, world_size, batch_source(k, loc));
+  check_lr_phases(c, k);
 }
 
 }  // namespace triad::config_detail

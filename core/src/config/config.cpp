@@ -218,9 +218,21 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return read_checked(root, {}, overrides, path, world_size);
 }
 
+std::string not_carried_refusal(const std::vector<std::string>& not_carried) {
+  if (not_carried.empty()) return "";
+  std::string list;
+  for (const std::string& n : not_carried) list += (list.empty() ? "" : "; ") + n;
+  return std::to_string(not_carried.size()) + " argument(s) not carried over (--strict): " + list +
+         "; drop them, or run without --strict to see what Triad makes of them";
+}
+
 Config load_megatron_config(const std::vector<std::string>& args,
-                            const std::vector<std::string>& overrides, int world_size) {
+                            const std::vector<std::string>& overrides, int world_size,
+                            bool strict) {
   MegatronTree t = megatron_tree(args);
+  if (strict)
+    if (const std::string refusal = not_carried_refusal(t.imported.not_carried); !refusal.empty())
+      throw UserError(refusal);
   Config c = read_checked(t.root, std::move(t.origins), overrides, kMegatronSource, world_size);
   if (const std::string missing = megatron_missing(t.root); !missing.empty())
     throw UserError(missing);
@@ -267,6 +279,19 @@ std::string to_yaml(const Config& config) {
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+LrPhases lr_phases(const LrScheduleConfig& s, int train_iters, int global_batch) {
+  const double batch = std::max(1, global_batch);
+  LrPhases p;
+  p.decay = s.lr_decay_samples > 0 ? s.lr_decay_samples / batch
+            : s.lr_decay_iters > 0 ? s.lr_decay_iters
+                                   : train_iters;
+  // Megatron's fraction is of the decay's length, warm-up included.
+  p.warmup = s.lr_warmup_samples > 0    ? s.lr_warmup_samples / batch
+             : s.lr_warmup_fraction > 0 ? s.lr_warmup_fraction * p.decay
+                                        : s.lr_warmup_iters;
+  return p;
 }
 
 int zero_shards(const ParallelConfig& p) {

@@ -142,15 +142,19 @@ std::string scalar_text(const json& v) {
 
 class DeepSpeedReader {
  public:
-  DeepSpeedReader(std::string file, const Lookup& current)
-      : file_(std::move(file)), current_(current) {}
+  DeepSpeedReader(std::string file, const Lookup& current, bool megatron_optimizer)
+      : file_(std::move(file)), current_(current), megatron_optimizer_(megatron_optimizer) {}
 
   Imported read(const json& root) {
     if (!root.is_object())
       throw UserError("DeepSpeed config '" + file_ + "' must hold a JSON object {...}, not " +
                       std::string(root.type_name()) + "; give a ds_config.json");
     for (auto it = root.begin(); it != root.end(); ++it) {
-      if (it.key() == "optimizer") {
+      if ((it.key() == "optimizer" || it.key() == "scheduler") && megatron_optimizer_) {
+        note(it.key(),
+             "Megatron-DeepSpeed hands DeepSpeed Megatron's optimizer and lr schedule, which "
+             "DeepSpeed uses instead of this section: Megatron's arguments set them");
+      } else if (it.key() == "optimizer") {
         optimizer(it.value());
       } else if (it.key() == "scheduler") {
         scheduler(it.value());
@@ -160,7 +164,12 @@ class DeepSpeedReader {
         walk(it.key(), it.value(), it.key());
       }
     }
-    if (root.contains("optimizer"))
+    // DeepSpeed clips nothing unless gradient_clipping says so.
+    if (!root.contains("gradient_clipping"))
+      out_.defaults.push_back(
+          {"optimizer.clip_grad", YAML::Node("0"),
+           file_ + ": DeepSpeed's default (no gradient_clipping: no clipping)"});
+    if (root.contains("optimizer") && !megatron_optimizer_)
       deepspeed_defaults(root["optimizer"], root.contains("scheduler"));
     return std::move(out_);
   }
@@ -278,6 +287,12 @@ class DeepSpeedReader {
             (!p["betas"].is_array() || p["betas"].size() != 2))
           refuse("optimizer.params.betas", p["betas"],
                  "Adam's betas are two numbers; write \"betas\": [0.9, 0.999]");
+        // Adam without bias correction takes other steps; DeepSpeed's default corrects it.
+        if (p.contains("bias_correction") && p["bias_correction"].is_boolean() &&
+            !p["bias_correction"].get<bool>())
+          refuse("optimizer.params.bias_correction", p["bias_correction"],
+                 "Triad's AdamW always corrects Adam's bias (DeepSpeed's default); remove it or "
+                 "set it true");
         for (auto q = p.begin(); q != p.end(); ++q) {
           if (q.key() == "adam_w_mode") {
             note("optimizer.params.adam_w_mode", "Triad's AdamW decays weights decoupled");
@@ -296,6 +311,7 @@ class DeepSpeedReader {
 
   std::string file_;
   const Lookup& current_;
+  bool megatron_optimizer_ = false;
   Imported out_;
 };
 
@@ -312,6 +328,9 @@ void DeepSpeedReader::scheduler(const json& s) {
     refuse("scheduler.type", s["type"],
            "Triad's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR (lr_schedule)");
   set("lr_schedule.lr_decay_style", styles.at(type), "scheduler.type");
+  // DeepSpeed sets the scheduler's first value before step 1 and steps it after each update:
+  // step k applies its value at k - 2.
+  set("lr_schedule.lr_lag_steps", "2", "scheduler (DeepSpeed steps it after each update)");
   for (auto it = s.begin(); it != s.end(); ++it)
     if (it.key() != "type" && it.key() != "params")
       unknown("scheduler." + it.key(), "scheduler." + it.key());
@@ -337,10 +356,16 @@ void DeepSpeedReader::scheduler_params(const std::string& type, const json& p) {
   // DeepSpeed's defaults: 1000 warm-up steps, warm-up from 0 to 0.001, log-shaped.
   auto is_auto = [&](const char* k) { return p.contains(k) && p[k] == "auto"; };
   const double steps = number("warmup_num_steps", 1000);
+  // DeepSpeed warms up over at least 2 steps (max(2, warmup_num_steps)).
   if (!is_auto("warmup_num_steps"))
     set("lr_schedule.lr_warmup_iters",
-        given("warmup_num_steps") ? scalar_text(p["warmup_num_steps"]) : "1000",
-        pre + "warmup_num_steps" + (given("warmup_num_steps") ? "" : " (DeepSpeed's default)"));
+        given("warmup_num_steps")
+            ? (steps < 2 ? std::string("2") : scalar_text(p["warmup_num_steps"]))
+            : "1000",
+        pre + "warmup_num_steps" +
+            (!given("warmup_num_steps") ? " (DeepSpeed's default)"
+             : steps < 2                ? " (DeepSpeed's at least 2)"
+                                        : ""));
   // DeepSpeed warms up log-shaped unless told "linear" (lr_schedule.lr_warmup_style).
   if (given("warmup_type") && p["warmup_type"] != "linear" && p["warmup_type"] != "log")
     refuse(pre + "warmup_type", p["warmup_type"],
@@ -400,15 +425,18 @@ json parse(const std::string& path, const std::string& text) {
   } catch (const json::parse_error& e) {
     throw UserError("DeepSpeed config '" + path + "' is not valid JSON (byte " +
                     std::to_string(e.byte) + "); fix the file there");
+  } catch (const json::exception& e) {  // a number beyond a double's range (1e400)
+    throw UserError("DeepSpeed config '" + path + "' cannot be read (" + e.what() +
+                    "); fix the value there");
   }
 }
 
 }  // namespace
 
-Imported import_deepspeed(const std::string& path, const Lookup& current) {
+Imported import_deepspeed(const std::string& path, const Lookup& current, bool megatron_optimizer) {
   const std::string text = read_regular_file(
       path, "DeepSpeed config", "give a ds_config.json, e.g. --deepspeed_config ds_config.json");
-  return DeepSpeedReader(path, current).read(parse(path, text));
+  return DeepSpeedReader(path, current, megatron_optimizer).read(parse(path, text));
 }
 
 }  // namespace triad::config_detail

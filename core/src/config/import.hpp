@@ -41,8 +41,11 @@ struct Imported {
   std::vector<std::string> no_effect;
   // Megatron only: arguments not carried over, "ARG: WHY" (--strict refuses them).
   std::vector<std::string> not_carried;
-  // Megatron only: the --deepspeed_config given among the arguments.
+  // Megatron only: the --deepspeed_config given among the arguments, and whether --deepspeed
+  // was (Megatron-DeepSpeed reads the JSON only with it, and then gives DeepSpeed Megatron's
+  // own optimizer and lr schedule).
   std::string deepspeed_config;
+  bool deepspeed = false;
   // Megatron only: its own defaults for the arguments not given, where Triad's differ; merged
   // last, only where neither the arguments nor the ds_config gave the key (merge_defaults).
   std::vector<ImportedKey> defaults;
@@ -57,7 +60,11 @@ using Lookup = std::function<std::optional<std::string>(const std::string& key)>
 
 // Reads DeepSpeed's JSON at `path` by DeepSpeed's rules ("auto": the value comes from elsewhere
 // or is derived). A key Triad cannot honour is a UserError naming it and the fix.
-Imported import_deepspeed(const std::string& path, const Lookup& current);
+// `megatron_optimizer`: Megatron-DeepSpeed's launch, which hands DeepSpeed Megatron's optimizer
+// and lr schedule, so the JSON's optimizer and scheduler sections have no effect (DeepSpeed
+// uses the optimizer it is given) and only the JSON's gradient_clipping clips.
+Imported import_deepspeed(const std::string& path, const Lookup& current,
+                          bool megatron_optimizer = false);
 
 // Megatron-LM / Megatron-DeepSpeed arguments; a bad argument (a flag without its value, a value
 // that is not a number) is a UserError naming it.

@@ -89,6 +89,44 @@ const std::map<std::string_view, std::string_view>& not_carried_reasons() {
   return m;
 }
 
+// The arguments read by a rule of their own (MegatronReader::special, derived_later).
+const std::vector<std::string_view>& special_names() {
+  static const std::vector<std::string_view> n = {"--data-path",
+                                                  "--train-data-path",
+                                                  "--load",
+                                                  "--valid-data-path",
+                                                  "--tokenizer-type",
+                                                  "--vocab-size",
+                                                  "--use-flash-attn",
+                                                  "--use-flash-attn-v2",
+                                                  "--use-flash-attn-triton",
+                                                  "--use-rotary-position-embeddings",
+                                                  "--position-embedding-type",
+                                                  "--use-distributed-optimizer",
+                                                  "--initial-loss-scale",
+                                                  "--attention-dropout",
+                                                  "--hidden-dropout",
+                                                  "--optimizer",
+                                                  "--normalization",
+                                                  "--dataloader-type",
+                                                  "--deepspeed_config",
+                                                  "--deepspeed-config"};
+  return n;
+}
+
+// Arguments whose Triad key needs others (the global batch, the sequence length, the layers):
+// kept until every argument is read (MegatronReader::derived_later).
+const std::set<std::string, std::less<>>& later_names() {
+  static const std::set<std::string, std::less<>> n = {
+      "--train-samples",         "--train-tokens",
+      "--lr-decay-samples",      "--lr-warmup-samples",
+      "--lr-decay-tokens",       "--lr-warmup-tokens",
+      "--lr-warmup-fraction",    "--ffn-hidden-size",
+      "--recompute-method",      "--recompute-num-layers",
+      "--checkpoint-num-layers", "--num-layers-per-virtual-pipeline-stage"};
+  return n;
+}
+
 // The number an argument gives; `src` is the argument with its value, for the message.
 double to_number(const std::string& src, const std::string& text) {
   double v = 0;
@@ -111,7 +149,9 @@ class MegatronReader {
     // Megatron trains on GPUs; --set device=cpu plans the same job on the CPU.
     set("device.name", YAML::Node("cuda"), "(no argument: Megatron trains on GPUs)");
     while (i_ < args_.size()) one();
+    out_.deepspeed = given_.count("--deepspeed") > 0;
     derive();
+    if (out_.deepspeed && !out_.deepspeed_config.empty()) deepspeed_owns();
     for (const auto& [key, k] : keys_) out_.keys.push_back(k);
     return std::move(out_);
   }
@@ -169,8 +209,26 @@ class MegatronReader {
     } else if (auto nc = not_carried_reasons().find(arg); nc != not_carried_reasons().end()) {
       not_carried(arg, values, nc->second);
     } else {
-      not_carried(arg, values, "not an argument Triad knows");
+      const std::string guess = closest(arg, known_arguments());
+      not_carried(arg, values,
+                  "not an argument Triad knows" +
+                      (guess.empty() ? std::string() : " (did you mean " + guess + "?)"));
     }
+  }
+
+  // Every argument name this reader takes, for the closest to a misspelt one.
+  static std::vector<std::string_view> known_arguments() {
+    static const std::vector<std::string_view> names = [] {
+      std::vector<std::string_view> n;
+      for (const KeyRow& row : key_table())
+        if (!row.megatron.empty()) n.push_back(row.megatron);
+      for (const auto& [name, why] : without_effect()) n.push_back(name);
+      for (const auto& [name, why] : not_carried_reasons()) n.push_back(name);
+      for (std::string_view name : special_names()) n.push_back(name);
+      for (std::string_view name : later_names()) n.push_back(name);
+      return n;
+    }();
+    return names;
   }
 
   // A row of the shared key table: a bool key is a flag, any other takes one value (a text key
@@ -208,6 +266,23 @@ class MegatronReader {
       return true;
     }
     return false;
+  }
+
+  // Under --deepspeed, Megatron-DeepSpeed hands DeepSpeed the bare optimizer: DeepSpeed clips
+  // and scales the loss by the JSON alone, so Megatron's arguments for those do nothing.
+  void deepspeed_owns() {
+    static const char* keys[] = {"optimizer.clip_grad",      "fp16.loss_scale",
+                                 "fp16.initial_scale_power", "fp16.loss_scale_window",
+                                 "fp16.hysteresis",          "fp16.min_loss_scale"};
+    for (const char* key : keys) {
+      auto it = keys_.find(key);
+      if (it == keys_.end()) continue;
+      out_.no_effect.push_back(it->second.source +
+                               ": no effect under --deepspeed (DeepSpeed clips and scales the "
+                               "loss as " +
+                               out_.deepspeed_config + " says)");
+      keys_.erase(it);
+    }
   }
 
   bool special(const std::string& arg, const std::vector<std::string>& values);
@@ -286,7 +361,8 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
         {"--dataloader-type",
          {"single", "Triad reads the samples in order, as Megatron's single"}}};
     const auto& [ours, why] = same.at(arg);
-    if (value_of(arg, values) == ours)
+    // Megatron-LM spells LayerNorm so, Megatron-DeepSpeed layernorm.
+    if (lower(value_of(arg, values)) == lower(ours))
       out_.no_effect.push_back(src + ": no effect in Triad (" + why + ")");
     else
       not_carried(arg, values, why);
@@ -301,14 +377,7 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
 // Arguments whose Triad key needs others (the global batch, the sequence length, the layers):
 // kept until every argument is read.
 bool MegatronReader::derived_later(const std::string& arg, const std::vector<std::string>& values) {
-  static const std::set<std::string> names = {
-      "--train-samples",         "--train-tokens",
-      "--lr-decay-samples",      "--lr-warmup-samples",
-      "--lr-decay-tokens",       "--lr-warmup-tokens",
-      "--lr-warmup-fraction",    "--ffn-hidden-size",
-      "--recompute-method",      "--recompute-num-layers",
-      "--checkpoint-num-layers", "--num-layers-per-virtual-pipeline-stage"};
-  if (!names.count(arg)) return false;
+  if (!later_names().count(arg)) return false;
   later_[arg] = {value_of(arg, values), source(arg, values)};
   return true;
 }
@@ -338,24 +407,39 @@ void MegatronReader::defaults() {
       {"fp16.loss_scale_window", "1000", "--loss-scale-window"},
       {"fp16.hysteresis", "2", "--hysteresis"},
       {"fp16.min_loss_scale", "1", "--min-loss-scale"}};
+  // Megatron's scaler stays at its minimum and goes on skipping (DeepSpeed's stops the run).
+  static const std::vector<std::array<const char*, 3>> at_min = {
+      {"fp16.raise_error_at_min_scale", "false",
+       "Megatron's scaler: it stays at --min-loss-scale"}};
   // Megatron holds out validation data from --data-path by default ('969, 30, 1') and
   // evaluates it every 1000 steps.
   static const std::vector<std::array<const char*, 3>> validation = {
       {"data.split", "969,30,1", "--split"}, {"training.eval_interval", "1000", "--eval-interval"}};
   auto add = [&](const std::vector<std::array<const char*, 3>>& list) {
     for (const auto& [key, value, arg] : list)
-      if (!keys_.count(key))
+      if (!keys_.count(key) && !(std::string_view(key) == "lr_schedule.lr_warmup_iters" &&
+                                 (keys_.count("lr_schedule.lr_warmup_samples") ||
+                                  keys_.count("lr_schedule.lr_warmup_fraction"))))
         out_.defaults.push_back(
             {key, YAML::Node(value), std::string("Megatron's default (no ") + arg + ")"});
   };
   add(rows);
-  if (keys_.count("fp16.enabled") && out_.deepspeed_config.empty()) add(scaler);
+  // Megatron's scheduler steps after each update: step k applies the lr it logged at k - 1.
+  out_.defaults.push_back({"lr_schedule.lr_lag_steps", YAML::Node("1"),
+                           "Megatron steps its scheduler after each update"});
+  const bool json_scaler = out_.deepspeed && !out_.deepspeed_config.empty();
+  if (keys_.count("fp16.enabled") && !json_scaler) {
+    add(scaler);
+    for (const auto& [key, value, why] : at_min)
+      out_.defaults.push_back({key, YAML::Node(value), why});
+  }
   if (keys_.count("data.path") && !keys_.count("data.valid_path")) add(validation);
+  // Megatron drops out 10% by default; Triad has no dropout, so that training is not carried
+  // over (--strict refuses it until the arguments say 0).
   for (const char* arg : {"--hidden-dropout", "--attention-dropout"})
     if (!given_.count(arg))
-      out_.no_effect.push_back(std::string("no ") + arg +
-                               " (Megatron's default 0.1): Triad trains " +
-                               "without dropout, as with " + arg + " 0");
+      out_.not_carried.push_back(std::string("no ") + arg + " (Megatron's default 0.1)" +
+                                 ": Triad trains without dropout, as with " + arg + " 0");
 }
 
 void MegatronReader::derive() {
@@ -370,46 +454,69 @@ void MegatronReader::derive() {
   one_of("--lr-warmup-iters", "--lr-warmup-samples");
   one_of("--lr-warmup-fraction", "--lr-warmup-samples");
   one_of("--lr-decay-iters", "--lr-decay-samples");
+  // Iteration-based training takes iteration counts, sample-based sample counts (validate_args).
+  auto not_mixed = [&](const char* run, const char* phase, const char* instead) {
+    if (given_.count(run) && given_.count(phase))
+      throw UserError("Megatron arguments " + std::string(run) + " and " + phase +
+                      " mix iteration- and sample-based counts, which Megatron refuses; give " +
+                      instead + " instead");
+  };
+  not_mixed("--train-iters", "--lr-decay-samples", "--lr-decay-iters");
+  not_mixed("--train-iters", "--lr-warmup-samples", "--lr-warmup-iters");
+  not_mixed("--train-samples", "--lr-decay-iters", "--lr-decay-samples");
+  not_mixed("--train-samples", "--lr-warmup-iters", "--lr-warmup-samples");
   const double gbs = number("training.global_batch_size"), seq = number("model.seq_length");
-  // Samples and tokens become steps of the global batch, as Megatron counts them without ramp-up:
-  // the run's length as Megatron's (--train-samples // the global batch; --train-tokens stops the
-  // first step that reaches them, and with both the earlier ends it), the lr's phases rounded up.
-  enum class Round { down, up };
-  auto steps = [&](const std::string& arg, const std::string& key, double per_step,
-                   const std::string& need, Round round = Round::up) {
+  // The run's length in steps of the global batch, as Megatron counts it without ramp-up:
+  // --train-samples // the global batch; --train-tokens stops at the first step that reaches
+  // them, and with both the earlier ends it.
+  auto run_steps = [&](const char* arg, double per_step, bool round_down) {
     auto it = later_.find(arg);
     if (it == later_.end()) return;
-    const double v = to_number(it->second.second, it->second.first);
-    if (per_step <= 0) {
-      not_carried(it->second.second, {}, "needs " + need + " to become steps");
-      return;
-    }
-    const double n = round == Round::down ? std::floor(v / per_step) : std::ceil(v / per_step);
-    if (key == "training.train_iters" && keys_.count(key) && number(key) <= n) return;
+    const std::string& src = it->second.second;
+    const double v = to_number(src, it->second.first);
+    if (per_step <= 0)
+      throw UserError("Megatron argument " + src + " needs --global-batch-size" +
+                      (seq > 0 ? "" : " and --seq-length") +
+                      " to become steps (Megatron derives the global batch from the world "
+                      "size, which the arguments alone do not fix); add --global-batch-size N");
+    const double n = round_down ? std::floor(v / per_step) : std::ceil(v / per_step);
+    if (!(n >= 1 && n <= 2147483647.0))
+      throw UserError("Megatron argument " + src + " gives " + count_text(n) + " steps of " +
+                      count_text(per_step) + "; it must give 1 to 2147483647 steps");
+    const std::string key = "training.train_iters";
+    if (keys_.count(key) && number(key) <= n) return;
     set(key, YAML::Node(std::to_string(static_cast<long long>(n))),
-        it->second.second + " / " + std::to_string(static_cast<long long>(per_step)) + " per step");
+        src + " / " + count_text(per_step) + " per step");
   };
-  steps("--train-samples", "training.train_iters", gbs, "--global-batch-size", Round::down);
-  steps("--train-tokens", "training.train_iters", gbs * seq,
-        "--global-batch-size and --seq-length");
-  steps("--lr-decay-samples", "lr_schedule.lr_decay_iters", gbs, "--global-batch-size");
-  steps("--lr-warmup-samples", "lr_schedule.lr_warmup_iters", gbs, "--global-batch-size");
-  steps("--lr-decay-tokens", "lr_schedule.lr_decay_iters", gbs * seq,
-        "--global-batch-size and --seq-length");
-  steps("--lr-warmup-tokens", "lr_schedule.lr_warmup_iters", gbs * seq,
-        "--global-batch-size and --seq-length");
-  if (auto it = later_.find("--lr-warmup-fraction"); it != later_.end()) {
-    const double fraction = to_number(it->second.second, it->second.first);
-    const double decay = keys_.count("lr_schedule.lr_decay_iters")
-                             ? number("lr_schedule.lr_decay_iters")
-                             : number("training.train_iters");
-    if (decay > 0)
-      set("lr_schedule.lr_warmup_iters",
-          YAML::Node(std::to_string(static_cast<long long>(fraction * decay))),
-          it->second.second + " × " + std::to_string(static_cast<long long>(decay)) + " steps");
-    else
-      not_carried(it->second.second, {}, "needs --lr-decay-iters or --train-iters");
-  }
+  run_steps("--train-samples", gbs, true);
+  run_steps("--train-tokens", gbs * seq, false);
+  // The schedule's phases stay in samples, as Megatron counts them: a phase may end inside a
+  // step (lr_schedule.lr_warmup_samples, lr_decay_samples); tokens are samples of seq_length.
+  auto phase = [&](const char* arg, const std::string& key, double per_sample) {
+    auto it = later_.find(arg);
+    if (it == later_.end()) return false;
+    const std::string& src = it->second.second;
+    const double v = to_number(src, it->second.first);
+    if (per_sample <= 0)
+      throw UserError("Megatron argument " + src +
+                      " needs --seq-length to become samples; add --seq-length N");
+    set(key, YAML::Node(format_double(v / per_sample)),
+        per_sample == 1 ? src : src + " / " + count_text(per_sample) + " tokens per sample");
+    return true;
+  };
+  phase("--lr-warmup-samples", "lr_schedule.lr_warmup_samples", 1);
+  phase("--lr-warmup-tokens", "lr_schedule.lr_warmup_samples", seq);
+  const bool decay = phase("--lr-decay-samples", "lr_schedule.lr_decay_samples", 1) |
+                     phase("--lr-decay-tokens", "lr_schedule.lr_decay_samples", seq);
+  // Sample-based training decays over its samples unless told otherwise (not its whole steps).
+  if (auto it = later_.find("--train-samples"); it != later_.end() && !decay)
+    set("lr_schedule.lr_decay_samples",
+        YAML::Node(format_double(to_number(it->second.second, it->second.first))),
+        it->second.second + " (Megatron decays over the training samples)");
+  if (auto it = later_.find("--lr-warmup-fraction"); it != later_.end())
+    set("lr_schedule.lr_warmup_fraction",
+        YAML::Node(format_double(to_number(it->second.second, it->second.first))),
+        it->second.second);
   if (auto it = later_.find("--ffn-hidden-size"); it != later_.end()) {
     if (to_number(it->second.second, it->second.first) == 4 * number("model.hidden_size"))
       out_.no_effect.push_back(it->second.second + ": no effect in Triad (4 × hidden, as Triad)");

@@ -15,11 +15,17 @@ MegatronTree megatron_tree(const std::vector<std::string>& args) {
   MegatronTree t;
   t.imported = import_megatron(args);
   merge_imported(t.root, t.imported.keys, t.origins, kMegatronSource);
-  if (!t.imported.deepspeed_config.empty()) {
-    const Imported d = import_deepspeed(t.imported.deepspeed_config, [&t](const std::string& key) {
-      return value_in(t.root, key);
-    });
+  const std::string& json = t.imported.deepspeed_config;
+  if (!json.empty() && !t.imported.deepspeed) {
+    // Megatron-DeepSpeed without --deepspeed trains as Megatron-LM: the JSON is never read.
+    t.imported.no_effect.push_back("--deepspeed_config " + json +
+                                   ": no effect without --deepspeed (Megatron-DeepSpeed reads "
+                                   "the JSON only under --deepspeed)");
+  } else if (!json.empty()) {
+    const Imported d = import_deepspeed(
+        json, [&t](const std::string& key) { return value_in(t.root, key); }, true);
     merge_imported(t.root, d.keys, t.origins, kMegatronSource);
+    merge_defaults(t.root, d.defaults, t.origins, kMegatronSource);
     t.imported.no_effect.insert(t.imported.no_effect.end(), d.no_effect.begin(), d.no_effect.end());
   }
   // Megatron's own defaults where neither the arguments nor the JSON gave the key: the job

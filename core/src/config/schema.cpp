@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 
 namespace triad::config_detail {
 namespace {
@@ -141,6 +143,12 @@ std::vector<Section> training_sections() {
            F("lr_warmup_style", TRIAD_SLOT(lr_schedule.lr_warmup_style)).one_of({"linear", "log"}),
            // 0 = train_iters
            F("lr_decay_iters", TRIAD_SLOT(lr_schedule.lr_decay_iters)).aka({"decay_iters"}).min(0),
+           // Megatron's --lr-warmup-samples, --lr-decay-samples, --lr-warmup-fraction; 0 = not
+           // given (the iteration counts above count)
+           F("lr_warmup_samples", TRIAD_SLOT(lr_schedule.lr_warmup_samples)).min(0),
+           F("lr_decay_samples", TRIAD_SLOT(lr_schedule.lr_decay_samples)).min(0),
+           F("lr_warmup_fraction", TRIAD_SLOT(lr_schedule.lr_warmup_fraction)).min(0).max(1),
+           F("lr_lag_steps", TRIAD_SLOT(lr_schedule.lr_lag_steps)).min(0).max(2),
        }},
   };
 }
@@ -189,6 +197,7 @@ std::vector<Section> runtime_sections() {
            F("loss_scale_window", TRIAD_SLOT(fp16.loss_scale_window)).min(1),
            F("hysteresis", TRIAD_SLOT(fp16.hysteresis)).min(1),
            F("consecutive_hysteresis", TRIAD_SLOT(fp16.consecutive_hysteresis)),
+           F("raise_error_at_min_scale", TRIAD_SLOT(fp16.raise_error_at_min_scale)),
            F("min_loss_scale", TRIAD_SLOT(fp16.min_loss_scale)).gt(0),
        }},
       {"bf16", {F("enabled", TRIAD_SLOT(bf16_enabled))}},
@@ -324,6 +333,13 @@ std::vector<std::string> split_on(const std::string& text, char sep) {
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
+}
+
+std::string count_text(double v) {
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
 }
 
 std::string format_double(double v) {

@@ -69,6 +69,10 @@ std::string closest(std::string_view word, const std::vector<std::string_view>& 
 // 1.1 readers see a float ("0.003", "1.0e-08", "10000.0").
 std::string format_double(double v);
 
+// A count for a message (steps, samples): whole ones as integers ("512"), others with 4
+// significant digits ("2.5").
+std::string count_text(double v);
+
 // The pieces of `text` between its `sep`s, empty ones included ("3," is "3" and "").
 std::vector<std::string> split_on(const std::string& text, char sep);
 

@@ -22,23 +22,26 @@ double model_flops_per_step(const ModelConfig& m, int global_batch) {
 }
 
 double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters,
-                     int step) {
-  const int warmup = s.lr_warmup_iters;
+                     int global_batch, int step) {
+  const LrPhases p = lr_phases(s, train_iters, global_batch);
+  // The lagged step before the first lands on 0: the warm-up's start (DeepSpeed's schedulers
+  // and Megatron's apply their first value, at the warm-up's start, before stepping).
+  const double at = std::max(0, step - s.lr_lag_steps);
   // DeepSpeed's log warm-up reaches the peak one step before the linear one (log(W) / log(W));
   // it divides by log(max(2, W)) as DeepSpeed does.
-  if (warmup > 0 && step <= warmup)
+  if (p.warmup > 0 && at <= p.warmup)
     return s.lr_warmup_style == "log"
-               ? o.lr * std::min(1.0, std::log(step + 1.0) / std::log(std::max(2, warmup)))
-               : o.lr * step / warmup;
+               ? o.lr * std::min(1.0, std::log(at + 1.0) / std::log(std::max(2.0, p.warmup)))
+               : o.lr * at / p.warmup;
   if (s.lr_decay_style == "constant") return o.lr;
+  // Past the decay's end every style holds min_lr (Megatron tests this before the styles).
+  if (at > p.decay) return o.min_lr;
   // Megatron's inverse-square-root: lr · sqrt(warmup / step) after the warm-up, floored at
-  // min_lr (no decay_iters).
+  // min_lr.
   if (s.lr_decay_style == "inverse-square-root")
-    return std::max(o.min_lr, o.lr * std::sqrt(double(std::max(warmup, 1)) / std::max(step, 1)));
-  const int decay_iters = s.lr_decay_iters > 0 ? s.lr_decay_iters : train_iters;
-  if (step >= decay_iters) return o.min_lr;
-  const double span = std::max(1, decay_iters - warmup);
-  const double ratio = (step - warmup) / span;
+    return std::max(o.min_lr, o.lr * std::sqrt(std::max(p.warmup, 1.0) / std::max(at, 1.0)));
+  const double span = p.decay - p.warmup;
+  const double ratio = span > 0 ? (at - p.warmup) / span : 1.0;
   const double coeff =
       s.lr_decay_style == "linear" ? 1.0 - ratio : 0.5 * (std::cos(M_PI * ratio) + 1.0);
   return o.min_lr + coeff * (o.lr - o.min_lr);

@@ -24,7 +24,7 @@ bool LossScaler::update(bool overflow, int step) {
   }
   if (overflow) {
     if (cfg_.hysteresis == 1 || s.hysteresis_left == 1) {
-      if (s.scale <= cfg_.min_loss_scale)
+      if (s.scale <= cfg_.min_loss_scale && cfg_.raise_error_at_min_scale)
         throw UserError("the gradients overflowed at step " + std::to_string(step) +
                         " with the loss scale at fp16.min_loss_scale " +
                         std::to_string(cfg_.min_loss_scale) +

@@ -115,7 +115,7 @@ StepOutcome TrainingStep::run(int step) {
   // The schedule follows the optimizer steps taken: a step skipped on overflow leaves it where
   // it was (DeepSpeed and Megatron do not advance the scheduler on a skipped step).
   lr_ = learning_rate(cfg.optimizer, cfg.lr_schedule, cfg.training.train_iters,
-                      int(run_.progress.optimizer_steps) + 1);
+                      cfg.training.global_batch_size, int(run_.progress.optimizer_steps) + 1);
   norm_ = 0;
   step_scale_ = scaler_.scale();
   skipped_ = false;

@@ -113,7 +113,21 @@ struct LrScheduleConfig {
   // linear (Megatron's) | log (DeepSpeed's WarmupLR default: log(step + 1) / log(warmup))
   std::string lr_warmup_style = "linear";
   int lr_decay_iters = 0;  // 0 = train_iters
+  // Megatron's sample counts and warm-up fraction, in place of the iteration counts: a phase
+  // need not end on a whole step (Megatron counts its schedule in samples). 0 = not given.
+  double lr_warmup_samples = 0, lr_decay_samples = 0, lr_warmup_fraction = 0;
+  // Step k applies the schedule's value at step k - lr_lag_steps: 0 (Triad's own), 1 as
+  // Megatron (its scheduler steps after the update, so step k applies the value it logged at
+  // k - 1), 2 as DeepSpeed's schedulers (set once before step 1, stepped after each update).
+  int lr_lag_steps = 0;
 };
+
+// Where the schedule's warm-up ends and its decay ends, in steps (not always whole: Megatron
+// counts samples). `train_iters` and `global_batch` are the run's.
+struct LrPhases {
+  double warmup = 0, decay = 0;
+};
+LrPhases lr_phases(const LrScheduleConfig& s, int train_iters, int global_batch);
 
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;
@@ -172,7 +186,10 @@ struct Fp16Config {
   int loss_scale_window = 1000;         // steps without overflow before the scale doubles
   int hysteresis = 2;                   // overflows in a row before the scale halves
   bool consecutive_hysteresis = false;  // a step without overflow refills the hysteresis
-  double min_loss_scale = 1;  // the dynamic scale never goes below; overflow there ends the run
+  double min_loss_scale = 1;            // the dynamic scale never goes below
+  // An overflow with the scale at min_loss_scale ends the run (DeepSpeed's); false: the scale
+  // stays there and the step is skipped (Megatron's).
+  bool raise_error_at_min_scale = true;
 };
 
 // A plugin choice: its name plus its YAML section (validated against the plugin's schema

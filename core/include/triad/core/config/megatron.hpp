@@ -25,8 +25,14 @@ MegatronYaml megatron_to_yaml(const std::vector<std::string>& args);
 
 // The same arguments as a checked config (load_config's rules; overrides apply last). The
 // arguments without effect and those not carried over are in import_notes.
+// `strict`: an argument not carried over is a UserError (not_carried_refusal), as
+// triad-config from-megatron --strict.
 Config load_megatron_config(const std::vector<std::string>& args,
-                            const std::vector<std::string>& overrides, int world_size = 1);
+                            const std::vector<std::string>& overrides, int world_size = 1,
+                            bool strict = false);
+
+// The one-line refusal of arguments not carried over under --strict; "" when there are none.
+std::string not_carried_refusal(const std::vector<std::string>& not_carried);
 
 // Splits a command line as a POSIX shell would for words: blanks separate, '...' and "..."
 // quote, a backslash escapes the next character, a backslash-newline joins lines. Throws

@@ -52,10 +52,11 @@ std::vector<int> pipeline_partition(const Config& cfg);
 // B global batch, s sequence length, l layers, h hidden size, V vocabulary.
 double model_flops_per_step(const ModelConfig& m, int global_batch);
 
-// Megatron's schedule: linear warmup to lr over lr_warmup_iters (step s gets lr·s/warmup),
-// then cosine / linear decay to min_lr at lr_decay_iters, constant after. Steps from 1.
+// Megatron's schedule: linear warmup to lr over the warm-up (step s gets lr·s/warmup), then
+// cosine / linear / inverse-square-root decay to min_lr at the decay's end, min_lr after
+// (lr_phases); step k applies the value at k - lr_lag_steps. Steps from 1.
 double learning_rate(const OptimizerConfig& o, const LrScheduleConfig& s, int train_iters,
-                     int step);
+                     int global_batch, int step);
 
 struct StepRecord {
   int step = 0;
