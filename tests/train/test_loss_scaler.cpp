@@ -87,6 +87,16 @@ TEST(LossScaler, NeverBelowTheMinimumAndStopsThere) {
   }
 }
 
+// Megatron's DynamicGradScaler: at its minimum the scale stays and every overflow is skipped.
+TEST(LossScaler, MegatronsScalerStaysAtTheMinimum) {
+  Fp16Config f = fp16(2, 3, 1, 2);  // 4, minimum 2, doubling after 3 clean steps
+  f.raise_error_at_min_scale = false;
+  LossScaler s(f);
+  EXPECT_EQ(scales(s, {true, true, true, false, false, false}),
+            (std::vector<double>{4, 2, 2, 2, 2, 2, 4}));
+  EXPECT_EQ(s.state().skipped, 3);
+}
+
 TEST(LossScaler, StateRoundTripsThroughJson) {
   LossScaler s(fp16(10, 3, 2));
   scales(s, {true, true, false, false});
