@@ -10,7 +10,7 @@ Event whose message types are built here from tensorflow's published field numbe
 Triad's .proto). The first record of a file is the file version "brain.Event:2" and only it; the
 others are summaries of scalars. Each tag's series, over all files, must equal what metrics.jsonl
 says step by step (float32), with Megatron's tags:
-  every TB_INTERVAL steps: lm loss, learning-rate, batch-size, grad-norm, loss-scale (fp16), each
+  every TB_INTERVAL steps: lm loss, learning-rate, batch-size, grad-norm, loss-scale (1 without fp16), each
       also as "<tag> vs samples" against the samples consumed; mem-max-allocated-bytes
   every LOG_INTERVAL steps: iteration-time (seconds), throughput (TFLOP/s per device)
   after each evaluation: lm loss validation, lm loss validation ppl (and their "vs samples")
@@ -172,14 +172,16 @@ def expected(metrics, batch, tb_interval, log_interval):
             put("learning-rate", s, r["lr"])
             put("batch-size", s, batch)
             put("grad-norm", s, r["grad_norm"])
-            if "loss_scale" in r:
-                put("loss-scale", s, r["loss_scale"])
+            # Megatron writes the loss scale in every precision: 1 without fp16's scaler.
+            put("loss-scale", s, r.get("loss_scale", 1.0))
             put("mem-max-allocated-bytes", s, r["peak_memory_bytes"], samples=False)
         if s % log_interval == 0:
             put("iteration-time", s, r["ms_per_step"] / 1e3, samples=False)
             put("throughput", s, r["tflops_per_device"], samples=False)
         if "valid_loss" in r:
             put("lm loss validation", s, r["valid_loss"])
+            # Megatron's perplexity: exp(min(20, loss)).
+            assert r["valid_ppl"] == math.exp(min(20, r["valid_loss"])), r
             put("lm loss validation ppl", s, r["valid_ppl"])
     return want
 

@@ -17,6 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Megatron's validation perplexity: exp of the loss, capped at exp(20).
+double megatron_ppl(double loss) {
+  return std::exp(std::min(20.0, loss));
+}
+
 // Resuming into a run's folder: its metrics records up to the resumed step stay, later ones
 // (steps the checkpoint does not hold, about to be trained again) go. Rewritten atomically.
 void keep_metrics_until(const fs::path& file, int step) {
@@ -108,7 +113,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
     }
     if (std::isfinite(s.valid_loss)) {
       j["valid_loss"] = s.valid_loss;
-      j["valid_ppl"] = std::exp(s.valid_loss);
+      j["valid_ppl"] = megatron_ppl(s.valid_loss);
     }
     jsonl_->write_line(j.dump());
   }
@@ -155,7 +160,7 @@ void TensorBoardLog::record(const StepRecord& r) {
     both("learning-rate", r.lr);
     both("batch-size", t.global_batch_size);
     both("grad-norm", r.grad_norm);
-    if (r.scaled) both("loss-scale", r.loss_scale);
+    both("loss-scale", r.scaled ? r.loss_scale : 1.0);  // Megatron's: 1 without a scaler
     by_step.emplace_back("mem-max-allocated-bytes", double(r.peak_bytes));
   }
   if (r.step % t.log_interval == 0) {
@@ -164,7 +169,7 @@ void TensorBoardLog::record(const StepRecord& r) {
   }
   if (std::isfinite(r.valid_loss)) {
     both("lm loss validation", r.valid_loss);
-    both("lm loss validation ppl", std::exp(r.valid_loss));
+    both("lm loss validation ppl", megatron_ppl(r.valid_loss));
   }
   events_->write_scalars(r.step, by_step);
   events_->write_scalars(int64_t(r.step) * t.global_batch_size, by_samples);
