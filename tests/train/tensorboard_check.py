@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks a run's TensorBoard event files against its metrics.jsonl.
 
-Usage: tensorboard_check.py [--killed] EVENTS_DIR METRICS_JSONL GLOBAL_BATCH TB_INTERVAL
-                            LOG_INTERVAL [FILES]
+Usage: tensorboard_check.py [--killed] [--grouped SEQ WORLD] EVENTS_DIR METRICS_JSONL GLOBAL_BATCH
+                            TB_INTERVAL LOG_INTERVAL [FILES]
 
 Every file named events.out.tfevents.* in EVENTS_DIR is read record by record: the framing's two
 masked CRC-32Cs are verified with a CRC written here (not Triad's), and each record parses as an
@@ -14,6 +14,11 @@ says step by step (float32), with Megatron's tags:
       also as "<tag> vs samples" against the samples consumed; mem-max-allocated-bytes
   every LOG_INTERVAL steps: iteration-time (seconds), throughput (TFLOP/s per device)
   after each evaluation: lm loss validation, lm loss validation ppl (and their "vs samples")
+--grouped SEQ WORLD: Megatron-DeepSpeed's tags instead (logging.tensorboard_tags:
+megatron-deepspeed): each in its group ("lm-loss-training/lm loss", "learning-rate/learning-rate",
+"lm-loss-validation/lm loss validation"), each also "vs tokens" against samples x SEQ,
+world-size/world-size (WORLD), the four steps-vs-samples / steps-vs-tokens series, loss-scale
+under fp16 only, iteration-time in its group with its "vs" series and no throughput.
 A step written twice (in two files) is an error. FILES, when given, is how many files there must
 be. --killed: the run was killed with kill -9, so the comparison stops at the last step both
 the events (against the iteration and against the samples) and metrics.jsonl hold whole (a torn
@@ -157,32 +162,49 @@ def read_file(path, series, where, killed):
     print(f"{os.path.basename(path)}: {count} records, {scalars} scalars, every CRC verified")
 
 
-def expected(metrics, batch, tb_interval, log_interval):
+def expected(metrics, batch, tb_interval, log_interval, seq=None, world=1):
+    """Megatron-LM's tags; with seq (the sequence length), Megatron-DeepSpeed's grouped ones."""
     want = {}
+    grouped = seq is not None
 
-    def put(tag, step, value, samples=True):
+    def put(group, tag, step, value, samples=True):
+        if grouped:
+            tag = f"{group}/{tag}"
         want.setdefault(tag, {})[step] = value
         if samples:
             want.setdefault(tag + " vs samples", {})[step * batch] = value
+            if grouped:
+                want.setdefault(tag + " vs tokens", {})[step * batch * seq] = value
 
     for r in metrics:
         s = r["step"]
         if s % tb_interval == 0:
-            put("lm loss", s, r["loss"])
-            put("learning-rate", s, r["lr"])
-            put("batch-size", s, batch)
-            put("grad-norm", s, r["grad_norm"])
-            # Megatron writes the loss scale in every precision: 1 without fp16's scaler.
-            put("loss-scale", s, r.get("loss_scale", 1.0))
-            put("mem-max-allocated-bytes", s, r["peak_memory_bytes"], samples=False)
+            put("lm-loss-training", "lm loss", s, r["loss"])
+            put("learning-rate", "learning-rate", s, r["lr"])
+            put("batch-size", "batch-size", s, batch)
+            put("grad-norm", "grad-norm", s, r["grad_norm"])
+            # Megatron-LM writes the loss scale in every precision (1 without fp16's scaler),
+            # Megatron-DeepSpeed under fp16 only.
+            if not grouped or "loss_scale" in r:
+                put("loss-scale", "loss-scale", s, r.get("loss_scale", 1.0))
+            want.setdefault("mem-max-allocated-bytes", {})[s] = r["peak_memory_bytes"]
+            if grouped:
+                put("world-size", "world-size", s, world)
+                want.setdefault("steps-vs-samples/y=steps,x=samples", {})[s * batch] = s
+                want.setdefault("steps-vs-samples/y=samples,x=steps", {})[s] = s * batch
+                want.setdefault("steps-vs-tokens/y=steps,x=tokens", {})[s * batch * seq] = s
+                want.setdefault("steps-vs-tokens/y=tokens,x=steps", {})[s] = s * batch * seq
         if s % log_interval == 0:
-            put("iteration-time", s, r["ms_per_step"] / 1e3, samples=False)
-            put("throughput", s, r["tflops_per_device"], samples=False)
+            if grouped:
+                put("iteration-time", "iteration-time", s, r["ms_per_step"] / 1e3)
+            else:
+                put("", "iteration-time", s, r["ms_per_step"] / 1e3, samples=False)
+                put("", "throughput", s, r["tflops_per_device"], samples=False)
         if "valid_loss" in r:
-            put("lm loss validation", s, r["valid_loss"])
+            put("lm-loss-validation", "lm loss validation", s, r["valid_loss"])
             # Megatron's perplexity: exp(min(20, loss)).
             assert r["valid_ppl"] == math.exp(min(20, r["valid_loss"])), r
-            put("lm loss validation ppl", s, r["valid_ppl"])
+            put("lm-loss-validation", "lm loss validation ppl", s, r["valid_ppl"])
     return want
 
 
@@ -223,6 +245,11 @@ def main():
     args = sys.argv[1:]
     killed = "--killed" in args
     args = [a for a in args if a != "--killed"]
+    seq = world = None
+    if "--grouped" in args:  # --grouped SEQ WORLD: Megatron-DeepSpeed's tags
+        i = args.index("--grouped")
+        seq, world = int(args[i + 1]), int(args[i + 2])
+        del args[i:i + 3]
     if len(args) not in (5, 6):
         fail(__doc__.splitlines()[2])
     folder, metrics_path = args[0], args[1]
@@ -240,7 +267,7 @@ def main():
     if killed:
         metrics, last = cut_at_kill(series, metrics, batch)
         print(f"killed: compared up to step {last}")
-    want = expected(metrics, batch, tb_interval, log_interval)
+    want = expected(metrics, batch, tb_interval, log_interval, seq, world)
     if sorted(series) != sorted(want):
         fail(f"tags {sorted(series)}, want {sorted(want)}")
     compared = 0

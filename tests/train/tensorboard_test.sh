@@ -5,7 +5,8 @@
 #   events   one rank, dp 2 (rank 0 alone writes) with tensorboard_log_interval 3, fp16's loss
 #            scaler with a step skipped on overflow; validation every 3 steps, log_interval 2:
 #            every record's CRCs verify, every scalar equals metrics.jsonl's value of its step
-#            (float32), under Megatron's tags; no event file without the key.
+#            (float32), under Megatron-LM's tags and under Megatron-DeepSpeed's grouped ones;
+#            no event file without the key.
 #   resume   a run stopped by training.exit_interval, then resumed from its checkpoint: a second
 #            event file beside the first, which is left byte for byte as it was; both together
 #            equal metrics.jsonl, each step once. A run killed with kill -9 after a few steps:
@@ -43,9 +44,10 @@ event_files() { find "$1" -name 'events.out.tfevents.*'; }
 # check [--killed] DIR TB_INTERVAL [FILES]: the event files of run DIR (in DIR/tb) against
 # DIR/metrics.jsonl (see tensorboard_check.py).
 check() {
-  local killed=()
+  local killed=() grouped=()
   [[ $1 == --killed ]] && killed=(--killed) && shift
-  "$PY" "$CHECK" "${killed[@]}" "$1/tb" "$1/metrics.jsonl" 8 "$2" 2 ${3:+"$3"}
+  [[ $1 == --grouped ]] && grouped=(--grouped "$2" "$3") && shift 3
+  "$PY" "$CHECK" "${killed[@]}" "${grouped[@]}" "$1/tb" "$1/metrics.jsonl" 8 "$2" 2 ${3:+"$3"}
   case $? in
     0) ;;
     77) exit 77 ;;  # no python3-protobuf
@@ -67,6 +69,15 @@ section_events() {
     --set logging.tensorboard_dir=fp16/tb
   grep -q '"skipped":true' fp16/metrics.jsonl || fail "no skipped step in the fp16 run"
   check fp16 1 1
+  # Megatron-DeepSpeed's grouped tags, with "vs tokens" (gpt-tiny: 64 tokens per sample), under
+  # fp16 (its loss-scale) and without (none) at dp 2.
+  TRIAD_INJECT_OVERFLOW=3@0 must_train 1 mds.log --set training.train_iters=5 \
+    --set output.dir=mds --set precision=fp32 --set fp16.enabled=true \
+    --set logging.tensorboard_dir=mds/tb --set logging.tensorboard_tags=megatron-deepspeed
+  check --grouped 64 1 mds 1 1
+  must_train 2 mds2.log --set training.train_iters=4 --set output.dir=mds2 \
+    --set logging.tensorboard_dir=mds2/tb --set logging.tensorboard_tags=megatron-deepspeed
+  check --grouped 64 2 mds2 1 1
   # Without the key, no event file anywhere.
   must_train 1 off.log --set training.train_iters=2 --set output.dir=off
   [[ -z $(event_files off) ]] ||

@@ -150,6 +150,10 @@ class MegatronReader {
     set("device.name", YAML::Node("cuda"), "(no argument: Megatron trains on GPUs)");
     while (i_ < args_.size()) one();
     out_.deepspeed = given_.count("--deepspeed") > 0;
+    // Megatron-DeepSpeed's training loop writes its own, grouped TensorBoard tags.
+    if (out_.deepspeed)
+      set("logging.tensorboard_tags", YAML::Node("megatron-deepspeed"),
+          "--deepspeed (Megatron-DeepSpeed's grouped TensorBoard tags)");
     derive();
     if (out_.deepspeed && !out_.deepspeed_config.empty()) deepspeed_owns();
     for (const auto& [key, k] : keys_) out_.keys.push_back(k);

@@ -220,6 +220,8 @@ std::vector<Section> runtime_sections() {
        {
            F("tensorboard_dir", TRIAD_SLOT(logging.tensorboard_dir)),
            F("tensorboard_log_interval", TRIAD_SLOT(logging.tensorboard_log_interval)).min(1),
+           F("tensorboard_tags", TRIAD_SLOT(logging.tensorboard_tags))
+               .one_of({"megatron-lm", "megatron-deepspeed"}),
        }},
       // `device: cpu` is short for `device: {name: cpu}` (shorthand_key).
       {"device",

@@ -147,32 +147,52 @@ TensorBoardLog::TensorBoardLog(const Run& run) : run_(run) {
 void TensorBoardLog::record(const StepRecord& r) {
   if (!events_) return;
   const TrainingConfig& t = run_.cfg.training;
+  const bool grouped = run_.cfg.logging.tensorboard_tags == "megatron-deepspeed";
   // Megatron's tags; the training scalars every tensorboard_log_interval steps, each against the
-  // iteration and (" vs samples") the samples consumed; iteration-time (seconds) and throughput
-  // (TFLOP/s per device) every log_interval steps; validation whenever the step evaluated.
-  Scalars by_step, by_samples;
-  auto both = [&](const std::string& tag, double v) {
+  // iteration and (" vs samples") the samples consumed; iteration-time (seconds) every
+  // log_interval steps, with throughput (TFLOP/s per device) under Megatron-LM's tags;
+  // validation whenever the step evaluated. Megatron-DeepSpeed's tags put each in a group
+  // ("grad-norm/grad-norm") and add " vs tokens" against the tokens consumed.
+  Scalars by_step, by_samples, by_tokens;
+  auto both = [&](const std::string& group, const std::string& name, double v) {
+    const std::string tag = grouped ? group + "/" + name : name;
     by_step.emplace_back(tag, v);
     by_samples.emplace_back(tag + " vs samples", v);
+    if (grouped) by_tokens.emplace_back(tag + " vs tokens", v);
   };
+  const double samples = double(r.step) * t.global_batch_size,
+               tokens = samples * run_.cfg.model.seq_length;
   if (r.step % run_.cfg.logging.tensorboard_log_interval == 0) {
-    both("lm loss", r.loss);
-    both("learning-rate", r.lr);
-    both("batch-size", t.global_batch_size);
-    both("grad-norm", r.grad_norm);
-    both("loss-scale", r.scaled ? r.loss_scale : 1.0);  // Megatron's: 1 without a scaler
+    if (grouped) {
+      by_samples.emplace_back("steps-vs-samples/y=steps,x=samples", r.step);
+      by_step.emplace_back("steps-vs-samples/y=samples,x=steps", samples);
+      by_tokens.emplace_back("steps-vs-tokens/y=steps,x=tokens", r.step);
+      by_step.emplace_back("steps-vs-tokens/y=tokens,x=steps", tokens);
+    }
+    both("learning-rate", "learning-rate", r.lr);
+    both("batch-size", "batch-size", t.global_batch_size);
+    both("lm-loss-training", "lm loss", r.loss);
+    // Megatron-LM's in every precision (1 without a scaler); Megatron-DeepSpeed's under fp16.
+    if (!grouped || r.scaled) both("loss-scale", "loss-scale", r.scaled ? r.loss_scale : 1.0);
+    if (grouped) both("world-size", "world-size", run_.opts.dist.world_size);
+    both("grad-norm", "grad-norm", r.grad_norm);
     by_step.emplace_back("mem-max-allocated-bytes", double(r.peak_bytes));
   }
   if (r.step % t.log_interval == 0) {
-    by_step.emplace_back("iteration-time", r.ms / 1e3);
-    by_step.emplace_back("throughput", r.tflops);
+    if (grouped) {
+      both("iteration-time", "iteration-time", r.ms / 1e3);
+    } else {
+      by_step.emplace_back("iteration-time", r.ms / 1e3);
+      by_step.emplace_back("throughput", r.tflops);
+    }
   }
   if (std::isfinite(r.valid_loss)) {
-    both("lm loss validation", r.valid_loss);
-    both("lm loss validation ppl", megatron_ppl(r.valid_loss));
+    both("lm-loss-validation", "lm loss validation", r.valid_loss);
+    both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(r.valid_loss));
   }
   events_->write_scalars(r.step, by_step);
-  events_->write_scalars(int64_t(r.step) * t.global_batch_size, by_samples);
+  events_->write_scalars(int64_t(samples), by_samples);
+  if (grouped) events_->write_scalars(int64_t(tokens), by_tokens);
 }
 
 void TensorBoardLog::close() {

@@ -226,6 +226,10 @@ struct OutputConfig {
 struct LoggingConfig {
   std::string tensorboard_dir;
   int tensorboard_log_interval = 1;
+  // megatron-lm: Megatron-LM's flat tags ("lm loss", "learning-rate vs samples");
+  // megatron-deepspeed: Megatron-DeepSpeed's grouped ones ("lm-loss-training/lm loss", each also
+  // "vs samples" and "vs tokens", and its steps-vs-samples / steps-vs-tokens series).
+  std::string tensorboard_tags = "megatron-lm";
 };
 
 struct Config {
