@@ -257,6 +257,12 @@ section_damage() {
   grep -q '"step": 1000000000000000' bad/iter_0000004/metadata.json || fail "the step edit missed"
   train dp2z1 step.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
   one_line_error step.log "metadata.json has step 1000000000000000, outside 0..4"
+  # Optimizer steps past the step (they drive the lr and AdamW's bias correction): refused by name.
+  rm -rf bad && cp -r good/ckpt bad
+  sed -i 's/"steps": *4\b/"steps": 1000/' bad/iter_0000004/metadata.json
+  grep -q '"steps": 1000' bad/iter_0000004/metadata.json || fail "the optimizer steps edit missed"
+  train dp2z1 opt.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
+  one_line_error opt.log "iter_0000004' metadata.json has optimizer.steps 1000, outside 0..4 \\(at most the checkpoint's step\\)"
   # --resume into a folder whose `latest` is gone: refused naming the newest step, not a fresh
   # start that throws the saved steps away unsaid.
   rm -rf bad && cp -r good/ckpt bad && rm bad/latest

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
 #include "triad/core/io/safetensors.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
 
 namespace triad {
 
@@ -75,6 +77,14 @@ ModelConfig model_of(const nlohmann::json& j) {
   m.layernorm_epsilon = j.at("layernorm_epsilon").get<double>();
   m.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
   return m;
+}
+
+// A double as metadata.json and the config write it ("1e-05", "10000.0"; "inf" where JSON has
+// no word for it).
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return nlohmann::json(v).dump();
 }
 
 // Every tensor of the model (all layers, both ends) as tensor-parallel rank `tp_rank` of `tp`
@@ -168,6 +178,11 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
                      {"crc32", f.crc}});
   }
   const int64_t consumed = int64_t(step) * cfg.training.global_batch_size;
+  nlohmann::json scaler;  // null without fp16
+  if (progress.scaler) {
+    scaler = LossScaler::to_json(*progress.scaler);
+    scaler["hysteresis"] = cfg.fp16.hysteresis;  // the bound of hysteresis_left, checked on load
+  }
   return {{"format", kFormat},
           {"version", kVersion},
           {"step", step},
@@ -195,10 +210,7 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
             {"path", cfg.data.path},
             {"consumed_samples", consumed},
             {"next_step", step + 1}}},
-          {"optimizer",
-           {{"steps", progress.optimizer_steps},
-            {"loss_scaler",
-             progress.scaler ? LossScaler::to_json(*progress.scaler) : nlohmann::json()}}},
+          {"optimizer", {{"steps", progress.optimizer_steps}, {"loss_scaler", scaler}}},
           {"tensors", tensors},
           {"files", files},
           {"config", to_yaml(cfg)}};
@@ -339,21 +351,6 @@ void Checkpoint::check_continues(const Config& cfg) const {
 
 // --- loading ----------------------------------------------------------------------------------
 
-namespace {
-
-// metadata.json's "optimizer" (absent before fp16: one optimizer step per step, no scaler).
-TrainingProgress progress_of(const nlohmann::json& meta) {
-  TrainingProgress p;
-  p.optimizer_steps = meta.at("step").get<int>();
-  if (!meta.contains("optimizer")) return p;
-  const nlohmann::json& o = meta.at("optimizer");
-  p.optimizer_steps = o.at("steps").get<int64_t>();
-  if (!o.at("loss_scaler").is_null()) p.scaler = LossScaler::from_json(o.at("loss_scaler"));
-  return p;
-}
-
-}  // namespace
-
 struct Checkpoint::Impl {
   std::string dir;
   nlohmann::json meta;
@@ -378,6 +375,90 @@ struct Checkpoint::Impl {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw UserError("checkpoint '" + dir + "' " + what);
+  }
+
+  // The whole number metadata.json holds at `where` ("optimizer/loss_scaler/iter"), within
+  // low..high (`bound` says what high is). Out of range, it was edited or damaged: a count the
+  // JSON holds as any number would otherwise wrap in an int (a step of 1e15 reads as
+  // -1530494976) or train wrongly, and fail far from here if at all.
+  int64_t count(const std::string& where, int64_t low, int64_t high,
+                const std::string& bound = "") const {
+    const nlohmann::json& v = meta.at(nlohmann::json::json_pointer("/" + where));
+    std::string name = where;
+    std::replace(name.begin(), name.end(), '/', '.');
+    if (!v.is_number_integer() || v.get<int64_t>() < low || v.get<int64_t>() > high)
+      fail("metadata.json has " + name + " " + v.dump() + ", outside " + std::to_string(low) +
+           ".." + std::to_string(high) + (bound.empty() ? "" : " (" + bound + ")") +
+           "; the file was edited or damaged, load an earlier checkpoint");
+    return v.get<int64_t>();
+  }
+
+  // metadata.json's "optimizer" (absent before fp16: one optimizer step per step, no scaler),
+  // each count within what a run could have reached by `step`.
+  TrainingProgress progress_of(int64_t step) const {
+    TrainingProgress p;
+    p.optimizer_steps = step;
+    if (!meta.contains("optimizer")) return p;
+    const nlohmann::json& ls = meta.at("optimizer").at("loss_scaler");
+    int64_t skipped = 0;
+    if (!ls.is_null()) {
+      const std::string at = "optimizer/loss_scaler/";
+      const double scale = ls.at("scale").get<double>();
+      if (!std::isfinite(scale) || scale <= 0)
+        fail("metadata.json has optimizer.loss_scaler.scale " + number_text(scale) +
+             ", not a positive finite number; the file was edited or damaged, load an earlier "
+             "checkpoint");
+      const int64_t iter = count(at + "iter", 0, step, "at most the checkpoint's step");
+      count(at + "last_overflow", -1, iter - 1, "-1 for none, else a step before loss_scaler.iter");
+      skipped = count(at + "skipped", 0, iter, "at most loss_scaler.iter");
+      // The configured fp16.hysteresis it was saved under (absent in older checkpoints).
+      const bool known = ls.contains("hysteresis");
+      const int64_t most = known ? count(at + "hysteresis", 1, INT32_MAX) : INT32_MAX;
+      count(at + "hysteresis_left", 1, most,
+            known ? "at most loss_scaler.hysteresis, the fp16.hysteresis it was saved with" : "");
+      p.scaler = LossScaler::from_json(ls);
+    }
+    p.optimizer_steps = count("optimizer/steps", 0, step - skipped,
+                              skipped ? "the checkpoint's step less the steps skipped on overflow"
+                                      : "at most the checkpoint's step");
+    return p;
+  }
+
+  // layout.split as a tensor plan could have saved it, and the tensors it describes as listed:
+  // an edited split is said here, by its field, rather than later as a plan to fix.
+  void check_split(const nlohmann::json& layout) const {
+    const std::string edited = "; the file was edited or damaged, load an earlier checkpoint";
+    if (const std::string broken = tensor_split_error(tp, split); !broken.empty())
+      fail("metadata.json has layout.split " + layout.at("split").dump() + " (tp " +
+           std::to_string(tp) + "), which no tensor plan saves: " + broken + edited);
+    ParamSpec spec;
+    try {
+      spec = whole_spec(model, 0, tp, split);
+    } catch (const UserError& e) {
+      fail("metadata.json's model and layout describe no model Triad splits (" +
+           std::string(e.what()) + ")" + edited);
+    }
+    const nlohmann::json& listed = meta.at("tensors");
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      const TensorSpec& t = spec.tensors[i];
+      const nlohmann::json want = {{"name", t.name},
+                                   {"global_shape", t.global_shape},
+                                   {"dim", t.split.dim},
+                                   {"chunks", t.split.chunks}};
+      nlohmann::json have;
+      if (i < listed.size())
+        have = {{"name", listed[i].at("name")},
+                {"global_shape", listed[i].at("global_shape")},
+                {"dim", listed[i].at("split").at("dim")},
+                {"chunks", listed[i].at("split").at("chunks")}};
+      if (have != want)
+        fail("metadata.json's tensors[" + std::to_string(i) + "] is " + have.dump() +
+             ", but its model and layout.split " + layout.at("split").dump() + " make it " +
+             want.dump() + edited);
+    }
+    if (listed.size() != spec.tensors.size())
+      fail("metadata.json lists " + std::to_string(listed.size()) + " tensors, but its model has " +
+           std::to_string(spec.tensors.size()) + edited);
   }
 
   // The whole model's `kind` in the Hugging Face layout.
@@ -450,39 +531,33 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     if (c.meta.at("version").get<int>() != kVersion)
       c.fail("has format version " + c.meta.at("version").dump() + "; this Triad reads version " +
              std::to_string(kVersion));
+    for (const char* k : {"num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                          "vocab_size", "make_vocab_size_divisible_by"})
+      c.count(std::string("model/") + k, 1, INT32_MAX);
+    c.count("model/max_position_embeddings", 0, INT32_MAX);
     c.model = model_of(c.meta.at("model"));
     const auto& layout = c.meta.at("layout");
-    c.tp = layout.at("tensor_model_parallel_size").get<int>();
+    c.tp = int(c.count("layout/tensor_model_parallel_size", 1, INT32_MAX));
     c.split = layout.at("split").get<std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>>();
     for (const auto& f : c.meta.at("files"))
       c.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(),
                          f.at("tp").get<int>(), f.at("bytes").get<uint64_t>(),
                          f.at("crc32").get<uint32_t>(), nullptr});
-    // Everything describe() and the loader read, read once here: a damaged metadata.json is
-    // this one message, never a JSON exception later.
-    // And in range: a count the JSON holds as any number would otherwise wrap in an int (a step
-    // of 1e15 reads as -1530494976) and fail deep in the data loader.
-    auto count = [&](const char* key, int64_t low, int64_t high) {
-      const int64_t v = c.meta.at(key).get<int64_t>();
-      if (!c.meta.at(key).is_number_integer() || v < low || v > high)
-        c.fail("metadata.json has " + std::string(key) + " " + c.meta.at(key).dump() +
-               ", outside " + std::to_string(low) + ".." + std::to_string(high) +
-               " (the file was edited or damaged); load an earlier checkpoint");
-      return v;
-    };
-    const int64_t iters = count("train_iters", 1, INT32_MAX);
-    const int64_t step = count("step", 0, iters);
-    const int64_t batch = count("global_batch_size", 1, INT32_MAX);
-    count("consumed_samples", 0, step * batch);
-    c.meta.at("tensors").size();
-    c.progress = progress_of(c.meta);
+    // Everything describe() and the loader read, read once here and each count in range: a
+    // damaged or edited metadata.json is this one message, never a JSON exception or a wrong
+    // run later.
+    const int64_t iters = c.count("train_iters", 1, INT32_MAX);
+    const int64_t step = c.count("step", 0, iters, "at most train_iters");
+    const int64_t batch = c.count("global_batch_size", 1, INT32_MAX);
+    c.count("consumed_samples", 0, step * batch, "at most the step times the global batch");
+    c.check_split(layout);
+    c.progress = c.progress_of(step);
     c.meta.at("rng").at("training_seed").get<uint64_t>();
     c.meta.at("rng").at("data_seed").get<uint64_t>();
     for (const char* k :
          {"pipeline_model_parallel_size", "data_parallel_size", "world_size", "zero_stage"})
       layout.at(k).get<int>();
     layout.at("sequence_parallel").get<bool>();
-    if (c.tp < 1) c.fail("metadata.json has tensor_model_parallel_size " + std::to_string(c.tp));
     for (const Impl::File& f : c.files)
       if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.tp < 0 ||
           f.tp >= c.tp)
