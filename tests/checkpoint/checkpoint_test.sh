@@ -10,7 +10,8 @@
 #            ZeRO-3 with the optimizer offloaded) continued in the other two: the continuation's
 #            losses equal the saving layout's own to 1e-5; triad-checkpoint convert --to-hf of a
 #            sharded checkpoint equals the run's own export_hf byte for byte.
-#   damage   corrupt, truncated and missing rank files, another model, a damaged metadata.json, a
+#   damage   corrupt, truncated and missing rank files, another model (layers, layer-norm
+#            epsilon, rotary base), a damaged metadata.json, optimizer steps edited out of range, a
 #            dangling `latest`, another global batch: exit 2, one line naming the file or key,
 #            nothing trained; kill -9 during a save leaves the previous checkpoint loadable.
 #   output   a folder holding a run is refused (exit 2, before training) unless --overwrite or
@@ -248,6 +249,9 @@ section_damage() {
   train dp2z1 latest-esc.log --set training.train_iters=8 --set output.dir=o6 --set checkpoint.load=bad
   one_line_error latest-esc.log 'latest. names "iter_\\u001b\[2J", which has no metadata.json'
   ! grep -q $'\033' latest-esc.log || { cat -v latest-esc.log; fail "the escape byte reached the log"; }
+  train dp2z1 eps.log --set training.train_iters=8 --set output.dir=o4 \
+    --set checkpoint.load=good/ckpt --set model.layernorm_epsilon=0.001
+  one_line_error eps.log "model.layernorm_epsilon is 1e-05 there but 0.001 in this config; .*--set model.layernorm_epsilon=1e-05"
   train dp2z1 batch.log --set training.train_iters=8 --set output.dir=o7 \
     --set checkpoint.load=good/ckpt --set training.global_batch_size=4
   one_line_error batch.log "saved with global_batch_size 8 but this run has 4"
@@ -269,8 +273,15 @@ section_damage() {
   train dp2z1 nolatest.log --set training.train_iters=8 --set output.dir=o9 \
     --set checkpoint.load=bad --resume
   one_line_error nolatest.log "holds iter_0000004.* but no .latest.; set checkpoint.load="
-  for d in o1 o2 o3 o4 o5 o6 o7 o8 o9; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
-  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch, step out of range, --resume without latest"
+  # Rotary positions: another rope_base is another model (with learned ones it is unused).
+  must_train single rope.log --set training.train_iters=1 --set model.num_layers=1 \
+    --set model.position_embedding=rope --set output.dir=rope --set checkpoint.save=rope/ckpt
+  train single ropebase.log --set training.train_iters=2 --set model.num_layers=1 \
+    --set model.position_embedding=rope --set model.rope_base=500 --set output.dir=o10 \
+    --set checkpoint.load=rope/ckpt
+  one_line_error ropebase.log "holds another model: model.rope_base is 10000.0 there but 500.0"
+  for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
+  pass "corrupt, truncated, missing, other model (layers, epsilon, rope_base), damaged metadata, dangling latest, other batch, step and optimizer steps out of range, --resume without latest"
 
   # kill -9 while a save is being written: the previous checkpoint stays loadable.
   local hits=0 try

@@ -79,6 +79,11 @@ ModelConfig model_of(const nlohmann::json& j) {
   return m;
 }
 
+// A value as a config writes it: a string bare, a number as JSON does ("1e-05", "10000.0").
+std::string value_text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
 // A double as metadata.json and the config write it ("1e-05", "10000.0"; "inf" where JSON has
 // no word for it).
 std::string number_text(double v) {
@@ -661,21 +666,27 @@ std::string Checkpoint::describe() const {
 
 void Checkpoint::check_model(const ModelConfig& m, const std::string& key) const {
   const ModelConfig& s = impl_->model;
-  auto differ = [&](const char* name, const std::string& saved, const std::string& here) {
+  // model.NAME, said with `note` where the key alone would mislead ("(the context)").
+  auto differ = [&](const std::string& name, const nlohmann::json& saved,
+                    const nlohmann::json& here, const std::string& note = "") {
     if (saved != here)
-      throw UserError(key + " '" + impl_->dir + "' holds another model: model." + name + " is " +
-                      saved + " there but " + here +
-                      " in this config; train it with the model it was saved with (its config "
-                      "is in metadata.json)");
+      throw UserError(key + " '" + impl_->dir + "' holds another model: model." + name + note +
+                      " is " + value_text(saved) + " there but " + value_text(here) +
+                      " in this config; train it with the model it was saved with (--set model." +
+                      name + "=" + value_text(saved) + "; its config is in metadata.json)");
   };
-  differ("num_layers", std::to_string(s.num_layers), std::to_string(m.num_layers));
-  differ("hidden_size", std::to_string(s.hidden_size), std::to_string(m.hidden_size));
-  differ("num_attention_heads", std::to_string(s.num_attention_heads),
-         std::to_string(m.num_attention_heads));
-  differ("vocab_size", std::to_string(s.vocab_size), std::to_string(m.vocab_size));
+  // Every stored field that changes what the model computes. Not compared: init_std (it only
+  // draws the first weights, which the checkpoint replaces), seq_length (the samples' length:
+  // any up to the context runs the same weights), make_vocab_size_divisible_by (the padded
+  // rows never get probability, and loading cuts the vocabulary anew).
+  differ("num_layers", s.num_layers, m.num_layers);
+  differ("hidden_size", s.hidden_size, m.hidden_size);
+  differ("num_attention_heads", s.num_attention_heads, m.num_attention_heads);
+  differ("vocab_size", s.vocab_size, m.vocab_size);
   differ("position_embedding", s.position_embedding, m.position_embedding);
-  differ("max_position_embeddings (the context)", std::to_string(context_length(s)),
-         std::to_string(context_length(m)));
+  differ("max_position_embeddings", context_length(s), context_length(m), " (the context)");
+  differ("layernorm_epsilon", s.layernorm_epsilon, m.layernorm_epsilon);
+  if (m.position_embedding == "rope") differ("rope_base", s.rope_base, m.rope_base);
 }
 
 void Checkpoint::verify() const {
