@@ -14,6 +14,11 @@
 #            epsilon, rotary base), a damaged metadata.json, optimizer steps edited out of range, a
 #            dangling `latest`, another global batch: exit 2, one line naming the file or key,
 #            nothing trained; kill -9 during a save leaves the previous checkpoint loadable.
+#   finish   a run stopped by exit_interval writes no export_hf; resumed to train_iters it exports
+#            (config.json's bos/eos_token_id null for a byte vocabulary); requeued with --resume
+#            once complete it exits 0 saying so and writes nothing, while checkpoint.load without
+#            --resume is refused; extended (train_iters raised) it says the lr schedule moved; a
+#            GPT-2 tokenizer run ships vocab.json and merges.txt with <|endoftext|> as bos/eos.
 #   output   a folder holding a run is refused (exit 2, before training) unless --overwrite or
 #            --resume; the config given is never written over; an unwritable checkpoint.save and
 #            export_hf = init_from_hf are refused up front; a full disk (a small tmpfs) during a
@@ -307,6 +312,66 @@ section_damage() {
     --set training.train_iters=$((step + 1))
   [[ $(wc -l <k2/metrics.jsonl) -eq 1 ]] || fail "the run resumed after the kill trained $(wc -l <k2/metrics.jsonl) steps, want 1"
   pass "kill -9 during a save ($hits of 6 landed mid-save): the latest checkpoint verifies and loads"
+}
+
+# The names, sizes and checksums of everything under a folder.
+tree_sum() { (cd "$1" && find . -printf '%p %y %s\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r md5sum); }
+
+section_finish() {
+  local args=(--set training.train_iters=4 --set output.dir=fin --set checkpoint.save=fin/ckpt
+              --set output.export_hf=fin/hf)
+  # Stopped by exit_interval: a checkpoint, no export (it is written once train_iters is reached).
+  must_train single stop.log "${args[@]}" --set training.exit_interval=2
+  [[ -f fin/ckpt/iter_0000002/metadata.json && ! -e fin/hf ]] ||
+    { ls -R fin; fail "exit_interval 2: want a checkpoint of step 2 and no export_hf"; }
+  must_train single rest.log "${args[@]}" --resume
+  "$PY" - fin/hf/config.json <<'EOF' || fail "export_hf's config.json: bos/eos_token_id"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["vocab_size"] == 256 and c["bos_token_id"] is None and c["eos_token_id"] is None, c
+EOF
+  # Requeued once complete: exit 0, one line saying so, nothing written.
+  local before
+  before=$(tree_sum fin)
+  train single again.log "${args[@]}" --resume
+  [[ $rc -eq 0 ]] || { cat again.log; fail "--resume of a complete run: exit $rc, want 0"; }
+  grep -q "the run is complete: checkpoint 'fin/ckpt/iter_0000004' is at step 4, training.train_iters is 4" \
+    again.log || { cat again.log; fail "no line saying the run is complete"; }
+  ! grep -Eqi "error|\] step +[0-9]+/" again.log || { cat again.log; fail "the complete run trained or erred"; }
+  [[ $(tree_sum fin) == "$before" ]] || fail "the complete run's --resume wrote into fin"
+  # checkpoint.load without --resume asks to train from it: nothing is left, refused.
+  train single load.log --set training.train_iters=4 --set output.dir=fin2 --set checkpoint.load=fin/ckpt
+  one_line_error load.log "is at step 4, not before training.train_iters 4: nothing is left to train"
+  # Extended: the decay now ends at step 6, not 4; said once, and the run goes on.
+  must_train single more.log --set training.train_iters=6 --set output.dir=fin \
+    --set checkpoint.save=fin/ckpt --resume
+  [[ $(grep -c "learning-rate schedule differs" more.log) -eq 1 ]] &&
+    grep -q "(lr_decay_iters 4 -> 6 (training.train_iters)): optimizer step 5 gets lr" more.log &&
+    grep -q "done: 2 steps" more.log || { cat more.log; fail "no schedule line, or not 2 steps"; }
+  pass "exit_interval: no export; resumed to the end: exported (bos/eos null); requeued when complete: exit 0, nothing written; extended: the schedule change said"
+
+  # A GPT-2 tokenizer run ships its vocabulary (a byte-level one here: 256 bytes + <|endoftext|>).
+  "$PY" - <<'EOF' || fail "writing the test vocabulary"
+import json
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+enc = {chr(c): b for b, c in zip(bs, cs)}
+enc["<|endoftext|>"] = 256
+json.dump(enc, open("encoder.json", "w"))
+open("vocab.bpe", "w").write("#version: 0.2\n")
+EOF
+  must_train single bpe.log --set training.train_iters=1 --set model.num_layers=1 \
+    --set model.hidden_size=32 --set model.num_attention_heads=2 --set model.vocab_size=50257 \
+    --set data.tokenizer=gpt2 --set data.vocab_file=encoder.json --set data.merge_file=vocab.bpe \
+    --set output.dir=bpe --set output.export_hf=bpe/hf
+  cmp encoder.json bpe/hf/vocab.json && cmp vocab.bpe bpe/hf/merges.txt ||
+    fail "export_hf did not ship the tokenizer's files as vocab.json and merges.txt"
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["bos_token_id"] == c["eos_token_id"] == 256, c' \
+    bpe/hf/config.json || fail "bos/eos_token_id are not <|endoftext|>'s id"
+  pass "a GPT-2 tokenizer run's export holds vocab.json, merges.txt and <|endoftext|> as bos/eos"
 }
 
 # tmpfs SIZE DIR CMD...: CMD with a SIZE tmpfs mounted at DIR (a private mount namespace: root,

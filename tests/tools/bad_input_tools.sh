@@ -280,6 +280,13 @@ EOF
   else
     echo "FAIL [info of a checkpoint with a loss scaler]"; fails=$((fails + 1))
   fi
+  # A Megatron checkpoint folder is named as one, with what to do instead.
+  mkdir -p "$W/meg/iter_0000100/mp_rank_00" && touch "$W/meg/iter_0000100/mp_rank_00/model_optim_rng.pt"
+  echo 100 >"$W/meg/latest_checkpointed_iteration.txt"
+  for d in meg meg/iter_0000100; do
+    expect $T "checkpoint '$W/$d' is a Megatron checkpoint :: which Triad does not read :: output.init_from_hf" \
+      "$BIN/$T" info "$W/$d"
+  done
   ;;
 preprocess)
   T=triad-preprocess

@@ -22,6 +22,7 @@
 #include "triad/core/io/files.hpp"
 #include "triad/core/io/safetensors.hpp"
 #include "triad/core/plugins/tensor_backend.hpp"
+#include "triad/core/train/engine.hpp"
 
 namespace triad {
 
@@ -77,6 +78,49 @@ ModelConfig model_of(const nlohmann::json& j) {
   m.layernorm_epsilon = j.at("layernorm_epsilon").get<double>();
   m.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
   return m;
+}
+
+// What the learning rate of each step follows (metadata.json's "lr_schedule"): a resume under
+// another schedule is said (Checkpoint::schedule_change). The decay length is the effective one
+// (lr_decay_iters, else train_iters), so that a changed train_iters shows where it moves it.
+nlohmann::json schedule_json(const Config& c) {
+  const LrScheduleConfig& s = c.lr_schedule;
+  return {{"lr", c.optimizer.lr},
+          {"min_lr", c.optimizer.min_lr},
+          {"lr_warmup_iters", s.lr_warmup_iters},
+          {"lr_warmup_style", s.lr_warmup_style},
+          {"lr_decay_style", s.lr_decay_style},
+          {"lr_decay_iters", s.lr_decay_iters > 0 ? s.lr_decay_iters : c.training.train_iters}};
+}
+
+// The folder of another trainer's checkpoint, which Triad does not read: Megatron-LM's
+// (latest_checkpointed_iteration.txt; iter_NNNNNNN/mp_rank_XX/model_optim_rng.pt) or any other
+// of PyTorch .pt files (DeepSpeed's global_stepN/). Said as what it is, with what to do instead,
+// rather than as a folder that is "not a checkpoint" or an iter_ folder to point at.
+void refuse_pytorch_checkpoint(const fs::path& dir, const std::string& key) {
+  std::error_code ec;
+  const auto holds = [&](const fs::path& d, const auto& is) {
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (is(e.path().filename().string())) return true;
+    return false;
+  };
+  const auto rank_folder = [](const std::string& n) { return n.starts_with("mp_rank_"); };
+  const auto pt_file = [](const std::string& n) { return n.ends_with(".pt"); };
+  const auto iter_holding_ranks = [&](const std::string& n) {
+    return checkpoint_folder_step(n) >= 0 && holds(dir / n, rank_folder);
+  };
+  std::string what;
+  if (fs::exists(dir / "latest_checkpointed_iteration.txt", ec) || holds(dir, rank_folder) ||
+      holds(dir, iter_holding_ranks))
+    what = "a Megatron checkpoint (PyTorch .pt files under iter_*/mp_rank_*/)";
+  else if (holds(dir, pt_file))
+    what = "a PyTorch checkpoint (.pt files, as Megatron and DeepSpeed write)";
+  if (what.empty()) return;
+  throw UserError(key + " '" + dir.string() + "' is " + what +
+                  ", which Triad does not read (it shares only Megatron's folder naming); "
+                  "convert the model to a Hugging Face GPT-2 folder (e.g. transformers' "
+                  "convert_megatron_gpt2_checkpoint.py) and start from it with "
+                  "output.init_from_hf");
 }
 
 // A value as a config writes it: a string bare, a number as JSON does ("1e-05", "10000.0").
@@ -216,6 +260,7 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
             {"consumed_samples", consumed},
             {"next_step", step + 1}}},
           {"optimizer", {{"steps", progress.optimizer_steps}, {"loss_scaler", scaler}}},
+          {"lr_schedule", schedule_json(cfg)},
           {"tensors", tensors},
           {"files", files},
           {"config", to_yaml(cfg)}};
@@ -331,13 +376,34 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
   return final.string();
 }
 
-void check_checkpoint_to_load(const Config& cfg) {
+bool check_checkpoint_to_load(const Config& cfg) {
   // Everything a rank would refuse, said once by the launcher before the ranks start.
+  const CheckpointConfig& cc = cfg.checkpoint;
+  const std::string& named = cc.load.empty() ? cc.save : cc.load;
+  // Before checkpoint_to_load, which would offer one of its iter_ folders to load.
+  if (cc.resume && !has_checkpoint(named) && fs::is_directory(named))
+    refuse_pytorch_checkpoint(named, std::string("--resume: ") +
+                                         (cc.load.empty() ? "checkpoint.save" : "checkpoint.load"));
   const std::string dir = checkpoint_to_load(cfg);
-  if (!dir.empty()) Checkpoint(dir).check_continues(cfg);
+  if (dir.empty()) return true;
+  const Checkpoint ck(dir);
+  // A requeued job runs the same command every time, also once the run is complete (Megatron
+  // exits 0 there too); a checkpoint.load given without --resume is a run to train, refused.
+  if (cc.resume && ck.step() >= cfg.training.train_iters) {
+    ck.check_same_run(cfg);
+    spdlog::info(
+        "--resume: the run is complete: checkpoint '{}' is at step {}, training.train_iters "
+        "is {}; nothing is left to train (raise training.train_iters to go on)",
+        ck.path(), ck.step(), cfg.training.train_iters);
+    return false;
+  }
+  ck.check_continues(cfg);
+  if (const std::string change = ck.schedule_change(cfg); !change.empty())
+    spdlog::warn("{}", change);
+  return true;
 }
 
-void Checkpoint::check_continues(const Config& cfg) const {
+void Checkpoint::check_same_run(const Config& cfg) const {
   const auto& t = cfg.training;
   check_model(cfg.model, "checkpoint.load");
   if (global_batch_size() != t.global_batch_size)
@@ -348,6 +414,11 @@ void Checkpoint::check_continues(const Config& cfg) const {
                     "training.global_batch_size " +
                     std::to_string(global_batch_size()) +
                     " (micro batch, accumulation and layout may change)");
+}
+
+void Checkpoint::check_continues(const Config& cfg) const {
+  const auto& t = cfg.training;
+  check_same_run(cfg);
   if (step() >= t.train_iters)
     throw UserError("checkpoint.load '" + path() + "' is at step " + std::to_string(step()) +
                     ", not before training.train_iters " + std::to_string(t.train_iters) +
@@ -514,15 +585,20 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     if (name.empty() || name.find('/') != std::string::npos)
       c.fail("has a `latest` file that names no checkpoint (" + shown + "); " + to_iter);
     c.dir = (fs::path(dir_in) / name).string();
-    if (!fs::exists(fs::path(c.dir) / "metadata.json", ec))
+    if (!fs::exists(fs::path(c.dir) / "metadata.json", ec)) {
+      // Megatron-DeepSpeed writes a `latest` too, naming its global_stepN folder.
+      refuse_pytorch_checkpoint(dir_in, "checkpoint");
+      refuse_pytorch_checkpoint(c.dir, "checkpoint");
       throw UserError("checkpoint '" + dir_in + "': `latest` names " + shown +
                       ", which has no metadata.json; point " + key +
                       " at one of its complete iter_* folders");
+    }
   } else if (!fs::exists(fs::path(dir_in) / "metadata.json", ec)) {
     const std::string point =
         "point " + key + " at a checkpoint.save folder or one of its iter_* folders";
     struct stat st {};
     if (::stat(dir_in.c_str(), &st) != 0) c.fail("does not exist; check " + key);
+    if (S_ISDIR(st.st_mode)) refuse_pytorch_checkpoint(dir_in, "checkpoint");
     if (S_ISDIR(st.st_mode))
       c.fail("is not a checkpoint (no `latest`, no metadata.json); " + point);
     // A file, a FIFO: said by its kind, never opened.
@@ -626,6 +702,50 @@ TrainingProgress Checkpoint::progress() const {
 }
 ModelConfig Checkpoint::model() const {
   return impl_->model;
+}
+
+std::string Checkpoint::schedule_change(const Config& cfg) const {
+  const nlohmann::json& meta = impl_->meta;
+  if (!meta.contains("lr_schedule")) return "";
+  const nlohmann::json saved = meta.at("lr_schedule"), now = schedule_json(cfg);
+  Config was = cfg;  // the saved schedule, its decay length as train_iters
+  try {
+    was.optimizer.lr = saved.at("lr").get<double>();
+    was.optimizer.min_lr = saved.at("min_lr").get<double>();
+    was.lr_schedule.lr_warmup_iters = saved.at("lr_warmup_iters").get<int>();
+    was.lr_schedule.lr_warmup_style = saved.at("lr_warmup_style").get<std::string>();
+    was.lr_schedule.lr_decay_style = saved.at("lr_decay_style").get<std::string>();
+    was.lr_schedule.lr_decay_iters = 0;
+    was.training.train_iters = saved.at("lr_decay_iters").get<int>();
+  } catch (const nlohmann::json::exception&) {
+    return "";  // not a schedule this Triad wrote: nothing to compare with
+  }
+  // The optimizer steps drive the schedule (a step skipped on overflow leaves it).
+  const int64_t next = impl_->progress.optimizer_steps + 1;
+  const auto lr = [&](const Config& c, int64_t s) {
+    return learning_rate(c.optimizer, c.lr_schedule, c.training.train_iters, int(s));
+  };
+  // The same lr from here to the end (every step, or 100000 spread over a longer run) is the
+  // same schedule, whatever its keys say (a constant lr has no decay length).
+  const int64_t last = cfg.training.train_iters,
+                stride = std::max<int64_t>(1, (last - next) / 100000);
+  bool same = true;
+  for (int64_t s = next; s <= last && same; s = s == last ? last + 1 : std::min(last, s + stride))
+    same = lr(was, s) == lr(cfg, s);
+  if (same) return "";
+  std::string changed;
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (saved.contains(it.key()) && saved.at(it.key()) != it.value())
+      changed += (changed.empty() ? "" : ", ") + it.key() + " " + value_text(saved.at(it.key())) +
+                 " -> " + value_text(it.value()) +
+                 (it.key() == "lr_decay_iters" && cfg.lr_schedule.lr_decay_iters == 0
+                      ? " (training.train_iters)"
+                      : "");
+  return "checkpoint.load '" + path() +
+         "': the learning-rate schedule differs from the one it was trained with (" + changed +
+         "): optimizer step " + std::to_string(next) + " gets lr " +
+         fmt::format("{:.6g}", lr(cfg, next)) + " instead of " +
+         fmt::format("{:.6g}", lr(was, next)) + ", and the schedule goes on from there";
 }
 
 std::string Checkpoint::describe() const {
