@@ -280,6 +280,30 @@ EOF
   else
     echo "FAIL [info of a checkpoint with a loss scaler]"; fails=$((fails + 1))
   fi
+  # A corrupt rank file: info prints nothing on stdout, only the error line.
+  flip() {  # FILE: one byte of its data (near the end, past the header) changed
+    printf 'X' | dd of="$1" bs=1 seek=$(($(stat -c %s "$1") - 10)) conv=notrunc 2>/dev/null
+  }
+  mkdir -p "$W/corrupt" && cp -r "$CK/$ITER" "$W/corrupt/"
+  flip "$W/corrupt/$ITER/rank_00000.safetensors"
+  expect $T "rank_00000.safetensors' is corrupt: its CRC-32 is" "$BIN/$T" info "$W/corrupt/$ITER"
+  out=$("$BIN/$T" info "$W/corrupt/$ITER" 2>/dev/null)
+  if [[ -z "$out" ]]; then
+    echo "PASS [info of a corrupt checkpoint prints nothing on stdout]"; passes=$((passes + 1))
+  else
+    echo "FAIL [info of a corrupt checkpoint printed on stdout]: $out"; fails=$((fails + 1))
+  fi
+  # verify of a save folder checks every checkpoint in it, not only `latest`'s.
+  cp -r "$CK" "$W/old-bad"
+  flip "$W/old-bad/iter_0000001/rank_00000.safetensors"
+  expect $T "checkpoint file '$W/old-bad/iter_0000001/rank_00000.safetensors' is corrupt" \
+    "$BIN/$T" verify "$W/old-bad"
+  out=$("$BIN/$T" verify "$CK" 2>&1)
+  if [[ "$out" == "$CK/iter_0000001: all files intact"$'\n'"$CK/iter_0000002: all files intact (latest)" ]]; then
+    echo "PASS [verify of a save folder reports each checkpoint]"; passes=$((passes + 1))
+  else
+    echo "FAIL [verify of a save folder]: $out"; fails=$((fails + 1))
+  fi
   # A Megatron checkpoint folder is named as one, with what to do instead.
   mkdir -p "$W/meg/iter_0000100/mp_rank_00" && touch "$W/meg/iter_0000100/mp_rank_00/model_optim_rng.pt"
   echo 100 >"$W/meg/latest_checkpointed_iteration.txt"
