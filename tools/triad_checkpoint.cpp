@@ -43,14 +43,15 @@ void refuse_to_replace(const std::string& out, bool overwrite) {
 int verify_all(const std::string& dir) {
   namespace fs = std::filesystem;
   const triad::Checkpoint named(dir, "DIR");  // a dangling `latest`, a damaged metadata.json
-  if (!fs::exists(fs::path(dir) / "latest")) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "latest", ec)) {
     named.verify();
     std::cout << named.path() << ": all files intact\n";
     return 0;
   }
   std::vector<fs::path> saved;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (triad::checkpoint_folder_step(e.path().filename().string()) >= 0 && e.is_directory())
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (triad::checkpoint_folder_step(e.path().filename().string()) >= 0 && e.is_directory(ec))
       saved.push_back(e.path());
   std::sort(saved.begin(), saved.end());  // by step: the names have a fixed width
   if (std::find(saved.begin(), saved.end(), fs::path(named.path())) == saved.end())
@@ -59,7 +60,7 @@ int verify_all(const std::string& dir) {
   for (const fs::path& path : saved) {
     // What a killed pruning leaves (an iter_ folder that lost its metadata.json first) is no
     // checkpoint; the next save removes it.
-    if (!std::filesystem::exists(path / "metadata.json")) {
+    if (!fs::exists(path / "metadata.json", ec)) {
       std::cout << path.string() << ": skipped, no metadata.json (left by an interrupted pruning; "
                 << "the next save removes it)\n";
       continue;

@@ -86,7 +86,7 @@ void check_semantics(const json& c, const fs::path& file, const ModelConfig& m) 
                     "; " + why);
   };
   const auto is = [&](const char* key, const json& fallback, std::initializer_list<json> ok) {
-    const json v = c.contains(key) ? c[key] : fallback;
+    const json v = c.contains(key) ? c.at(key) : fallback;
     return std::find(ok.begin(), ok.end(), v) != ok.end();
   };
   if (!is("model_type", "gpt2", {"gpt2"}))

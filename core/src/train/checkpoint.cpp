@@ -381,7 +381,8 @@ bool check_checkpoint_to_load(const Config& cfg) {
   const CheckpointConfig& cc = cfg.checkpoint;
   const std::string& named = cc.load.empty() ? cc.save : cc.load;
   // Before checkpoint_to_load, which would offer one of its iter_ folders to load.
-  if (cc.resume && !has_checkpoint(named) && fs::is_directory(named))
+  std::error_code ec;
+  if (cc.resume && !has_checkpoint(named) && fs::is_directory(named, ec))
     refuse_pytorch_checkpoint(named, std::string("--resume: ") +
                                          (cc.load.empty() ? "checkpoint.save" : "checkpoint.load"));
   const std::string dir = checkpoint_to_load(cfg);
