@@ -72,8 +72,10 @@ int run(int argc, char** argv) {
     triad::check_runnable(cfg);
     bool runs_rank0 = false;
     for (const RankSlot& r : plan.ranks) runs_rank0 = runs_rank0 || r.rank == 0;
+    // The checkpoint first: a --resume of a complete run ends here (exit 0, nothing written),
+    // and another trainer's checkpoint folder is named as such.
+    if (!triad::check_checkpoint_to_load(cfg)) return 0;
     triad::check_run_paths(cfg, runs_rank0);
-    triad::check_checkpoint_to_load(cfg);
     check_memory(cfg, plan.world_size, int(plan.ranks.size()));
     collective_timeout = cfg.training.collective_timeout;
     program.path = self_executable();

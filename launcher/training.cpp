@@ -189,8 +189,10 @@ int train_in_process(const LaunchArgs& a) {
   for (const std::string& note : preflight(cfg)) spdlog::info("{}", note);
   check_runnable(cfg);
   check_transport(cfg, 1);
+  // The checkpoint first: a --resume of a complete run ends here (exit 0, nothing written), and
+  // another trainer's checkpoint folder is named as such.
+  if (!check_checkpoint_to_load(cfg)) return 0;
   check_run_paths(cfg, /*writes_output=*/true);
-  check_checkpoint_to_load(cfg);
   check_memory(cfg, 1, 1);
   return train(a, cfg, DistEnv{});
 }

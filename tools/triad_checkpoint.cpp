@@ -5,12 +5,17 @@
 //   triad-checkpoint verify DIR             every file against its CRC-32; exit 2 if one differs
 //   triad-checkpoint convert DIR --to-hf OUT [--overwrite]
 //
-// DIR is a checkpoint.save folder (its `latest` is followed) or one iter_* folder in it. Bad
-// input is one line on stderr and exit 2. convert never replaces a model without --overwrite.
+// DIR is a checkpoint.save folder (its `latest` is followed; verify checks every iter_* folder
+// in it) or one iter_* folder in it. Bad input is one line on stderr (one per damaged checkpoint
+// for verify) and exit 2; info prints nothing on stdout then. convert never replaces a model
+// without --overwrite.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
@@ -30,6 +35,46 @@ void refuse_to_replace(const std::string& out, bool overwrite) {
   if (const std::string f = triad::hf_model_file_in(out); !f.empty())
     throw triad::UserError("convert --to-hf '" + out + "' already holds a model (" + f +
                            "); add --overwrite to replace it, or choose another folder");
+}
+
+// verify DIR: DIR's checkpoint (`latest`'s, in a save folder), and in a save folder every other
+// complete iter_* folder too, each said on a line of its own: intact on stdout, damaged on
+// stderr. Returns the exit code: 2 when one is damaged.
+int verify_all(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const triad::Checkpoint named(dir, "DIR");  // a dangling `latest`, a damaged metadata.json
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "latest", ec)) {
+    named.verify();
+    std::cout << named.path() << ": all files intact\n";
+    return 0;
+  }
+  std::vector<fs::path> saved;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (triad::checkpoint_folder_step(e.path().filename().string()) >= 0 && e.is_directory(ec))
+      saved.push_back(e.path());
+  std::sort(saved.begin(), saved.end());  // by step: the names have a fixed width
+  if (std::find(saved.begin(), saved.end(), fs::path(named.path())) == saved.end())
+    saved.push_back(named.path());  // `latest` may name a folder of another name
+  int damaged = 0;
+  for (const fs::path& path : saved) {
+    // What a killed pruning leaves (an iter_ folder that lost its metadata.json first) is no
+    // checkpoint; the next save removes it.
+    if (!fs::exists(path / "metadata.json", ec)) {
+      std::cout << path.string() << ": skipped, no metadata.json (left by an interrupted pruning; "
+                << "the next save removes it)\n";
+      continue;
+    }
+    try {
+      triad::Checkpoint(path.string(), "DIR").verify();
+      std::cout << path.string() << ": all files intact"
+                << (path.string() == named.path() ? " (latest)" : "") << "\n";
+    } catch (const triad::UserError& e) {
+      triad::cli::fail("triad-checkpoint", e.what());
+      ++damaged;
+    }
+  }
+  return damaged ? triad::kExitUserError : 0;
 }
 
 }  // namespace
@@ -60,16 +105,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (*convert) refuse_to_replace(out, overwrite);
+    if (*verify) return verify_all(dir);
     const triad::Checkpoint ck(dir, "DIR");
+    ck.verify();  // before anything is printed: a damaged checkpoint is its error line alone
     if (*info) {
-      std::cout << ck.describe();
-      ck.verify();
-      std::cout << "checksums: all files intact\n";
-    } else if (*verify) {
-      ck.verify();
-      std::cout << ck.path() << ": all files intact\n";
+      std::cout << ck.describe() << "checksums: all files intact\n";
     } else {
-      ck.verify();
       const triad::ModelConfig m = ck.model();
       const triad::GptLayout layout = triad::gpt_layout(m);
       triad::export_hf(out, m, layout, ck.full_model(layout).data());

@@ -10,9 +10,15 @@
 #            ZeRO-3 with the optimizer offloaded) continued in the other two: the continuation's
 #            losses equal the saving layout's own to 1e-5; triad-checkpoint convert --to-hf of a
 #            sharded checkpoint equals the run's own export_hf byte for byte.
-#   damage   corrupt, truncated and missing rank files, another model, a damaged metadata.json, a
+#   damage   corrupt, truncated and missing rank files, another model (layers, layer-norm
+#            epsilon, rotary base), a damaged metadata.json, optimizer steps edited out of range, a
 #            dangling `latest`, another global batch: exit 2, one line naming the file or key,
 #            nothing trained; kill -9 during a save leaves the previous checkpoint loadable.
+#   finish   a run stopped by exit_interval writes no export_hf; resumed to train_iters it exports
+#            (config.json's bos/eos_token_id null for a byte vocabulary); requeued with --resume
+#            once complete it exits 0 saying so and writes nothing, while checkpoint.load without
+#            --resume is refused; extended (train_iters raised) it says the lr schedule moved; a
+#            GPT-2 tokenizer run ships vocab.json and merges.txt with <|endoftext|> as bos/eos.
 #   output   a folder holding a run is refused (exit 2, before training) unless --overwrite or
 #            --resume; the config given is never written over; an unwritable checkpoint.save and
 #            export_hf = init_from_hf are refused up front; a full disk (a small tmpfs) during a
@@ -248,6 +254,9 @@ section_damage() {
   train dp2z1 latest-esc.log --set training.train_iters=8 --set output.dir=o6 --set checkpoint.load=bad
   one_line_error latest-esc.log 'latest. names "iter_\\u001b\[2J", which has no metadata.json'
   ! grep -q $'\033' latest-esc.log || { cat -v latest-esc.log; fail "the escape byte reached the log"; }
+  train dp2z1 eps.log --set training.train_iters=8 --set output.dir=o4 \
+    --set checkpoint.load=good/ckpt --set model.layernorm_epsilon=0.001
+  one_line_error eps.log "model.layernorm_epsilon is 1e-05 there but 0.001 in this config; .*--set model.layernorm_epsilon=1e-05"
   train dp2z1 batch.log --set training.train_iters=8 --set output.dir=o7 \
     --set checkpoint.load=good/ckpt --set training.global_batch_size=4
   one_line_error batch.log "saved with global_batch_size 8 but this run has 4"
@@ -257,14 +266,27 @@ section_damage() {
   grep -q '"step": 1000000000000000' bad/iter_0000004/metadata.json || fail "the step edit missed"
   train dp2z1 step.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
   one_line_error step.log "metadata.json has step 1000000000000000, outside 0..4"
+  # Optimizer steps past the step (they drive the lr and AdamW's bias correction): refused by name.
+  rm -rf bad && cp -r good/ckpt bad
+  sed -i 's/"steps": *4\b/"steps": 1000/' bad/iter_0000004/metadata.json
+  grep -q '"steps": 1000' bad/iter_0000004/metadata.json || fail "the optimizer steps edit missed"
+  train dp2z1 opt.log --set training.train_iters=8 --set output.dir=o8 --set checkpoint.load=bad
+  one_line_error opt.log "iter_0000004' metadata.json has optimizer.steps 1000, outside 0..4 \\(at most the checkpoint's step\\)"
   # --resume into a folder whose `latest` is gone: refused naming the newest step, not a fresh
   # start that throws the saved steps away unsaid.
   rm -rf bad && cp -r good/ckpt bad && rm bad/latest
   train dp2z1 nolatest.log --set training.train_iters=8 --set output.dir=o9 \
     --set checkpoint.load=bad --resume
   one_line_error nolatest.log "holds iter_0000004.* but no .latest.; set checkpoint.load="
-  for d in o1 o2 o3 o4 o5 o6 o7 o8 o9; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
-  pass "corrupt, truncated, missing, other model, damaged metadata, dangling latest, other batch, step out of range, --resume without latest"
+  # Rotary positions: another rope_base is another model (with learned ones it is unused).
+  must_train single rope.log --set training.train_iters=1 --set model.num_layers=1 \
+    --set model.position_embedding=rope --set output.dir=rope --set checkpoint.save=rope/ckpt
+  train single ropebase.log --set training.train_iters=2 --set model.num_layers=1 \
+    --set model.position_embedding=rope --set model.rope_base=500 --set output.dir=o10 \
+    --set checkpoint.load=rope/ckpt
+  one_line_error ropebase.log "holds another model: model.rope_base is 10000.0 there but 500.0"
+  for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10; do [[ ! -e $d/metrics.jsonl ]] || fail "$d has metrics"; done
+  pass "corrupt, truncated, missing, other model (layers, epsilon, rope_base), damaged metadata, dangling latest, other batch, step and optimizer steps out of range, --resume without latest"
 
   # kill -9 while a save is being written: the previous checkpoint stays loadable.
   local hits=0 try
@@ -290,6 +312,66 @@ section_damage() {
     --set training.train_iters=$((step + 1))
   [[ $(wc -l <k2/metrics.jsonl) -eq 1 ]] || fail "the run resumed after the kill trained $(wc -l <k2/metrics.jsonl) steps, want 1"
   pass "kill -9 during a save ($hits of 6 landed mid-save): the latest checkpoint verifies and loads"
+}
+
+# The names, sizes and checksums of everything under a folder.
+tree_sum() { (cd "$1" && find . -printf '%p %y %s\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r md5sum); }
+
+section_finish() {
+  local args=(--set training.train_iters=4 --set output.dir=fin --set checkpoint.save=fin/ckpt
+              --set output.export_hf=fin/hf)
+  # Stopped by exit_interval: a checkpoint, no export (it is written once train_iters is reached).
+  must_train single stop.log "${args[@]}" --set training.exit_interval=2
+  [[ -f fin/ckpt/iter_0000002/metadata.json && ! -e fin/hf ]] ||
+    { ls -R fin; fail "exit_interval 2: want a checkpoint of step 2 and no export_hf"; }
+  must_train single rest.log "${args[@]}" --resume
+  "$PY" - fin/hf/config.json <<'EOF' || fail "export_hf's config.json: bos/eos_token_id"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["vocab_size"] == 256 and c["bos_token_id"] is None and c["eos_token_id"] is None, c
+EOF
+  # Requeued once complete: exit 0, one line saying so, nothing written.
+  local before
+  before=$(tree_sum fin)
+  train single again.log "${args[@]}" --resume
+  [[ $rc -eq 0 ]] || { cat again.log; fail "--resume of a complete run: exit $rc, want 0"; }
+  grep -q "the run is complete: checkpoint 'fin/ckpt/iter_0000004' is at step 4, training.train_iters is 4" \
+    again.log || { cat again.log; fail "no line saying the run is complete"; }
+  ! grep -Eqi "error|\] step +[0-9]+/" again.log || { cat again.log; fail "the complete run trained or erred"; }
+  [[ $(tree_sum fin) == "$before" ]] || fail "the complete run's --resume wrote into fin"
+  # checkpoint.load without --resume asks to train from it: nothing is left, refused.
+  train single load.log --set training.train_iters=4 --set output.dir=fin2 --set checkpoint.load=fin/ckpt
+  one_line_error load.log "is at step 4, not before training.train_iters 4: nothing is left to train"
+  # Extended: the decay now ends at step 6, not 4; said once, and the run goes on.
+  must_train single more.log --set training.train_iters=6 --set output.dir=fin \
+    --set checkpoint.save=fin/ckpt --resume
+  [[ $(grep -c "learning-rate schedule differs" more.log) -eq 1 ]] &&
+    grep -q "(lr_decay_iters 4 -> 6 (training.train_iters)): optimizer step 5 gets lr" more.log &&
+    grep -q "done: 2 steps" more.log || { cat more.log; fail "no schedule line, or not 2 steps"; }
+  pass "exit_interval: no export; resumed to the end: exported (bos/eos null); requeued when complete: exit 0, nothing written; extended: the schedule change said"
+
+  # A GPT-2 tokenizer run ships its vocabulary (a byte-level one here: 256 bytes + <|endoftext|>).
+  "$PY" - <<'EOF' || fail "writing the test vocabulary"
+import json
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+enc = {chr(c): b for b, c in zip(bs, cs)}
+enc["<|endoftext|>"] = 256
+json.dump(enc, open("encoder.json", "w"))
+open("vocab.bpe", "w").write("#version: 0.2\n")
+EOF
+  must_train single bpe.log --set training.train_iters=1 --set model.num_layers=1 \
+    --set model.hidden_size=32 --set model.num_attention_heads=2 --set model.vocab_size=50257 \
+    --set data.tokenizer=gpt2 --set data.vocab_file=encoder.json --set data.merge_file=vocab.bpe \
+    --set output.dir=bpe --set output.export_hf=bpe/hf
+  cmp encoder.json bpe/hf/vocab.json && cmp vocab.bpe bpe/hf/merges.txt ||
+    fail "export_hf did not ship the tokenizer's files as vocab.json and merges.txt"
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["bos_token_id"] == c["eos_token_id"] == 256, c' \
+    bpe/hf/config.json || fail "bos/eos_token_id are not <|endoftext|>'s id"
+  pass "a GPT-2 tokenizer run's export holds vocab.json, merges.txt and <|endoftext|> as bos/eos"
 }
 
 # tmpfs SIZE DIR CMD...: CMD with a SIZE tmpfs mounted at DIR (a private mount namespace: root,

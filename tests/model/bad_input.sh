@@ -188,6 +188,17 @@ expect_error merge_file_fifo_2_ranks "data.merge_file '$WORK/data.fifo' (the GPT
 mkdir -p "$WORK/fifo-ckpt" && mkfifo "$WORK/fifo-ckpt/latest"
 expect_error checkpoint_latest_fifo "checkpoint file '$WORK/fifo-ckpt/latest' is a FIFO (named pipe)" \
   "$BASE" --set checkpoint.load="$WORK/fifo-ckpt"
+# A Megatron checkpoint folder (PyTorch .pt files): named as one, with what to do instead, also
+# under --resume (rather than offering one of its iter_ folders to load).
+mkdir -p "$WORK/meg/iter_0000100/mp_rank_00" && touch "$WORK/meg/iter_0000100/mp_rank_00/model_optim_rng.pt"
+echo 100 >"$WORK/meg/latest_checkpointed_iteration.txt"
+expect_error megatron_checkpoint "checkpoint '$WORK/meg' is a Megatron checkpoint" "$BASE" \
+  --set checkpoint.load="$WORK/meg"
+expect_error megatron_checkpoint_resume \
+  "--resume: checkpoint.load '$WORK/meg' is a Megatron checkpoint (PyTorch .pt files under iter_*/mp_rank_*/), which Triad does not read" \
+  "$BASE" --set checkpoint.load="$WORK/meg" --resume
+expect_error megatron_iter_folder "checkpoint '$WORK/meg/iter_0000100' is a Megatron checkpoint" \
+  "$BASE" --set checkpoint.load="$WORK/meg/iter_0000100"
 # Bad input that only the ranks find: one line for the job (the first failing rank's), not one
 # per rank and none of the launcher's own.
 expect_error truncated_tokens_2_ranks "triad-launch: error: tokens file '$WORK/odd.bin'" "$BASE" \

@@ -8,10 +8,13 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "triad/core/config/config.hpp"
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/hf.hpp"
+#include "triad/core/io/safetensors.hpp"
 #include "triad/core/model/model.hpp"
 #include "triad/core/plugins/attention.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
@@ -286,6 +289,78 @@ TEST(HuggingFace, ExportThenImportIsExact) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("n_layer"), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// What GPT2Config says beyond the shapes is checked against what Triad's GPT computes: a folder
+// whose model would compute otherwise is refused naming the key, one that computes the same is
+// read.
+TEST(HuggingFace, RefusesAConfigTriadWouldComputeOtherwise) {
+  Fixture f;
+  Config c = small_config();
+  GPT a(c.model, *f.dev, *f.attn, 1);
+  a.init_weights(11);
+  const fs::path dir = fs::temp_directory_path() / "triad-test-hf-config";
+  fs::remove_all(dir);
+  export_hf(dir.string(), c.model, a.full_layout(), a.params_to_full().data());
+  const nlohmann::json exported = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  const auto file = safetensors::read((dir / "model.safetensors").string());
+  std::vector<std::vector<float>> data;  // every tensor as F32, kept for the refs
+  std::vector<safetensors::TensorRef> refs;
+  for (const auto& [name, t] : file.tensors) {
+    data.push_back(t.to_f32());
+    refs.push_back({name, t.shape, data.back().data()});
+  }
+  const std::vector<float> wte = file.tensors.at("transformer.wte.weight").to_f32();
+  const std::vector<int64_t> wte_shape = file.tensors.at("transformer.wte.weight").shape;
+  // lm_head: none, wte's values, or others.
+  auto write = [&](const nlohmann::json& edit, const std::vector<float>* head) {
+    nlohmann::json cj = exported;
+    cj.merge_patch(edit);
+    std::ofstream(dir / "config.json") << cj.dump();
+    std::vector<safetensors::TensorRef> r = refs;
+    if (head) r.push_back({"lm_head.weight", wte_shape, head->data()});
+    safetensors::write_f32((dir / "model.safetensors").string(), r);
+  };
+  auto refused = [&](const nlohmann::json& edit, const std::vector<std::string>& words,
+                     const std::vector<float>* head = nullptr) {
+    write(edit, head);
+    try {
+      check_hf(dir.string(), c.model, gpt_layout(c.model));
+      ADD_FAILURE() << "accepted " << edit.dump();
+    } catch (const UserError& e) {
+      for (const std::string& w : words)
+        EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << w << " in " << e.what();
+    }
+  };
+  auto accepted = [&](const nlohmann::json& edit, const std::vector<float>* head = nullptr) {
+    write(edit, head);
+    EXPECT_NO_THROW(check_hf(dir.string(), c.model, gpt_layout(c.model))) << edit.dump();
+  };
+  EXPECT_EQ(exported.at("bos_token_id"), nullptr);  // GPT2Config's 50256 is past 256 tokens
+  EXPECT_EQ(exported.at("eos_token_id"), nullptr);
+  refused({{"layer_norm_epsilon", 0.05}},
+          {"has layer_norm_epsilon 0.05 but the config has model.layernorm_epsilon 1e-05",
+           "--set model.layernorm_epsilon=0.05"});
+  refused({{"activation_function", "relu"}}, {"activation_function \"relu\"", "gelu_new"});
+  refused({{"n_inner", 100}}, {"n_inner 100", "4 x n_embd = 128"});
+  refused({{"scale_attn_weights", false}}, {"scale_attn_weights false"});
+  refused({{"scale_attn_by_inverse_layer_idx", true}}, {"scale_attn_by_inverse_layer_idx true"});
+  refused({{"add_cross_attention", true}}, {"add_cross_attention true"});
+  refused({{"model_type", "gpt_neo"}}, {"model_type \"gpt_neo\""});
+  std::vector<float> other = wte;
+  for (float& x : other) x *= 0.5f;
+  refused({{"tie_word_embeddings", false}}, {"tie_word_embeddings false", "differs from wte"},
+          &other);
+  refused({{"tie_word_embeddings", false}}, {"has no lm_head.weight"});
+  // The same model, said otherwise: read.
+  accepted({{"activation_function", "gelu_pytorch_tanh"},
+            {"n_inner", 128},
+            {"reorder_and_upcast_attn", true},
+            {"attn_pdrop", 0.1}});
+  accepted({{"tie_word_embeddings", false}}, &wte);
+  accepted({{"tie_word_embeddings", true}}, &other);  // tied: the head is wte, lm_head unused
+  accepted({{"layer_norm_epsilon", nullptr}});        // merge_patch: absent, GPT2Config's 1e-05
   fs::remove_all(dir);
 }
 

@@ -184,8 +184,9 @@ estimate)
   ;;
 checkpoint)
   T=triad-checkpoint
-  # A real checkpoint (one step of a one-layer model) and the model converted from it.
-  (cd "$W" && "$BIN/triad-launch" "$SRC/configs/gpt-tiny.yaml" -q --set training.train_iters=1 \
+  # A real checkpoint (two steps of a one-layer model, each saved) and the model converted from
+  # it.
+  (cd "$W" && "$BIN/triad-launch" "$SRC/configs/gpt-tiny.yaml" -q --set training.train_iters=2 \
     --set model.num_layers=1 --set model.hidden_size=32 --set model.num_attention_heads=2 \
     --set training.micro_batch_size=2 --set data.kind=synthetic --set output.dir=run \
     --set checkpoint.save=run/ckpt --set checkpoint.save_interval=1 >/dev/null) || exit 1
@@ -223,6 +224,93 @@ checkpoint)
   # A bad checkpoint is refused before the --to-hf folder is made.
   expect $T "checkpoint '$W/adir' is not a checkpoint" "$BIN/$T" convert "$W/adir" --to-hf \
     "$W/new-hf"
+  # metadata.json edited: each field out of range refused by name, with its value and range (the
+  # one check that loading a checkpoint makes too).
+  edited() {  # NAME PYTHON: a copy of the latest checkpoint whose metadata.json (m) PYTHON edits
+    mkdir -p "$W/$1" && cp -r "$CK/$ITER" "$W/$1/" || exit 1
+    python3 - "$W/$1/$ITER/metadata.json" "$2" <<'EOF' || exit 1
+import json, sys
+path, code = sys.argv[1], sys.argv[2]
+m = json.load(open(path))
+m["optimizer"]["loss_scaler"] = {"scale": 1024.0, "hysteresis_left": 2, "iter": 2,
+                                 "last_overflow": 1, "skipped": 1, "hysteresis": 2}
+m["optimizer"]["steps"] = 1
+exec(code)
+json.dump(m, open(path, "w"))
+EOF
+  }
+  scaler="optimizer.loss_scaler"
+  edited steps-big 'm["optimizer"]["loss_scaler"] = None; m["optimizer"]["steps"] = 1000'
+  expect $T "metadata.json has optimizer.steps 1000, outside 0..2 (at most the checkpoint's step)" \
+    "$BIN/$T" info "$W/steps-big/$ITER"
+  edited steps-neg 'm["optimizer"]["steps"] = -3'
+  expect $T "metadata.json has optimizer.steps -3, outside 0..1 (the checkpoint's step less the steps skipped on overflow)" \
+    "$BIN/$T" verify "$W/steps-neg/$ITER"
+  edited steps-skip 'm["optimizer"]["steps"] = 2'
+  expect $T "optimizer.steps 2, outside 0..1" "$BIN/$T" info "$W/steps-skip/$ITER"
+  for v in -5 0; do
+    edited "scale$v" "m['optimizer']['loss_scaler']['scale'] = $v"
+    expect $T "metadata.json has $scaler.scale $v.0, not a positive finite number" \
+      "$BIN/$T" info "$W/scale$v/$ITER"
+  done
+  edited scale-inf 'm["optimizer"]["loss_scaler"]["scale"] = "INF"'
+  sed -i 's/"INF"/1e999/' "$W/scale-inf/$ITER/metadata.json"
+  expect $T "metadata.json' is damaged or incomplete :: number overflow parsing '1e999'" \
+    "$BIN/$T" info "$W/scale-inf/$ITER"
+  edited hyst-neg 'm["optimizer"]["loss_scaler"]["hysteresis_left"] = -7'
+  expect $T "$scaler.hysteresis_left -7, outside 1..2 (at most loss_scaler.hysteresis" \
+    "$BIN/$T" info "$W/hyst-neg/$ITER"
+  edited hyst-big 'm["optimizer"]["loss_scaler"]["hysteresis_left"] = 3'
+  expect $T "$scaler.hysteresis_left 3, outside 1..2" "$BIN/$T" info "$W/hyst-big/$ITER"
+  edited iter-big 'm["optimizer"]["loss_scaler"]["iter"] = 5'
+  expect $T "$scaler.iter 5, outside 0..2 (at most the checkpoint's step)" "$BIN/$T" info \
+    "$W/iter-big/$ITER"
+  edited skipped-neg 'm["optimizer"]["loss_scaler"]["skipped"] = -1'
+  expect $T "$scaler.skipped -1, outside 0..2" "$BIN/$T" info "$W/skipped-neg/$ITER"
+  edited overflow-late 'm["optimizer"]["loss_scaler"]["last_overflow"] = 2'
+  expect $T "$scaler.last_overflow 2, outside -1..1" "$BIN/$T" info "$W/overflow-late/$ITER"
+  # layout.split edited: named as the checkpoint's field, not as a tensor plugin to fix.
+  edited split 'm["layout"]["split"] = [1] * len(m["layout"]["split"])'
+  expect $T "checkpoint '$W/split/$ITER' metadata.json has layout.split [1,1,1,1,1,1,1,1,1,1,1,1] (tp 1), which no tensor plan saves" \
+    "$BIN/$T" info "$W/split/$ITER"
+  # A consistent edit of the scaler is accepted and shown.
+  edited scaler-ok 'pass'
+  if "$BIN/$T" info "$W/scaler-ok/$ITER" 2>&1 | grep -q "optimizer steps: 1 (fp16: loss scale 1024, 1 steps skipped"; then
+    echo "PASS [info of a checkpoint with a loss scaler]"; passes=$((passes + 1))
+  else
+    echo "FAIL [info of a checkpoint with a loss scaler]"; fails=$((fails + 1))
+  fi
+  # A corrupt rank file: info prints nothing on stdout, only the error line.
+  flip() {  # FILE: one byte of its data (near the end, past the header) changed
+    printf 'X' | dd of="$1" bs=1 seek=$(($(stat -c %s "$1") - 10)) conv=notrunc 2>/dev/null
+  }
+  mkdir -p "$W/corrupt" && cp -r "$CK/$ITER" "$W/corrupt/"
+  flip "$W/corrupt/$ITER/rank_00000.safetensors"
+  expect $T "rank_00000.safetensors' is corrupt: its CRC-32 is" "$BIN/$T" info "$W/corrupt/$ITER"
+  out=$("$BIN/$T" info "$W/corrupt/$ITER" 2>/dev/null)
+  if [[ -z "$out" ]]; then
+    echo "PASS [info of a corrupt checkpoint prints nothing on stdout]"; passes=$((passes + 1))
+  else
+    echo "FAIL [info of a corrupt checkpoint printed on stdout]: $out"; fails=$((fails + 1))
+  fi
+  # verify of a save folder checks every checkpoint in it, not only `latest`'s.
+  cp -r "$CK" "$W/old-bad"
+  flip "$W/old-bad/iter_0000001/rank_00000.safetensors"
+  expect $T "checkpoint file '$W/old-bad/iter_0000001/rank_00000.safetensors' is corrupt" \
+    "$BIN/$T" verify "$W/old-bad"
+  out=$("$BIN/$T" verify "$CK" 2>&1)
+  if [[ "$out" == "$CK/iter_0000001: all files intact"$'\n'"$CK/iter_0000002: all files intact (latest)" ]]; then
+    echo "PASS [verify of a save folder reports each checkpoint]"; passes=$((passes + 1))
+  else
+    echo "FAIL [verify of a save folder]: $out"; fails=$((fails + 1))
+  fi
+  # A Megatron checkpoint folder is named as one, with what to do instead.
+  mkdir -p "$W/meg/iter_0000100/mp_rank_00" && touch "$W/meg/iter_0000100/mp_rank_00/model_optim_rng.pt"
+  echo 100 >"$W/meg/latest_checkpointed_iteration.txt"
+  for d in meg meg/iter_0000100; do
+    expect $T "checkpoint '$W/$d' is a Megatron checkpoint :: which Triad does not read :: output.init_from_hf" \
+      "$BIN/$T" info "$W/$d"
+  done
   ;;
 preprocess)
   T=triad-preprocess

@@ -110,3 +110,13 @@ TEST(LossScaler, StateRoundTripsThroughJson) {
   t.restore(back);
   EXPECT_EQ(scales(t, {false, false, true}), scales(s, {false, false, true}));
 }
+
+// A checkpoint saved under fp16.hysteresis 3 resumed with 2: the second overflow halves the
+// scale, as this run's setting says, not the third as the saved state would have it.
+TEST(LossScaler, RestoreKeepsTheHysteresisOfThisRun) {
+  LossScaler s(fp16(10, 1000, 3));
+  LossScaler t(fp16(10, 1000, 2));
+  t.restore(s.state());
+  EXPECT_EQ(t.state().hysteresis_left, 2);
+  EXPECT_EQ(scales(t, {true, true}), (std::vector<double>{1024, 1024, 512}));
+}

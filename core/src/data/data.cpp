@@ -147,10 +147,8 @@ std::unique_ptr<DataLoader> make_text(const DataConfig& d, const ModelConfig& m,
     throw UserError("text file '" + d.path + "' is empty; point data.path at a text file");
   if (d.tokenizer == "gpt2") {
     // GPT-2's BPE over the whole file, once, as it opens (about 2 M tokens/s).
-    const std::string dir = TRIAD_GPT2_VOCAB_DIR;
-    const Gpt2Tokenizer tok =
-        Gpt2Tokenizer::load(d.vocab_file.empty() ? dir + "/encoder.json" : d.vocab_file,
-                            d.merge_file.empty() ? dir + "/vocab.bpe" : d.merge_file);
+    const Gpt2Files files = gpt2_files(d.vocab_file, d.merge_file);
+    const Gpt2Tokenizer tok = Gpt2Tokenizer::load(files.encoder_json, files.vocab_bpe);
     const std::vector<int32_t> ids =
         tok.encode(std::string_view(reinterpret_cast<const char*>(f.data()), f.size()));
     const auto count = static_cast<int64_t>(ids.size());

@@ -257,6 +257,12 @@ bool unicode_to_bytes(std::string_view s, const std::unordered_map<char32_t, cha
 
 }  // namespace
 
+Gpt2Files gpt2_files(const std::string& vocab_file, const std::string& merge_file) {
+  const std::string dir = TRIAD_GPT2_VOCAB_DIR;
+  return {vocab_file.empty() ? dir + "/encoder.json" : vocab_file,
+          merge_file.empty() ? dir + "/vocab.bpe" : merge_file};
+}
+
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json_path,
                                   const std::string& vocab_bpe_path) {
   auto impl = std::make_shared<Impl>();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
 #include "triad/core/io/safetensors.hpp"
+#include "triad/core/plugins/tensor_backend.hpp"
+#include "triad/core/train/engine.hpp"
 
 namespace triad {
 
@@ -75,6 +78,62 @@ ModelConfig model_of(const nlohmann::json& j) {
   m.layernorm_epsilon = j.at("layernorm_epsilon").get<double>();
   m.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
   return m;
+}
+
+// What the learning rate of each step follows (metadata.json's "lr_schedule"): a resume under
+// another schedule is said (Checkpoint::schedule_change). The decay length is the effective one
+// (lr_decay_iters, else train_iters), so that a changed train_iters shows where it moves it.
+nlohmann::json schedule_json(const Config& c) {
+  const LrScheduleConfig& s = c.lr_schedule;
+  return {{"lr", c.optimizer.lr},
+          {"min_lr", c.optimizer.min_lr},
+          {"lr_warmup_iters", s.lr_warmup_iters},
+          {"lr_warmup_style", s.lr_warmup_style},
+          {"lr_decay_style", s.lr_decay_style},
+          {"lr_decay_iters", s.lr_decay_iters > 0 ? s.lr_decay_iters : c.training.train_iters}};
+}
+
+// The folder of another trainer's checkpoint, which Triad does not read: Megatron-LM's
+// (latest_checkpointed_iteration.txt; iter_NNNNNNN/mp_rank_XX/model_optim_rng.pt) or any other
+// of PyTorch .pt files (DeepSpeed's global_stepN/). Said as what it is, with what to do instead,
+// rather than as a folder that is "not a checkpoint" or an iter_ folder to point at.
+void refuse_pytorch_checkpoint(const fs::path& dir, const std::string& key) {
+  std::error_code ec;
+  const auto holds = [&](const fs::path& d, const auto& is) {
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (is(e.path().filename().string())) return true;
+    return false;
+  };
+  const auto rank_folder = [](const std::string& n) { return n.starts_with("mp_rank_"); };
+  const auto pt_file = [](const std::string& n) { return n.ends_with(".pt"); };
+  const auto iter_holding_ranks = [&](const std::string& n) {
+    return checkpoint_folder_step(n) >= 0 && holds(dir / n, rank_folder);
+  };
+  std::string what;
+  if (fs::exists(dir / "latest_checkpointed_iteration.txt", ec) || holds(dir, rank_folder) ||
+      holds(dir, iter_holding_ranks))
+    what = "a Megatron checkpoint (PyTorch .pt files under iter_*/mp_rank_*/)";
+  else if (holds(dir, pt_file))
+    what = "a PyTorch checkpoint (.pt files, as Megatron and DeepSpeed write)";
+  if (what.empty()) return;
+  throw UserError(key + " '" + dir.string() + "' is " + what +
+                  ", which Triad does not read (it shares only Megatron's folder naming); "
+                  "convert the model to a Hugging Face GPT-2 folder (e.g. transformers' "
+                  "convert_megatron_gpt2_checkpoint.py) and start from it with "
+                  "output.init_from_hf");
+}
+
+// A value as a config writes it: a string bare, a number as JSON does ("1e-05", "10000.0").
+std::string value_text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// A double as metadata.json and the config write it ("1e-05", "10000.0"; "inf" where JSON has
+// no word for it).
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return nlohmann::json(v).dump();
 }
 
 // Every tensor of the model (all layers, both ends) as tensor-parallel rank `tp_rank` of `tp`
@@ -168,6 +227,11 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
                      {"crc32", f.crc}});
   }
   const int64_t consumed = int64_t(step) * cfg.training.global_batch_size;
+  nlohmann::json scaler;  // null without fp16
+  if (progress.scaler) {
+    scaler = LossScaler::to_json(*progress.scaler);
+    scaler["hysteresis"] = cfg.fp16.hysteresis;  // the bound of hysteresis_left, checked on load
+  }
   return {{"format", kFormat},
           {"version", kVersion},
           {"step", step},
@@ -195,10 +259,8 @@ nlohmann::json metadata(const Config& cfg, const ParamSpec& spec, const Checkpoi
             {"path", cfg.data.path},
             {"consumed_samples", consumed},
             {"next_step", step + 1}}},
-          {"optimizer",
-           {{"steps", progress.optimizer_steps},
-            {"loss_scaler",
-             progress.scaler ? LossScaler::to_json(*progress.scaler) : nlohmann::json()}}},
+          {"optimizer", {{"steps", progress.optimizer_steps}, {"loss_scaler", scaler}}},
+          {"lr_schedule", schedule_json(cfg)},
           {"tensors", tensors},
           {"files", files},
           {"config", to_yaml(cfg)}};
@@ -314,13 +376,35 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
   return final.string();
 }
 
-void check_checkpoint_to_load(const Config& cfg) {
+bool check_checkpoint_to_load(const Config& cfg) {
   // Everything a rank would refuse, said once by the launcher before the ranks start.
+  const CheckpointConfig& cc = cfg.checkpoint;
+  const std::string& named = cc.load.empty() ? cc.save : cc.load;
+  // Before checkpoint_to_load, which would offer one of its iter_ folders to load.
+  std::error_code ec;
+  if (cc.resume && !has_checkpoint(named) && fs::is_directory(named, ec))
+    refuse_pytorch_checkpoint(named, std::string("--resume: ") +
+                                         (cc.load.empty() ? "checkpoint.save" : "checkpoint.load"));
   const std::string dir = checkpoint_to_load(cfg);
-  if (!dir.empty()) Checkpoint(dir).check_continues(cfg);
+  if (dir.empty()) return true;
+  const Checkpoint ck(dir);
+  // A requeued job runs the same command every time, also once the run is complete (Megatron
+  // exits 0 there too); a checkpoint.load given without --resume is a run to train, refused.
+  if (cc.resume && ck.step() >= cfg.training.train_iters) {
+    ck.check_same_run(cfg);
+    spdlog::info(
+        "--resume: the run is complete: checkpoint '{}' is at step {}, training.train_iters "
+        "is {}; nothing is left to train (raise training.train_iters to go on)",
+        ck.path(), ck.step(), cfg.training.train_iters);
+    return false;
+  }
+  ck.check_continues(cfg);
+  if (const std::string change = ck.schedule_change(cfg); !change.empty())
+    spdlog::warn("{}", change);
+  return true;
 }
 
-void Checkpoint::check_continues(const Config& cfg) const {
+void Checkpoint::check_same_run(const Config& cfg) const {
   const auto& t = cfg.training;
   check_model(cfg.model, "checkpoint.load");
   if (global_batch_size() != t.global_batch_size)
@@ -331,6 +415,11 @@ void Checkpoint::check_continues(const Config& cfg) const {
                     "training.global_batch_size " +
                     std::to_string(global_batch_size()) +
                     " (micro batch, accumulation and layout may change)");
+}
+
+void Checkpoint::check_continues(const Config& cfg) const {
+  const auto& t = cfg.training;
+  check_same_run(cfg);
   if (step() >= t.train_iters)
     throw UserError("checkpoint.load '" + path() + "' is at step " + std::to_string(step()) +
                     ", not before training.train_iters " + std::to_string(t.train_iters) +
@@ -338,21 +427,6 @@ void Checkpoint::check_continues(const Config& cfg) const {
 }
 
 // --- loading ----------------------------------------------------------------------------------
-
-namespace {
-
-// metadata.json's "optimizer" (absent before fp16: one optimizer step per step, no scaler).
-TrainingProgress progress_of(const nlohmann::json& meta) {
-  TrainingProgress p;
-  p.optimizer_steps = meta.at("step").get<int>();
-  if (!meta.contains("optimizer")) return p;
-  const nlohmann::json& o = meta.at("optimizer");
-  p.optimizer_steps = o.at("steps").get<int64_t>();
-  if (!o.at("loss_scaler").is_null()) p.scaler = LossScaler::from_json(o.at("loss_scaler"));
-  return p;
-}
-
-}  // namespace
 
 struct Checkpoint::Impl {
   std::string dir;
@@ -378,6 +452,90 @@ struct Checkpoint::Impl {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw UserError("checkpoint '" + dir + "' " + what);
+  }
+
+  // The whole number metadata.json holds at `where` ("optimizer/loss_scaler/iter"), within
+  // low..high (`bound` says what high is). Out of range, it was edited or damaged: a count the
+  // JSON holds as any number would otherwise wrap in an int (a step of 1e15 reads as
+  // -1530494976) or train wrongly, and fail far from here if at all.
+  int64_t count(const std::string& where, int64_t low, int64_t high,
+                const std::string& bound = "") const {
+    const nlohmann::json& v = meta.at(nlohmann::json::json_pointer("/" + where));
+    std::string name = where;
+    std::replace(name.begin(), name.end(), '/', '.');
+    if (!v.is_number_integer() || v.get<int64_t>() < low || v.get<int64_t>() > high)
+      fail("metadata.json has " + name + " " + v.dump() + ", outside " + std::to_string(low) +
+           ".." + std::to_string(high) + (bound.empty() ? "" : " (" + bound + ")") +
+           "; the file was edited or damaged, load an earlier checkpoint");
+    return v.get<int64_t>();
+  }
+
+  // metadata.json's "optimizer" (absent before fp16: one optimizer step per step, no scaler),
+  // each count within what a run could have reached by `step`.
+  TrainingProgress progress_of(int64_t step) const {
+    TrainingProgress p;
+    p.optimizer_steps = step;
+    if (!meta.contains("optimizer")) return p;
+    const nlohmann::json& ls = meta.at("optimizer").at("loss_scaler");
+    int64_t skipped = 0;
+    if (!ls.is_null()) {
+      const std::string at = "optimizer/loss_scaler/";
+      const double scale = ls.at("scale").get<double>();
+      if (!std::isfinite(scale) || scale <= 0)
+        fail("metadata.json has optimizer.loss_scaler.scale " + number_text(scale) +
+             ", not a positive finite number; the file was edited or damaged, load an earlier "
+             "checkpoint");
+      const int64_t iter = count(at + "iter", 0, step, "at most the checkpoint's step");
+      count(at + "last_overflow", -1, iter - 1, "-1 for none, else a step before loss_scaler.iter");
+      skipped = count(at + "skipped", 0, iter, "at most loss_scaler.iter");
+      // The configured fp16.hysteresis it was saved under (absent in older checkpoints).
+      const bool known = ls.contains("hysteresis");
+      const int64_t most = known ? count(at + "hysteresis", 1, INT32_MAX) : INT32_MAX;
+      count(at + "hysteresis_left", 1, most,
+            known ? "at most loss_scaler.hysteresis, the fp16.hysteresis it was saved with" : "");
+      p.scaler = LossScaler::from_json(ls);
+    }
+    p.optimizer_steps = count("optimizer/steps", 0, step - skipped,
+                              skipped ? "the checkpoint's step less the steps skipped on overflow"
+                                      : "at most the checkpoint's step");
+    return p;
+  }
+
+  // layout.split as a tensor plan could have saved it, and the tensors it describes as listed:
+  // an edited split is said here, by its field, rather than later as a plan to fix.
+  void check_split(const nlohmann::json& layout) const {
+    const std::string edited = "; the file was edited or damaged, load an earlier checkpoint";
+    if (const std::string broken = tensor_split_error(tp, split); !broken.empty())
+      fail("metadata.json has layout.split " + layout.at("split").dump() + " (tp " +
+           std::to_string(tp) + "), which no tensor plan saves: " + broken + edited);
+    ParamSpec spec;
+    try {
+      spec = whole_spec(model, 0, tp, split);
+    } catch (const UserError& e) {
+      fail("metadata.json's model and layout describe no model Triad splits (" +
+           std::string(e.what()) + ")" + edited);
+    }
+    const nlohmann::json& listed = meta.at("tensors");
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      const TensorSpec& t = spec.tensors[i];
+      const nlohmann::json want = {{"name", t.name},
+                                   {"global_shape", t.global_shape},
+                                   {"dim", t.split.dim},
+                                   {"chunks", t.split.chunks}};
+      nlohmann::json have;
+      if (i < listed.size())
+        have = {{"name", listed[i].at("name")},
+                {"global_shape", listed[i].at("global_shape")},
+                {"dim", listed[i].at("split").at("dim")},
+                {"chunks", listed[i].at("split").at("chunks")}};
+      if (have != want)
+        fail("metadata.json's tensors[" + std::to_string(i) + "] is " + have.dump() +
+             ", but its model and layout.split " + layout.at("split").dump() + " make it " +
+             want.dump() + edited);
+    }
+    if (listed.size() != spec.tensors.size())
+      fail("metadata.json lists " + std::to_string(listed.size()) + " tensors, but its model has " +
+           std::to_string(spec.tensors.size()) + edited);
   }
 
   // The whole model's `kind` in the Hugging Face layout.
@@ -428,15 +586,20 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     if (name.empty() || name.find('/') != std::string::npos)
       c.fail("has a `latest` file that names no checkpoint (" + shown + "); " + to_iter);
     c.dir = (fs::path(dir_in) / name).string();
-    if (!fs::exists(fs::path(c.dir) / "metadata.json", ec))
+    if (!fs::exists(fs::path(c.dir) / "metadata.json", ec)) {
+      // Megatron-DeepSpeed writes a `latest` too, naming its global_stepN folder.
+      refuse_pytorch_checkpoint(dir_in, "checkpoint");
+      refuse_pytorch_checkpoint(c.dir, "checkpoint");
       throw UserError("checkpoint '" + dir_in + "': `latest` names " + shown +
                       ", which has no metadata.json; point " + key +
                       " at one of its complete iter_* folders");
+    }
   } else if (!fs::exists(fs::path(dir_in) / "metadata.json", ec)) {
     const std::string point =
         "point " + key + " at a checkpoint.save folder or one of its iter_* folders";
     struct stat st {};
     if (::stat(dir_in.c_str(), &st) != 0) c.fail("does not exist; check " + key);
+    if (S_ISDIR(st.st_mode)) refuse_pytorch_checkpoint(dir_in, "checkpoint");
     if (S_ISDIR(st.st_mode))
       c.fail("is not a checkpoint (no `latest`, no metadata.json); " + point);
     // A file, a FIFO: said by its kind, never opened.
@@ -450,39 +613,33 @@ Checkpoint::Checkpoint(const std::string& dir_in, const std::string& key)
     if (c.meta.at("version").get<int>() != kVersion)
       c.fail("has format version " + c.meta.at("version").dump() + "; this Triad reads version " +
              std::to_string(kVersion));
+    for (const char* k : {"num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                          "vocab_size", "make_vocab_size_divisible_by"})
+      c.count(std::string("model/") + k, 1, INT32_MAX);
+    c.count("model/max_position_embeddings", 0, INT32_MAX);
     c.model = model_of(c.meta.at("model"));
     const auto& layout = c.meta.at("layout");
-    c.tp = layout.at("tensor_model_parallel_size").get<int>();
+    c.tp = int(c.count("layout/tensor_model_parallel_size", 1, INT32_MAX));
     c.split = layout.at("split").get<std::array<int32_t, TRIAD_TENSOR_ROLE_COUNT>>();
     for (const auto& f : c.meta.at("files"))
       c.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(),
                          f.at("tp").get<int>(), f.at("bytes").get<uint64_t>(),
                          f.at("crc32").get<uint32_t>(), nullptr});
-    // Everything describe() and the loader read, read once here: a damaged metadata.json is
-    // this one message, never a JSON exception later.
-    // And in range: a count the JSON holds as any number would otherwise wrap in an int (a step
-    // of 1e15 reads as -1530494976) and fail deep in the data loader.
-    auto count = [&](const char* key, int64_t low, int64_t high) {
-      const int64_t v = c.meta.at(key).get<int64_t>();
-      if (!c.meta.at(key).is_number_integer() || v < low || v > high)
-        c.fail("metadata.json has " + std::string(key) + " " + c.meta.at(key).dump() +
-               ", outside " + std::to_string(low) + ".." + std::to_string(high) +
-               " (the file was edited or damaged); load an earlier checkpoint");
-      return v;
-    };
-    const int64_t iters = count("train_iters", 1, INT32_MAX);
-    const int64_t step = count("step", 0, iters);
-    const int64_t batch = count("global_batch_size", 1, INT32_MAX);
-    count("consumed_samples", 0, step * batch);
-    c.meta.at("tensors").size();
-    c.progress = progress_of(c.meta);
+    // Everything describe() and the loader read, read once here and each count in range: a
+    // damaged or edited metadata.json is this one message, never a JSON exception or a wrong
+    // run later.
+    const int64_t iters = c.count("train_iters", 1, INT32_MAX);
+    const int64_t step = c.count("step", 0, iters, "at most train_iters");
+    const int64_t batch = c.count("global_batch_size", 1, INT32_MAX);
+    c.count("consumed_samples", 0, step * batch, "at most the step times the global batch");
+    c.check_split(layout);
+    c.progress = c.progress_of(step);
     c.meta.at("rng").at("training_seed").get<uint64_t>();
     c.meta.at("rng").at("data_seed").get<uint64_t>();
     for (const char* k :
          {"pipeline_model_parallel_size", "data_parallel_size", "world_size", "zero_stage"})
       layout.at(k).get<int>();
     layout.at("sequence_parallel").get<bool>();
-    if (c.tp < 1) c.fail("metadata.json has tensor_model_parallel_size " + std::to_string(c.tp));
     for (const Impl::File& f : c.files)
       if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.tp < 0 ||
           f.tp >= c.tp)
@@ -548,6 +705,50 @@ ModelConfig Checkpoint::model() const {
   return impl_->model;
 }
 
+std::string Checkpoint::schedule_change(const Config& cfg) const {
+  const nlohmann::json& meta = impl_->meta;
+  if (!meta.contains("lr_schedule")) return "";
+  const nlohmann::json saved = meta.at("lr_schedule"), now = schedule_json(cfg);
+  Config was = cfg;  // the saved schedule, its decay length as train_iters
+  try {
+    was.optimizer.lr = saved.at("lr").get<double>();
+    was.optimizer.min_lr = saved.at("min_lr").get<double>();
+    was.lr_schedule.lr_warmup_iters = saved.at("lr_warmup_iters").get<int>();
+    was.lr_schedule.lr_warmup_style = saved.at("lr_warmup_style").get<std::string>();
+    was.lr_schedule.lr_decay_style = saved.at("lr_decay_style").get<std::string>();
+    was.lr_schedule.lr_decay_iters = 0;
+    was.training.train_iters = saved.at("lr_decay_iters").get<int>();
+  } catch (const nlohmann::json::exception&) {
+    return "";  // not a schedule this Triad wrote: nothing to compare with
+  }
+  // The optimizer steps drive the schedule (a step skipped on overflow leaves it).
+  const int64_t next = impl_->progress.optimizer_steps + 1;
+  const auto lr = [&](const Config& c, int64_t s) {
+    return learning_rate(c.optimizer, c.lr_schedule, c.training.train_iters, int(s));
+  };
+  // The same lr from here to the end (every step, or 100000 spread over a longer run) is the
+  // same schedule, whatever its keys say (a constant lr has no decay length).
+  const int64_t last = cfg.training.train_iters,
+                stride = std::max<int64_t>(1, (last - next) / 100000);
+  bool same = true;
+  for (int64_t s = next; s <= last && same; s = s == last ? last + 1 : std::min(last, s + stride))
+    same = lr(was, s) == lr(cfg, s);
+  if (same) return "";
+  std::string changed;
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (saved.contains(it.key()) && saved.at(it.key()) != it.value())
+      changed += (changed.empty() ? "" : ", ") + it.key() + " " + value_text(saved.at(it.key())) +
+                 " -> " + value_text(it.value()) +
+                 (it.key() == "lr_decay_iters" && cfg.lr_schedule.lr_decay_iters == 0
+                      ? " (training.train_iters)"
+                      : "");
+  return "checkpoint.load '" + path() +
+         "': the learning-rate schedule differs from the one it was trained with (" + changed +
+         "): optimizer step " + std::to_string(next) + " gets lr " +
+         fmt::format("{:.6g}", lr(cfg, next)) + " instead of " +
+         fmt::format("{:.6g}", lr(was, next)) + ", and the schedule goes on from there";
+}
+
 std::string Checkpoint::describe() const {
   const auto& m = impl_->meta;
   const auto& l = m.at("layout");
@@ -586,21 +787,27 @@ std::string Checkpoint::describe() const {
 
 void Checkpoint::check_model(const ModelConfig& m, const std::string& key) const {
   const ModelConfig& s = impl_->model;
-  auto differ = [&](const char* name, const std::string& saved, const std::string& here) {
+  // model.NAME, said with `note` where the key alone would mislead ("(the context)").
+  auto differ = [&](const std::string& name, const nlohmann::json& saved,
+                    const nlohmann::json& here, const std::string& note = "") {
     if (saved != here)
-      throw UserError(key + " '" + impl_->dir + "' holds another model: model." + name + " is " +
-                      saved + " there but " + here +
-                      " in this config; train it with the model it was saved with (its config "
-                      "is in metadata.json)");
+      throw UserError(key + " '" + impl_->dir + "' holds another model: model." + name + note +
+                      " is " + value_text(saved) + " there but " + value_text(here) +
+                      " in this config; train it with the model it was saved with (--set model." +
+                      name + "=" + value_text(saved) + "; its config is in metadata.json)");
   };
-  differ("num_layers", std::to_string(s.num_layers), std::to_string(m.num_layers));
-  differ("hidden_size", std::to_string(s.hidden_size), std::to_string(m.hidden_size));
-  differ("num_attention_heads", std::to_string(s.num_attention_heads),
-         std::to_string(m.num_attention_heads));
-  differ("vocab_size", std::to_string(s.vocab_size), std::to_string(m.vocab_size));
+  // Every stored field that changes what the model computes. Not compared: init_std (it only
+  // draws the first weights, which the checkpoint replaces), seq_length (the samples' length:
+  // any up to the context runs the same weights), make_vocab_size_divisible_by (the padded
+  // rows never get probability, and loading cuts the vocabulary anew).
+  differ("num_layers", s.num_layers, m.num_layers);
+  differ("hidden_size", s.hidden_size, m.hidden_size);
+  differ("num_attention_heads", s.num_attention_heads, m.num_attention_heads);
+  differ("vocab_size", s.vocab_size, m.vocab_size);
   differ("position_embedding", s.position_embedding, m.position_embedding);
-  differ("max_position_embeddings (the context)", std::to_string(context_length(s)),
-         std::to_string(context_length(m)));
+  differ("max_position_embeddings", context_length(s), context_length(m), " (the context)");
+  differ("layernorm_epsilon", s.layernorm_epsilon, m.layernorm_epsilon);
+  if (m.position_embedding == "rope") differ("rope_base", s.rope_base, m.rope_base);
 }
 
 void Checkpoint::verify() const {

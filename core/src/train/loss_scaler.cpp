@@ -14,6 +14,11 @@ LossScaler::LossScaler(const Fp16Config& cfg) : cfg_(cfg), enabled_(cfg.enabled)
   state_.hysteresis_left = cfg.hysteresis;
 }
 
+void LossScaler::restore(const State& s) {
+  state_ = s;
+  state_.hysteresis_left = std::min(s.hysteresis_left, cfg_.hysteresis);
+}
+
 bool LossScaler::update(bool overflow, int step) {
   if (!enabled_) return false;
   State& s = state_;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/io/hf.hpp"
+#include "triad/core/tokenizer/tokenizer.hpp"
 #include "triad/core/units.hpp"
 
 namespace triad {
@@ -274,6 +275,16 @@ void log_context_traffic(const Run& run, double steps) {
       formula);
 }
 
+// The GPT-2 tokenizer's files a run with data.tokenizer gpt2 read, to ship with its export; none
+// for byte tokens, or where they are not found (data.kind tokens or indexed never reads them).
+HfTokenizerFiles hf_tokenizer_of(const DataConfig& d) {
+  if (d.tokenizer != "gpt2") return {};
+  const Gpt2Files f = gpt2_files(d.vocab_file, d.merge_file);
+  std::error_code ec;
+  if (!fs::is_regular_file(f.encoder_json, ec) || !fs::is_regular_file(f.vocab_bpe, ec)) return {};
+  return {f.encoder_json, f.vocab_bpe};
+}
+
 }  // namespace
 
 void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
@@ -329,7 +340,8 @@ void finish_run(const Run& run, const Optimizer& optimizer, RunResult& result) {
     const Buffer<float> whole = run.state->whole_params();
     const std::vector<float> full = run.whole_model(whole.data());
     if (run.opts.dist.rank == 0) {
-      export_hf(cfg.output.export_hf, cfg.model, run.model().full_layout(), full.data());
+      export_hf(cfg.output.export_hf, cfg.model, run.model().full_layout(), full.data(),
+                hf_tokenizer_of(cfg.data));
       if (!quiet) spdlog::info("exported Hugging Face GPT-2 folder: {}", cfg.output.export_hf);
     }
   }

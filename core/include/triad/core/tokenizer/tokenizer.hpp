@@ -24,6 +24,13 @@
 
 namespace triad {
 
+// GPT-2's encoder.json and vocab.bpe as a run reads them: data.vocab_file and data.merge_file,
+// each where given, else the files tools/bootstrap installs.
+struct Gpt2Files {
+  std::string encoder_json, vocab_bpe;
+};
+Gpt2Files gpt2_files(const std::string& vocab_file, const std::string& merge_file);
+
 class Gpt2Tokenizer {
  public:
   // Reads the two files; a missing or malformed file throws triad::UserError (one line naming

@@ -63,8 +63,12 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
 
 // The launcher's check before any rank starts: the checkpoint the run would load
 // (checkpoint_to_load, config.hpp) has its metadata, every rank file with its size, and the
-// config's model. Throws UserError naming the file. (Checksums are verified as ranks load.)
-void check_checkpoint_to_load(const Config& cfg);
+// config's model. Throws UserError naming the file (also for another trainer's checkpoint, a
+// Megatron folder, named as such). (Checksums are verified as ranks load.) Logs one line when the
+// learning-rate schedule differs from the one the checkpoint was trained with. Returns false
+// when --resume finds the run complete (its checkpoint at training.train_iters or past it), said
+// in one info line: nothing is left to train, and nothing is to be written.
+bool check_checkpoint_to_load(const Config& cfg);
 
 class Checkpoint {
  public:
@@ -88,9 +92,17 @@ class Checkpoint {
   std::string describe() const;
   // Throws UserError when `m` is another model (the first difference named).
   void check_model(const ModelConfig& m, const std::string& key) const;
-  // check_model, and that `cfg` can go on from this checkpoint: the same global batch (the data
-  // position counts steps of it) and a step before training.train_iters. Throws UserError.
+  // check_model, and the same global batch (the data position counts steps of it): `cfg` is a
+  // run this checkpoint belongs to. Throws UserError.
+  void check_same_run(const Config& cfg) const;
+  // check_same_run, and a step before training.train_iters: `cfg` can go on from this
+  // checkpoint. Throws UserError.
   void check_continues(const Config& cfg) const;
+  // One line saying how `cfg`'s learning-rate schedule differs from the one this checkpoint was
+  // trained with (what was changed, the lr of the next optimizer step under each), or "" when
+  // they give the same lr from here to cfg's training.train_iters, or the checkpoint does not say
+  // (saved before metadata.json kept its schedule).
+  std::string schedule_change(const Config& cfg) const;
   // Every file's bytes against its CRC-32; throws UserError naming a file that differs.
   void verify() const;
 

@@ -31,7 +31,9 @@ class LossScaler {
   bool dynamic() const { return enabled_ && cfg_.loss_scale == 0; }
   double scale() const { return state_.scale; }
   const State& state() const { return state_; }
-  void restore(const State& s) { state_ = s; }
+  // A checkpoint's state, its hysteresis_left at most this run's fp16.hysteresis (a run resumed
+  // with a smaller one tolerates no more overflows than it says).
+  void restore(const State& s);
 
   // One step's verdict: whether its gradients overflowed (the flag every rank agreed on).
   // Returns whether the step is skipped, and moves the scale. Throws UserError when a dynamic
