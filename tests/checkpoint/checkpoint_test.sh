@@ -346,7 +346,7 @@ EOF
   must_train single more.log --set training.train_iters=6 --set output.dir=fin \
     --set checkpoint.save=fin/ckpt --resume
   [[ $(grep -c "learning-rate schedule differs" more.log) -eq 1 ]] &&
-    grep -q "(lr_decay_iters 4 -> 6 (training.train_iters)): optimizer step 5 gets lr" more.log &&
+    grep -q "(decay_steps 4 -> 6 (training.train_iters)): optimizer step 5 gets lr" more.log &&
     grep -q "done: 2 steps" more.log || { cat more.log; fail "no schedule line, or not 2 steps"; }
   pass "exit_interval: no export; resumed to the end: exported (bos/eos null); requeued when complete: exit 0, nothing written; extended: the schedule change said"
 

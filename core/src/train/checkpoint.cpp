@@ -85,12 +85,15 @@ ModelConfig model_of(const nlohmann::json& j) {
 // (lr_decay_iters, else train_iters), so that a changed train_iters shows where it moves it.
 nlohmann::json schedule_json(const Config& c) {
   const LrScheduleConfig& s = c.lr_schedule;
+  // The phases in steps, however they were given (iterations, samples, a fraction).
+  const LrPhases p = lr_phases(s, c.training.train_iters, c.training.global_batch_size);
   return {{"lr", c.optimizer.lr},
           {"min_lr", c.optimizer.min_lr},
-          {"lr_warmup_iters", s.lr_warmup_iters},
+          {"warmup_steps", p.warmup},
           {"lr_warmup_style", s.lr_warmup_style},
           {"lr_decay_style", s.lr_decay_style},
-          {"lr_decay_iters", s.lr_decay_iters > 0 ? s.lr_decay_iters : c.training.train_iters}};
+          {"decay_steps", p.decay},
+          {"lr_lag_steps", s.lr_lag_steps}};
 }
 
 // The folder of another trainer's checkpoint, which Triad does not read: Megatron-LM's
@@ -709,22 +712,26 @@ std::string Checkpoint::schedule_change(const Config& cfg) const {
   const nlohmann::json& meta = impl_->meta;
   if (!meta.contains("lr_schedule")) return "";
   const nlohmann::json saved = meta.at("lr_schedule"), now = schedule_json(cfg);
-  Config was = cfg;  // the saved schedule, its decay length as train_iters
+  // The saved schedule, its phases as samples of a global batch of 1 (= steps).
+  Config was = cfg;
   try {
     was.optimizer.lr = saved.at("lr").get<double>();
     was.optimizer.min_lr = saved.at("min_lr").get<double>();
-    was.lr_schedule.lr_warmup_iters = saved.at("lr_warmup_iters").get<int>();
+    was.lr_schedule = LrScheduleConfig{};
+    was.lr_schedule.lr_warmup_samples = saved.at("warmup_steps").get<double>();
     was.lr_schedule.lr_warmup_style = saved.at("lr_warmup_style").get<std::string>();
     was.lr_schedule.lr_decay_style = saved.at("lr_decay_style").get<std::string>();
-    was.lr_schedule.lr_decay_iters = 0;
-    was.training.train_iters = saved.at("lr_decay_iters").get<int>();
+    was.lr_schedule.lr_decay_samples = saved.at("decay_steps").get<double>();
+    was.lr_schedule.lr_lag_steps = saved.at("lr_lag_steps").get<int>();
+    was.training.global_batch_size = 1;
   } catch (const nlohmann::json::exception&) {
     return "";  // not a schedule this Triad wrote: nothing to compare with
   }
   // The optimizer steps drive the schedule (a step skipped on overflow leaves it).
   const int64_t next = impl_->progress.optimizer_steps + 1;
   const auto lr = [&](const Config& c, int64_t s) {
-    return learning_rate(c.optimizer, c.lr_schedule, c.training.train_iters, int(s));
+    return learning_rate(c.optimizer, c.lr_schedule, c.training.train_iters,
+                         c.training.global_batch_size, int(s));
   };
   // The same lr from here to the end (every step, or 100000 spread over a longer run) is the
   // same schedule, whatever its keys say (a constant lr has no decay length).
@@ -734,12 +741,19 @@ std::string Checkpoint::schedule_change(const Config& cfg) const {
   for (int64_t s = next; s <= last && same; s = s == last ? last + 1 : std::min(last, s + stride))
     same = lr(was, s) == lr(cfg, s);
   if (same) return "";
+  // Steps are whole numbers mostly: "4", not "4.0".
+  const auto text = [](const nlohmann::json& v) {
+    const bool whole = v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+                       std::abs(v.get<double>()) < 1e15;
+    return whole ? std::to_string(static_cast<long long>(v.get<double>())) : value_text(v);
+  };
   std::string changed;
   for (auto it = now.begin(); it != now.end(); ++it)
     if (saved.contains(it.key()) && saved.at(it.key()) != it.value())
-      changed += (changed.empty() ? "" : ", ") + it.key() + " " + value_text(saved.at(it.key())) +
-                 " -> " + value_text(it.value()) +
-                 (it.key() == "lr_decay_iters" && cfg.lr_schedule.lr_decay_iters == 0
+      changed += (changed.empty() ? "" : ", ") + it.key() + " " + text(saved.at(it.key())) +
+                 " -> " + text(it.value()) +
+                 (it.key() == "decay_steps" && cfg.lr_schedule.lr_decay_iters == 0 &&
+                          cfg.lr_schedule.lr_decay_samples == 0
                       ? " (training.train_iters)"
                       : "");
   return "checkpoint.load '" + path() +
