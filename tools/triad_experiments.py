@@ -85,24 +85,11 @@ def finite_number(text):
     return value
 
 
-def parse_json(text, finite_only=True):
-    """json.loads, with what Python's own takes but no JSON file of Triad's means refused as a
-    ValueError like any damage: nesting too deep for the parser (a RecursionError) and, unless
-    not `finite_only` (a caller that names each bad number itself), NaN, Infinity and a number
-    past a double (1e400)."""
-    def finite_float(number):
-        value = float(number)
-        if not math.isfinite(value):
-            raise ValueError(f"the number {number} is past what a double holds")
-        return value
-
-    def constant(name):
-        raise ValueError(f"{name} is not a JSON number")
-
+def parse_json(text):
+    """json.loads, with nesting too deep for Python's parser (a RecursionError: a damaged file
+    of thousands of `[`) a ValueError like any other damage."""
     try:
-        if not finite_only:
-            return json.loads(text)
-        return json.loads(text, parse_float=finite_float, parse_constant=constant)
+        return json.loads(text)
     except RecursionError:
         raise ValueError("nested too deeply to read") from None
 
