@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::launch {
@@ -35,15 +36,17 @@ CLI::Validator whole_number(long long lo, long long hi, const std::string& words
       desc);
 }
 
+// Seconds up to a week: longer is no bound, and past what milliseconds count. A bound that may
+// not be 0 is at least a millisecond (0.0001 would round to 0 ms, which turns a watch off).
 CLI::Validator seconds(bool zero_ok) {
-  const std::string words =
-      zero_ok ? "a number of seconds of at least 0" : "a number of seconds greater than 0";
+  const std::string words = zero_ok ? "a number of seconds from 0 to 604800 (a week)"
+                                    : "a number of seconds from 0.001 to 604800 (a week)";
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0;
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
         if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) &&
-            (zero_ok ? v >= 0 : v > 0))
+            v >= (zero_ok ? 0 : 0.001) && v <= 604800)
           return "";
         return "'" + text + "' is not " + words;
       },
@@ -176,7 +179,7 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     // One line, like every other error of the launcher (CLI11 adds "Run with --help ...").
-    std::string msg = one_line(e.what());
+    std::string msg = one_line(triad::cli::reworded(e.what()));
     // "--nproc-per-node: 1 required INT missing": the flag came last, without its value.
     if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && msg.find(" missing") != std::string::npos)
       msg = msg.substr(0, msg.find(':')) + " needs a value";
@@ -190,6 +193,7 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
     std::fprintf(stderr, "triad-launch: error: %s; see triad-launch --help\n", msg.c_str());
     return kExitUserError;
   }
+  triad::cli::refuse_empty_values(app);
   a.nproc_given = app.count("--nproc-per-node") > 0;
   a.nnodes_given = app.count("--nnodes") > 0;
   a.node_rank_given = app.count("--node-rank") > 0;

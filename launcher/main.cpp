@@ -16,10 +16,12 @@
 #include "plan.hpp"
 #include "spawn.hpp"
 #include "training.hpp"
+#include "triad/core/cli.hpp"
 #include "triad/core/config/config.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/train/checkpoint.hpp"
 #include "triad/core/train/engine.hpp"
+#include "triad/core/train/run.hpp"
 #include "triad/core/train/stop_signals.hpp"
 
 namespace {
@@ -51,10 +53,11 @@ int run(int argc, char** argv) {
   const Environment env = current_environment();
   JobPlan plan = make_plan(a, env);
   ChildSpec program;
-  double collective_timeout = 0;
+  RunFolderLocks locks;  // held until the run ends
+  std::chrono::milliseconds collective_timeout{0};
   if (a.exec.empty()) {
     if (a.dry_run) {
-      if (plan.agent == 0) return print_dry_run(a, plan.world_size);
+      if (plan.agent == 0) return print_dry_run(a, plan.world_size, int(plan.ranks.size()));
       std::fprintf(stderr, "triad-launch: dry run: %s's launcher prints the report\n",
                    plan.agent_name(0).c_str());
       return 0;
@@ -77,7 +80,8 @@ int run(int argc, char** argv) {
     if (!triad::check_checkpoint_to_load(cfg)) return 0;
     triad::check_run_paths(cfg, runs_rank0);
     check_memory(cfg, plan.world_size, int(plan.ranks.size()));
-    collective_timeout = cfg.training.collective_timeout;
+    collective_timeout = triad::collective_timeout_ms(cfg.training);
+    if (runs_rank0) lock_run_folders(cfg, locks);
     program.path = self_executable();
     program.argv = {program.path, "--worker"};
     if (a.megatron_args.empty())
@@ -100,7 +104,7 @@ int run(int argc, char** argv) {
   s.stop_grace = ms(a.stop_grace_s);
   s.prefix = !a.no_prefix;
   s.training = a.exec.empty();
-  s.collective_timeout = ms(collective_timeout);
+  s.collective_timeout = collective_timeout;
   return run_agent(plan, program, s);
 }
 
@@ -109,13 +113,5 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   wait_passively_by_default(argv);
   spdlog::set_pattern("[%H:%M:%S] %v");
-  try {
-    return run(argc, argv);
-  } catch (const triad::UserError& e) {
-    std::fprintf(stderr, "triad-launch: error: %s\n", e.what());
-    return triad::kExitUserError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "triad-launch: internal error: %s\n", e.what());
-    return 1;
-  }
+  return triad::cli::run_main("triad-launch", [&] { return run(argc, argv); });
 }

@@ -78,6 +78,12 @@ JobPlan plan_local(const LaunchArgs& a) {
                     std::to_string(a.nnodes - 1) + " (--nnodes " + std::to_string(a.nnodes) + ")");
   if (!a.nnodes_given && a.node_rank_given && a.node_rank > 0)
     throw UserError("--node-rank " + std::to_string(a.node_rank) + " needs --nnodes");
+  if (int64_t(a.nnodes) * a.nproc_per_node > INT_MAX)
+    throw UserError("--nnodes " + std::to_string(a.nnodes) + " × --nproc-per-node " +
+                    std::to_string(a.nproc_per_node) + " makes " +
+                    std::to_string(int64_t(a.nnodes) * a.nproc_per_node) +
+                    " ranks, more than a job can have (" + std::to_string(INT_MAX) +
+                    "); give fewer nodes or ranks per node");
   JobPlan p;
   p.source = a.nnodes > 1
                  ? "flags, node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nnodes)

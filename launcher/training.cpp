@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "triad/core/config/config.hpp"
@@ -92,7 +93,7 @@ void log_import_notes(const Config& cfg) {
   for (const std::string& note : cfg.import_notes) spdlog::info("{}", note);
 }
 
-int print_dry_run(const LaunchArgs& a, int world_size) {
+int print_dry_run(const LaunchArgs& a, int world_size, int local_ranks) {
   Config cfg = load_launch_config(a, world_size);
   // Resolve the plugin choices too, so a dry run catches a bad plugin name, parameter or plan.
   const std::vector<std::string> plugin_notes = preflight(cfg);
@@ -170,16 +171,30 @@ int print_dry_run(const LaunchArgs& a, int world_size) {
   std::string refusal = runnable_refusal(cfg);
   if (refusal.empty() && cfg.device == "cuda" && cuda_devices_visible() == 0)
     refusal = "device 'cuda': no CUDA GPU is visible on this machine";
+  if (refusal.empty()) refusal = memory_refusal_here(cfg, world_size, local_ranks);
   std::cout << "runs here:           " << (refusal.empty() ? "yes" : "no: " + refusal) << "\n";
   return 0;
 }
 
-void check_memory(const Config& cfg, int world_size, int local_ranks) {
+std::string memory_refusal_here(const Config& cfg, int world_size, int local_ranks) {
   // The training device's memory is the host's on the CPU; a GPU's is checked by its rank (engine).
-  if (cfg.device != "cpu") return;
+  if (cfg.device != "cpu") return "";
   const size_t available = host_memory_available();
-  if (available == 0) return;  // unknown: nothing to compare with
-  check_memory_fits(cfg, world_size, available / size_t(std::max(1, local_ranks)));
+  if (available == 0) return "";  // unknown: nothing to compare with
+  return memory_refusal(cfg, world_size, available / size_t(std::max(1, local_ranks)));
+}
+
+void check_memory(const Config& cfg, int world_size, int local_ranks) {
+  if (std::string refusal = memory_refusal_here(cfg, world_size, local_ranks); !refusal.empty())
+    throw UserError(refusal);
+}
+
+void lock_run_folders(const Config& cfg, RunFolderLocks& locks) {
+  locks.output.emplace("output.dir", cfg.output.dir);
+  std::error_code ec;
+  const std::string& save = cfg.checkpoint.save;
+  if (!save.empty() && !std::filesystem::equivalent(save, cfg.output.dir, ec))
+    locks.save.emplace("checkpoint.save", save);
 }
 
 int train_in_process(const LaunchArgs& a) {
@@ -194,6 +209,8 @@ int train_in_process(const LaunchArgs& a) {
   if (!check_checkpoint_to_load(cfg)) return 0;
   check_run_paths(cfg, /*writes_output=*/true);
   check_memory(cfg, 1, 1);
+  RunFolderLocks locks;
+  lock_run_folders(cfg, locks);
   return train(a, cfg, DistEnv{});
 }
 

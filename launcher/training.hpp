@@ -2,7 +2,10 @@
 // launch (--worker), plus the --dry-run report.
 #pragma once
 
+#include <optional>
+
 #include "cli.hpp"
+#include "run_lock.hpp"
 #include "triad/core/config/config.hpp"
 
 namespace triad::launch {
@@ -13,10 +16,22 @@ namespace triad::launch {
 // key fails alike at every world size.
 void check_transport(const Config& cfg, int world_size);
 
-// Refuses, before any allocation, a CPU run whose estimated peak per rank (memory_plan.hpp)
-// exceeds this machine's available memory shared by the local_ranks ranks it starts here:
-// one line with the estimate, the limit and the cheapest change that fits.
+// Why a CPU run cannot start here for memory, "" when it can (or this machine's memory is
+// unknown): its estimated peak per rank (memory_plan.hpp) exceeds this machine's available
+// memory shared by the local_ranks ranks it starts here. One line with the estimate, the limit
+// and the cheapest change that fits. The launch refuses it (check_memory), the dry run says it.
+std::string memory_refusal_here(const Config& cfg, int world_size, int local_ranks);
+// Refuses such a run before any allocation: UserError with memory_refusal_here's line.
 void check_memory(const Config& cfg, int world_size, int local_ranks);
+
+// The folders a run writes, locked for its life by the launcher that runs rank 0: output.dir,
+// and checkpoint.save when it is another folder (released, save first, when this goes).
+struct RunFolderLocks {
+  std::optional<FolderLock> output, save;
+};
+// Takes them, last of the checks before a run starts (a folder it had to create is removed
+// again if the run leaves it empty). UserError when another run holds one of them.
+void lock_run_folders(const Config& cfg, RunFolderLocks& locks);
 
 // The config of a launch: CONFIG with --set and --deepspeed_config, or --megatron-args.
 Config load_launch_config(const LaunchArgs& a, int world_size);
@@ -25,8 +40,9 @@ Config load_launch_config(const LaunchArgs& a, int world_size);
 // effect in Triad, each with why.
 void log_import_notes(const Config& cfg);
 
-// Prints the resolved config and the cost of one step for a world of world_size ranks.
-int print_dry_run(const LaunchArgs& args, int world_size);
+// Prints the resolved config and the cost of one step for a world of world_size ranks, of which
+// local_ranks would run here, and whether the run would start here.
+int print_dry_run(const LaunchArgs& args, int world_size, int local_ranks);
 // The whole job in this process (world of one).
 int train_in_process(const LaunchArgs& args);
 // One rank: its place comes from the environment the launcher set (DistEnv).

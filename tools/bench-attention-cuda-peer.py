@@ -18,11 +18,20 @@ SDPA and the ratios flash2/SDPA and flash2/flash1, and writes a PNG plot (matplo
 """
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import triad_experiments as tx  # noqa: E402
+
+TOOL = "bench-attention-cuda-peer.py"
 
 
 def ints(s):
-    return [int(x) for x in s.split(",") if x]
+    try:
+        return [int(x) for x in s.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}' is not a comma-separated list of whole numbers")
 
 
 def flops_fwd(b, h, t, d, causal):
@@ -128,7 +137,7 @@ def plot(by, path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = tx.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
     ap.add_argument("--triad", help="JSON from bench-attention-cuda --json")
     ap.add_argument("--json", help="write the SDPA timings here")
     ap.add_argument("--plot", default="bench-attention-cuda.png")
@@ -157,4 +166,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tx.run_main(TOOL, main))

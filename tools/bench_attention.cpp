@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/attention.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
@@ -423,19 +424,8 @@ int main(int argc, char** argv) {
   app.add_option("--param", o.params, "plugin parameter, plugin.key=value (repeatable)");
   app.add_flag("--quick", o.quick, "T in {256, 1024, 4096} and at most 2 repeats");
   app.add_option("--json", o.json_path, "also write the results as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : triad::kExitUserError;
-  }
-  try {
+  return triad::cli::run_main("bench-attention", app, [&] {
+    triad::cli::parse(app, argc, argv);
     return run(o);
-  } catch (const triad::UserError& e) {
-    std::cerr << "bench-attention: " << e.what() << std::endl;
-    return triad::kExitUserError;
-  } catch (const std::exception& e) {
-    std::cerr << "bench-attention: internal error: " << e.what() << std::endl;
-    return 1;
-  }
+  });
 }

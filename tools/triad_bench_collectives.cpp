@@ -36,6 +36,7 @@
 #include "triad/core/dist/transport.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
+#include "triad/core/model/memory_plan.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
 
@@ -281,11 +282,28 @@ void check_options(const Options& o) {
     const std::filesystem::path dir = std::filesystem::path(o.json).parent_path();
     triad::check_output_folder("--json", dir.empty() ? "." : dir.string(),
                                "give a --json file in a folder you can write");
+    if (triad::is_dangling_link(o.json))
+      throw triad::UserError("--json '" + o.json +
+                             "' is a symbolic link to nothing; remove the link, or choose another "
+                             "file");
     if (std::filesystem::exists(std::filesystem::symlink_status(o.json, ec)) && !o.overwrite)
       throw triad::UserError("--json '" + o.json +
                              "' already exists; add --overwrite to replace it, or choose another "
                              "file");
   }
+}
+
+// The largest message's send and receive buffers in each of the ranks on this machine, refused
+// before any rank starts when they do not fit its available memory (it was std::bad_alloc).
+void check_buffers_fit(const Options& o, int ranks_here) {
+  const size_t available = triad::host_memory_available();
+  const double need = 2.0 * double(o.max_bytes) * ranks_here;
+  if (available == 0 || need <= double(available)) return;
+  throw triad::UserError(
+      "--max-bytes " + std::to_string(o.max_bytes) + " needs " + triad::memory_text(need) +
+      " of buffers (a send and a receive copy of the largest message in each of " +
+      std::to_string(ranks_here) + " ranks here), but " + triad::memory_text(double(available)) +
+      " is available; give a smaller -e, e.g. -e 1G");
 }
 
 // -n: this process serves the rendezvous and forks the ranks.
@@ -377,13 +395,8 @@ int main(int argc, char** argv) {
   app.add_option("--param", o.params, "transport parameter key=value (repeatable)");
   app.add_option("--timeout-ms", o.timeout_ms, "limit for every wait")
       ->check(triad::cli::at_least(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-bench-collectives", app, e);
-  }
-
-  try {
+  return triad::cli::run_main("triad-bench-collectives", app, [&] {
+    triad::cli::parse(app, argc, argv);
     o.min_bytes = parse_bytes("--min-bytes", min_b);
     if (o.min_bytes == 0)
       throw triad::UserError("--min-bytes 0: the smallest message is 1 byte; give e.g. -b 8");
@@ -396,6 +409,7 @@ int main(int argc, char** argv) {
 
     const triad::DistEnv env = triad::DistEnv::from_environment();
     const bool launched = env.distributed() || std::getenv("WORLD_SIZE") != nullptr;
+    check_buffers_fit(o, launched ? std::max(1, env.local_world_size) : o.ranks);
     if (!launched) return run_forked(o);
     if (ranks_opt->count() > 0)
       throw triad::UserError("-n " + std::to_string(o.ranks) +
@@ -409,10 +423,5 @@ int main(int argc, char** argv) {
     }
     return run_rank(
         Job{env.rank, env.world_size, env.master_addr, uint16_t(env.master_port), env.token}, o);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-bench-collectives", e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "triad-bench-collectives: internal error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

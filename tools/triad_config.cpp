@@ -61,12 +61,8 @@ int main(int argc, char** argv) {
     return triad::cli::fail("triad-config", "'" + std::string(cargv[1]) +
                                                 "' is not a subcommand; use from-megatron (see "
                                                 "triad-config --help)");
-  try {
-    app.parse(int(cargv.size()), cargv.data());
+  return triad::cli::run_main("triad-config", app, [&] {
+    triad::cli::parse(app, int(cargv.size()), cargv.data());
     return from_megatron(megatron, strict);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-config", app, e);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-config", e.what());
-  }
+  });
 }

@@ -322,12 +322,8 @@ int main(int argc, char** argv) {
                  "the limit per rank, e.g. 80GiB (default: this machine's available memory "
                  "shared by the ranks)");
   app.add_flag("--json", json, "print the estimates as JSON");
-  try {
-    app.parse(argc, argv);
+  return triad::cli::run_main("triad-estimate", app, [&] {
+    triad::cli::parse(app, argc, argv);
     return run(config, world, world_opt->count() > 0, sets, memory, json);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-estimate", app, e);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-estimate", e.what());
-  }
+  });
 }

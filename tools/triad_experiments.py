@@ -52,10 +52,46 @@ class BadInput(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, failing the tools' way: one line 'TOOL: error: ...' and exit 2 (argparse's own
-    prints the usage first)."""
+    prints the usage first). A flag given an empty value (--output "") is refused: it would
+    silently mean the flag's default."""
 
     def error(self, message):
         fail(self.prog, f"{message} (see {self.prog} --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            flag, eq, value = arg.partition("=")
+            action = self._option_string_actions.get(flag)
+            if action is None or action.nargs == 0:
+                continue
+            if (value == "") if eq else (i + 1 < len(args) and args[i + 1] == ""):
+                self.error(f"argument {flag}: an empty value; give one, or leave {flag} out "
+                           f"for its default")
+        return super().parse_known_args(args, namespace)
+
+
+def finite_number(text):
+    """argparse's type for a number of seconds, a share, ...: float() takes 'inf' and 'nan',
+    which no such flag means."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
+    return value
+
+
+def parse_json(text):
+    """json.loads, with nesting too deep for Python's parser (a RecursionError: a damaged file
+    of thousands of `[`) a ValueError like any other damage."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def summary(doc):
@@ -67,12 +103,15 @@ def summary(doc):
 
 def run_main(tool, main):
     """Runs a tool's main(): bad input is one line and exit 2; Ctrl-C one line and exit 130; a
-    file the system refuses to read or write one line naming it and exit 2. Never a traceback
-    for any of those."""
+    file the system refuses to read or write one line naming it and exit 2; input nested past
+    Python's recursion limit one line too. Never a traceback for any of those."""
     try:
         return main()
     except BadInput as e:
         fail(tool, str(e))
+    except RecursionError:
+        fail(tool, "the input is nested too deeply to read (lists or mappings inside each other "
+                   "past Python's recursion limit); flatten it")
     except KeyboardInterrupt:
         print(f"{tool}: error: interrupted (Ctrl-C); finished experiments are kept: rerun the "
               f"same command to resume", file=sys.stderr)
@@ -129,17 +168,71 @@ def read_text(path, what, fix):
         raise BadInput(f"{what} '{path}' is not UTF-8 text (byte {e.start}); {fix}")
 
 
+MAX_YAML_DEPTH = 100  # lists and mappings inside each other; Triad's files need a few
+
+
+def _yaml_loader():
+    """PyYAML's safe loader, refusing a mapping key given twice (PyYAML keeps the last one
+    silently: a study's second `grid:` replaced its first)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        twice = key in seen
+                        seen.add(key)
+                    except TypeError:  # an unhashable key: the constructor below says so
+                        twice = False
+                    if twice:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key '{key}' is given twice; give it once",
+                            key_node.start_mark)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def _check_shape(value, path):
+    """Refuses a YAML value that holds itself (an alias inside its own anchor: `a: &x {b: *x}`)
+    or is nested past MAX_YAML_DEPTH: every later walk over it would recurse without end."""
+    stack = [(value, 1, ())]
+    while stack:
+        v, depth, inside = stack.pop()
+        if not isinstance(v, (dict, list)):
+            continue
+        if id(v) in inside:
+            raise BadInput(f"{path}: an alias refers to a mapping or list it is inside (an "
+                           f"anchor that holds itself); write the value out")
+        if depth > MAX_YAML_DEPTH:
+            raise BadInput(f"{path}: lists or mappings nested more than {MAX_YAML_DEPTH} deep; "
+                           f"flatten it")
+        items = v.values() if isinstance(v, dict) else v
+        stack.extend((x, depth + 1, inside + (id(v),)) for x in items)
+
+
 def load_yaml(path, what, fix):
-    """A YAML file's contents; a syntax error is one line naming the file, line and column."""
+    """A YAML file's contents; a syntax error (a key given twice too) is one line naming the
+    file, line and column."""
     import yaml
     text = read_text(path, what, fix)
     try:
-        return yaml.safe_load(text)
+        value = yaml.load(text, Loader=_yaml_loader())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise BadInput(f"{path}{where}: not valid YAML ({problem}); fix the syntax")
+    except RecursionError:
+        raise BadInput(f"{path}: lists or mappings nested too deeply to read (past Python's "
+                       f"recursion limit); flatten it")
+    _check_shape(value, path)
+    return value
 
 
 def check_output_folder(flag, folder):
@@ -240,7 +333,7 @@ def claim_output(tool, flag, folder, identity, overwrite, products):
     entries = os.listdir(folder) if os.path.isdir(folder) else []
     if entries:
         try:
-            held = json.loads(read_text(record_path, "output record", "remove it"))
+            held = parse_json(read_text(record_path, "output record", "remove it"))
         except (BadInput, ValueError):
             held = None
         if not isinstance(held, dict):
@@ -450,7 +543,7 @@ def read_metrics(out_dir):
             line = line.strip()
             if line:
                 try:
-                    recs.append(json.loads(line))
+                    recs.append(parse_json(line))
                 except ValueError:
                     pass  # a line cut short by a crash
     return recs
@@ -567,10 +660,11 @@ def finished(folder, spec):
     """The result.json of an experiment already run with the same spec, else None."""
     path = os.path.join(folder, "result.json")
     try:
-        result = json.load(open(path))
+        result = parse_json(open(path).read())
     except (OSError, ValueError):
         return None
-    return result if result.get("spec") == spec else None
+    # A damaged one (not an object) is an unfinished experiment: run again.
+    return result if isinstance(result, dict) and result.get("spec") == spec else None
 
 
 class atomic_file:

@@ -92,21 +92,15 @@ int main(int argc, char** argv) {
   std::string kind;
   app.add_option("--kind", kind,
                  "only plugins of this kind (attention, transport, data, tensor, pipeline)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-info", app, e);
-  }
-  // A kind that is no plugin kind would list nothing; name the kinds there are instead.
-  if (!kind.empty() && triad::current_kind_abi(kind) == 0) {
-    std::string kinds;
-    for (const auto& k : triad::kind_abis())
-      kinds += std::string(kinds.empty() ? "" : ", ") + k.kind;
-    std::cerr << "triad-info: error: --kind '" << kind << "' is not a plugin kind; use one of "
-              << kinds << std::endl;
-    return triad::kExitUserError;
-  }
-  try {
+  return triad::cli::run_main("triad-info", app, [&] {
+    triad::cli::parse(app, argc, argv);
+    // A kind that is no plugin kind (or --kind "") would list nothing; name the kinds there are.
+    if (app.count("--kind") > 0 && triad::current_kind_abi(kind) == 0) {
+      std::string kinds;
+      for (const auto& k : triad::kind_abis())
+        kinds += std::string(kinds.empty() ? "" : ", ") + k.kind;
+      throw triad::UserError("--kind '" + kind + "' is not a plugin kind; use one of " + kinds);
+    }
     triad::PluginLoader loader;
     triad::CoreServices services;
     std::cout << "Triad plugin ABI " << TRIAD_ABI_VERSION_1 << "; kind ABIs ";
@@ -151,7 +145,5 @@ int main(int argc, char** argv) {
     services.release_logs();
     // A plugin that cannot be loaded fails the listing, as it would fail a run that names it.
     return broken > 0 ? 1 : 0;
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-info", e.what());
-  }
+  });
 }

@@ -170,17 +170,8 @@ int main(int argc, char** argv) {
       ->check(triad::cli::at_least(0));
   app.add_option("--expect-skip", expect_skip, "fail unless exactly N cases are skipped")
       ->check(triad::cli::at_least(0));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-plugin-test", app, e);
-  }
-  try {
+  return triad::cli::run_main("triad-plugin-test", app, [&] {
+    triad::cli::parse(app, argc, argv);
     return verdict(run(kind, path, quick, threads, params), expect_pass, expect_skip);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-plugin-test", e.what());
-  } catch (const std::exception& e) {
-    std::cerr << "triad-plugin-test: internal error: " << e.what() << std::endl;
-    return 1;
-  }
+  });
 }

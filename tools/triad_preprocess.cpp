@@ -388,13 +388,27 @@ void read_inputs(const Options& o, Pipeline& p) {
 
 int run(const Options& o) {
   for (const std::string& path : o.inputs) open_input(path);  // every input before any work
-  // A dataset already there is replaced only when asked to.
+  namespace fs = std::filesystem;
+  // An input that is the output would be read while it is replaced, even with --overwrite.
+  for (const std::string& path : o.inputs)
+    for (const char* ext : {".bin", ".idx"}) {
+      std::error_code ec;
+      if (fs::equivalent(path, o.output_prefix + ext, ec))
+        throw UserError("input '" + path + "' is the output " + o.output_prefix + ext +
+                        " itself; give another --output-prefix");
+    }
+  // A dataset already there is replaced only when asked to; a link, even one to nothing, too.
   if (!o.overwrite)
-    for (const char* ext : {".bin", ".idx"})
-      if (std::filesystem::exists(o.output_prefix + ext))
-        throw UserError("--output-prefix '" + o.output_prefix + "' already holds a dataset (" +
-                        o.output_prefix + ext +
-                        "); add --overwrite to replace it, or choose another prefix");
+    for (const char* ext : {".bin", ".idx"}) {
+      const std::string file = o.output_prefix + ext;
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(file, ec))) continue;
+      const bool dangling = triad::is_dangling_link(file);
+      throw UserError("--output-prefix '" + o.output_prefix + "' " +
+                      (dangling ? "has " + file + ", a symbolic link to nothing"
+                                : "already holds a dataset (" + file + ")") +
+                      "; add --overwrite to replace it, or choose another prefix");
+    }
   const triad::Gpt2Tokenizer tok = [&] {
     try {
       return triad::Gpt2Tokenizer::load(o.vocab_file, o.merge_file);
@@ -480,18 +494,16 @@ int main(int argc, char** argv) {
                  "seconds between progress lines on stderr (0: after every batch)")
       ->check(triad::cli::at_least_number(0))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
+  return triad::cli::run_main("triad-preprocess", app, [&] {
+    triad::cli::parse(app, argc, argv);
     o.vocab_given = app.count("--vocab-file") + app.count("--merge-file") > 0;
-    const triad::StopSignalsArmed armed;
-    return run(o);
-  } catch (const Interrupted& i) {
-    std::fprintf(stderr, "triad-preprocess: stopped on %s; nothing was written\n",
-                 i.signal == SIGINT ? "SIGINT" : "SIGTERM");
-    return 128 + i.signal;
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-preprocess", app, e);
-  } catch (const UserError& e) {
-    return triad::cli::fail("triad-preprocess", e.what());
-  }
+    try {
+      const triad::StopSignalsArmed armed;
+      return run(o);
+    } catch (const Interrupted& i) {
+      std::fprintf(stderr, "triad-preprocess: stopped on %s; nothing was written\n",
+                   i.signal == SIGINT ? "SIGINT" : "SIGTERM");
+      return 128 + i.signal;
+    }
+  });
 }

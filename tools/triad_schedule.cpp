@@ -119,12 +119,8 @@ int main(int argc, char** argv) {
   app.add_option("--png", png, "also draw the timeline into this PNG (python3 + matplotlib)");
   bool overwrite = false;
   app.add_flag("--overwrite", overwrite, "replace an existing --png file");
-  try {
-    app.parse(argc, argv);
+  return triad::cli::run_main(kTool, app, [&] {
+    triad::cli::parse(app, argc, argv);
     return run(schedule, stages, micro_batches, virtual_stages, png, overwrite);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error(kTool, app, e);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail(kTool, e.what());
-  }
+  });
 }

@@ -213,6 +213,12 @@ struct Options {
 
 // A grid key the config does not have is bad input, not a refused layout.
 void check_grid_keys(const Options& o, const std::vector<GridKey>& grid, int world) {
+  for (size_t i = 0; i < grid.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (grid[i].key == grid[j].key)
+        throw triad::UserError("--grid key '" + grid[i].key +
+                               "' is given twice; give its values once, e.g. --grid " +
+                               grid[i].key + "=1,2,4");
   for (const GridKey& g : grid) {
     if (g.key == "world" || g.key == "nodes") continue;
     std::vector<std::string> sets = o.sets;
@@ -318,12 +324,8 @@ int main(int argc, char** argv) {
   app.add_option("--png", o.png,
                  "also draw the predictions (step time by part, fastest first) into this PNG");
   app.add_flag("--overwrite", o.overwrite, "replace an existing --png file");
-  try {
-    app.parse(argc, argv);
+  return triad::cli::run_main(kTool, app, [&] {
+    triad::cli::parse(app, argc, argv);
     return run(o);
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error(kTool, app, e);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail(kTool, e.what());
-  }
+  });
 }

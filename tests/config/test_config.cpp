@@ -13,6 +13,7 @@
 #include <functional>
 #include <initializer_list>
 
+#include "triad/core/cli.hpp"
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
 
@@ -387,6 +388,80 @@ TEST_F(ConfigTest, RunPaths) {
   c.data.kind = "synthetic";
   c.data.path = fifo;  // not read by synthetic data
   EXPECT_EQ(error_of_paths(c, false), "");
+}
+
+// Every entry point's failure is one line: bad input exit 2, anything else an internal error,
+// exit 1 (an exception out of main was std::terminate, exit 134).
+TEST(CliTest, RunMainSaysEveryFailureInOneLine) {
+  auto failing = [](auto body) {
+    ::testing::internal::CaptureStderr();
+    const int rc = cli::run_main("triad-x", body);
+    return std::make_pair(rc, ::testing::internal::GetCapturedStderr());
+  };
+  EXPECT_EQ(failing([]() -> int { throw UserError("bad"); }),
+            std::make_pair(2, std::string("triad-x: error: bad\n")));
+  EXPECT_EQ(failing([]() -> int { throw std::ios_base::failure("underflow"); }).first, 1);
+  EXPECT_EQ(failing([]() -> int { throw std::runtime_error("boom"); }),
+            std::make_pair(1, std::string("triad-x: internal error: boom\n")));
+  EXPECT_EQ(failing([] { return 0; }), std::make_pair(0, std::string()));
+  // The command line's: a flag given twice (CLI11's "At Most 1 required"), an empty value.
+  auto parsing = [](std::vector<const char*> argv) {
+    CLI::App app{"x"};
+    std::string kind;
+    app.add_option("--kind", kind);
+    ::testing::internal::CaptureStderr();
+    const int rc = cli::run_main("triad-x", app, [&] {
+      cli::parse(app, int(argv.size()), argv.data());
+      return 0;
+    });
+    return std::make_pair(rc, ::testing::internal::GetCapturedStderr());
+  };
+  EXPECT_EQ(parsing({"x", "--kind", "a", "--kind", "b"}),
+            std::make_pair(2, std::string("triad-x: error: --kind is given twice; give it once "
+                                          "(see triad-x --help)\n")));
+  EXPECT_EQ(parsing({"x", "--kind", ""}),
+            std::make_pair(2, std::string("triad-x: error: --kind is given an empty value ''; "
+                                          "give one, or leave --kind out for its default\n")));
+}
+
+// A checkpoint.save folder holding another run's checkpoints is refused unless the run continues
+// or replaces them; a replacing run's first save removes them (replaces_saved_checkpoints).
+TEST_F(ConfigTest, CheckpointSaveOfAnotherRun) {
+  Config c;
+  c.output.dir = (dir_ / "out").string();
+  c.checkpoint.save = (dir_ / "ckpt").string();
+  auto error = [&c]() -> std::string {
+    try {
+      check_run_paths(c, true);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(), "");  // no folder yet
+  fs::create_directories(dir_ / "ckpt" / "iter_0000002");
+  fs::create_directories(dir_ / "ckpt" / "iter_0000004");
+  fs::create_directories(dir_ / "ckpt" / "iter_0000004.tmp");  // no checkpoint of its own
+  EXPECT_EQ(checkpoint_folders(c.checkpoint.save),
+            (std::vector<std::string>{"iter_0000002", "iter_0000004"}));
+  const std::string msg = error();
+  EXPECT_NE(msg.find("checkpoint.save '" + c.checkpoint.save +
+                     "' already holds checkpoints (iter_0000004 and 1 older); pass --resume"),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(replaces_saved_checkpoints(c));
+  c.checkpoint.load = (dir_ / "ckpt" / "iter_0000002").string();  // continues that folder
+  EXPECT_EQ(error(), "");
+  EXPECT_FALSE(replaces_saved_checkpoints(c));
+  c.checkpoint.load = "";
+  c.output.overwrite = true;
+  EXPECT_EQ(error(), "");
+  EXPECT_TRUE(replaces_saved_checkpoints(c));
+  c.output.overwrite = false;
+  fs::remove_all(dir_ / "ckpt");
+  fs::create_directories(dir_ / "ckpt");
+  std::ofstream(dir_ / "ckpt" / "latest") << "iter_0000009\n";  // `latest` alone counts too
+  EXPECT_NE(error().find("already holds checkpoints (a `latest`)"), std::string::npos) << error();
 }
 
 TEST_F(ConfigTest, ModelShapeRules) {

@@ -111,6 +111,15 @@ expect_error zero_stage_dp "zero_optimization.stage 4" "$BASE" --nproc-per-node 
 expect_error memory_estimate "the run needs an estimated" "$BASE" --set model.num_layers=48 \
   --set model.hidden_size=2048 --set model.num_attention_heads=16 --set model.seq_length=1024 \
   --set training.micro_batch_size=64 --set training.global_batch_size=64
+# Its dry run says so in the verdict (it said "runs here: yes"), with the same line.
+big=(--set model.num_layers=48 --set model.hidden_size=2048 --set model.num_attention_heads=16
+  --set model.seq_length=1024 --set training.micro_batch_size=64 --set training.global_batch_size=64)
+verdict=$(timeout 60 "$LAUNCH" "$BASE" --dry-run "${big[@]}" 2>&1 | grep '^runs here:')
+if [[ "$verdict" == "runs here:           no: the run needs an estimated "*" is available"* ]]; then
+  echo "PASS dry_run_memory_verdict"; passes=$((passes + 1))
+else
+  echo "FAIL dry_run_memory_verdict: '$verdict'"; fails=$((fails + 1))
+fi
 expect_error offload_stage0 "needs zero_optimization.stage 1 or higher" "$BASE" \
   --set zero_optimization.offload_optimizer.device=cpu
 expect_error offload_device "'gpu' is not one of none, cpu" "$BASE" \
@@ -151,14 +160,47 @@ expect_error flag_nproc_zero "--nproc-per-node: '0' is not a whole number of at 
   --nproc-per-node 0 "$BASE"
 expect_error flag_port_range "--master-port: '70000' is not a port number from 0 to 65535" \
   --master-port 70000 "$BASE"
-expect_error flag_timeout "--rdzv-timeout: '-1' is not a number of seconds greater than 0" \
+expect_error flag_timeout "--rdzv-timeout: '-1' is not a number of seconds from 0.001 to 604800" \
   --rdzv-timeout -1 "$BASE"
+# Past a week (an undefined cast to milliseconds), and below a millisecond (0 ms: no watch).
+expect_error flag_timeout_huge "--collective-timeout: '1e300' is not a number of seconds from 0.001" \
+  --collective-timeout 1e300 "$BASE"
+expect_error flag_timeout_tiny "--collective-timeout: '0.0001' is not a number of seconds from 0.001" \
+  --collective-timeout 0.0001 "$BASE"
+expect_error collective_timeout_key "training.collective_timeout 1e+300 is not a number of seconds from 0.001 to 604800" \
+  "$BASE" --set training.collective_timeout=1e300
+expect_error collective_timeout_key_2_ranks "training.collective_timeout 0.0001 is not a number" \
+  "$BASE" --nproc-per-node 2 --set training.collective_timeout=0.0001
+# A flag given twice is said so (CLI11: "At Most 1 required but received 2").
+expect_error flag_twice "--nnodes is given twice; give it once" --nnodes 1 --nnodes 1 "$BASE"
 expect_error flag_scheduler "--scheduler: 'foo' is not one of auto, none, slurm, mpi" \
   --scheduler foo "$BASE"
 expect_error flag_unknown "the following argument was not expected: --no-such-flag" \
   --no-such-flag "$BASE"
 expect_command info_kind "--kind 'bogus' is not a plugin kind; use one of attention, transport" \
   "$BIN/triad-info" --kind bogus
+# An empty value is not the flag's default; a job too large for an int of ranks; a config that
+# opens but cannot be read (it aborted with std::ios_base::failure).
+expect_error flag_empty_addr "--master-addr is given an empty value ''; give one" \
+  --master-addr "" "$BASE"
+expect_error flag_empty_ds "--deepspeed_config is given an empty value ''" \
+  --deepspeed_config "" "$BASE"
+expect_error ranks_overflow "--nnodes 65536 × --nproc-per-node 32768 makes 2147483648 ranks" \
+  --nnodes 65536 --nproc-per-node 32768 "$BASE"
+expect_error config_unreadable "config file '/proc/self/mem' cannot be read: Input/output error" \
+  /proc/self/mem
+# Sizes past what 64-bit byte counts hold: one line naming the key, in the dry run too (it
+# printed 18446744052234714408 parameters).
+expect_error huge_hidden "model.hidden_size 2147483644 makes the parameters" "$BASE" --dry-run \
+  --set model.hidden_size=2147483644 --set model.num_attention_heads=1
+expect_error huge_seq "model.seq_length 2147483647 makes the" "$BASE" --dry-run \
+  --set model.seq_length=2147483647
+# checkpoint.save holding another run's checkpoints: not added to (nor its `latest` moved)
+# without --resume or --overwrite.
+mkdir -p "$WORK/old-ckpt/iter_0000002" && printf 'iter_0000002\n' >"$WORK/old-ckpt/latest"
+expect_error checkpoint_save_taken \
+  "checkpoint.save '$WORK/old-ckpt' already holds checkpoints (iter_0000002); pass --resume" \
+  "$BASE" --set checkpoint.save="$WORK/old-ckpt"
 # A decay that would end before the warm-up does.
 expect_error lr_decay_before_warmup \
   "lr_schedule.lr_decay_iters 5 ends the decay at step 5, before the warm-up ends at step 20" "$BASE" \
@@ -248,6 +290,37 @@ else
 fi
 expect_error cp_not_on_gpu "$cp_gpu" \
   "$BASE" --nproc-per-node 2 --set parallel.context_parallel_size=2 --set device=cuda
+
+# Two runs into one folder at once: the second is refused naming the folder and the first run's
+# process (they interleaved metrics.jsonl and removed each other's checkpoint .tmp folders).
+BUSY=$WORK/busy
+"$LAUNCH" "$BASE" -q --set training.train_iters=100000 --set output.dir="$BUSY" \
+  --set checkpoint.save="$WORK/busy-ckpt" >/dev/null 2>&1 &
+bg=$!
+for ((i = 0; i < 300; i++)); do [[ -s "$BUSY/.triad-run.lock" ]] && break; sleep 0.1; done
+out=$BUSY expect_error output_dir_in_use \
+  "output.dir '$BUSY' is in use by another run (pid $bg on" "$BASE" --overwrite
+out=$WORK/other expect_error checkpoint_save_in_use \
+  "checkpoint.save '$WORK/busy-ckpt' is in use by another run (pid $bg on" "$BASE" \
+  --resume --set checkpoint.save="$WORK/busy-ckpt"
+if [[ -e "$WORK/other" ]]; then
+  echo "FAIL checkpoint_save_in_use: the refused run left its output.dir behind"
+  fails=$((fails + 1))
+fi
+kill -TERM "$bg" && wait "$bg"
+
+# --overwrite into a checkpoint.save of another run: that run's iter_* folders go once the new
+# run's first checkpoint is the latest (a later --resume would have found them beside it).
+R=(-q --set output.dir="$WORK/ow" --set checkpoint.save="$WORK/ow-ckpt")
+"$LAUNCH" "$BASE" "${R[@]}" --set training.train_iters=4 --set checkpoint.save_interval=2 \
+  >/dev/null 2>&1
+"$LAUNCH" "$BASE" "${R[@]}" --set training.train_iters=3 --overwrite >/dev/null 2>&1
+left=$(cd "$WORK/ow-ckpt" 2>/dev/null && ls -d iter_* | tr '\n' ' ')
+if [[ "$left" == "iter_0000003 " && "$(cat "$WORK/ow-ckpt/latest")" == iter_0000003* ]]; then
+  echo "PASS overwrite_replaces_checkpoints"; passes=$((passes + 1))
+else
+  echo "FAIL overwrite_replaces_checkpoints: left '$left'"; fails=$((fails + 1))
+fi
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

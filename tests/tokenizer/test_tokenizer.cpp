@@ -357,6 +357,9 @@ TEST_F(BadInput, MissingFiles) {
 TEST_F(BadInput, MalformedEncoderJson) {
   spit(enc_, "{\"a\": 0,");
   expect_one_line(load_error(enc_, bpe_), enc_, "not JSON");
+  // A number past a double (nlohmann's out_of_range, not a parse_error): where it starts.
+  spit(enc_, "{\"a\": 1e400}");
+  expect_one_line(load_error(enc_, bpe_), enc_, "number overflow parsing '1e400' at byte 7");
   spit(enc_, "[1, 2]");
   expect_one_line(load_error(enc_, bpe_), enc_, "JSON object");
   spit(enc_, "{\"a\": \"x\"}");

@@ -5,7 +5,7 @@
 # as it was (no file created, changed or removed; a refused --to-hf or -o keeps what it holds).
 # Usage: bad_input_tools.sh SECTION BIN_DIR SOURCE_DIR WORK_DIR
 #   SECTION: schedule | config | estimate | checkpoint | preprocess | info | plugin_test |
-#            bench_collectives | study | autotune | simulate
+#            bench_collectives | study | autotune | simulate | trace | bench
 # The Python tools' cases all fail before any run is launched; Ctrl-C is checked against a
 # stand-in triad-launch that only waits.
 set -u
@@ -135,6 +135,10 @@ schedule)
   # Drawn by plot_schedule.py: a PNG under a .png name only; an earlier picture is kept.
   expect $T "--png '$W/t.txt' does not end in .png :: $W/t.png" "$BIN/$T" "${S[@]}" \
     --png "$W/t.txt"
+  # A link to nothing is said at once (it said "already exists", then, with --overwrite, this).
+  ln -s "$W/nowhere.png" "$W/dl.png"
+  expect $T "--png '$W/dl.png' is a symbolic link to nothing; remove the link" "$BIN/$T" \
+    "${S[@]}" --png "$W/dl.png"
   if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
     "$BIN/$T" "${S[@]}" --png "$W/keep.png" >/dev/null
     expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "${S[@]}" --png "$W/keep.png"
@@ -176,6 +180,18 @@ estimate)
   expect $T "config file '$W/adir' is a directory" "$BIN/$T" "$W/adir"
   expect $T "config file '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "$W/fifo"
   expect $T "syntax.yaml:3:1: YAML syntax error" "$BIN/$T" "$W/syntax.yaml"
+  # A file that opens but cannot be read (it aborted with std::ios_base::failure).
+  expect $T "config file '/proc/self/mem' cannot be read: Input/output error; give a regular" \
+    "$BIN/$T" /proc/self/mem
+  # An empty value is not "the default" (it took this machine's memory).
+  expect $T "--memory-per-device is given an empty value ''; give one, or leave" "$BIN/$T" "$C" \
+    --memory-per-device ""
+  expect $T "--world is given twice; give it once" "$BIN/$T" "$C" --world 1 --world 2
+  # Sizes past what 64-bit byte counts hold: the key named (the estimate wrapped around).
+  expect $T "model.hidden_size 2147483644 makes the parameters, gradients and Adam moments alone" \
+    "$BIN/$T" "$C" --set model.hidden_size=2147483644 --set model.num_attention_heads=4
+  expect $T "model.seq_length 2147483647 makes the :: give a smaller model.seq_length" "$BIN/$T" \
+    "$C" --set model.seq_length=2147483647
   expect $T "model.num_layers: 'four' is not an integer" "$BIN/$T" "$C" \
     --set model.num_layers=four
   expect $T "num_layers" "$BIN/$T" "$C" --set model.num_layers=0
@@ -338,6 +354,16 @@ preprocess)
     "$BIN/$T" "${I[@]}" -o "$W/ds"
   expect $T "GPT-2 encoder.json '$W/fifo' is a FIFO (named pipe)" "$BIN/$T" "${I[@]}" \
     -o "$W/out" --vocab-file "$W/fifo"
+  # A number past a double (it aborted: nlohmann's out_of_range was not caught).
+  printf '{"a": 1e400}' >"$W/huge.json"
+  expect $T "GPT-2 encoder.json '$W/huge.json' is malformed: not JSON (number overflow parsing '1e400' at byte 7)" \
+    "$BIN/$T" "${I[@]}" -o "$W/out" --vocab-file "$W/huge.json"
+  # The output read as input, even with --overwrite; a link to nothing is not a free name.
+  expect $T "input '$W/ds.bin' is the output $W/ds.bin itself; give another --output-prefix" \
+    "$BIN/$T" -i "$W/ds.bin" -o "$W/ds" --overwrite
+  ln -s "$W/nowhere" "$W/dl.bin"
+  expect $T "--output-prefix '$W/dl' has $W/dl.bin, a symbolic link to nothing; add --overwrite" \
+    "$BIN/$T" "${I[@]}" -o "$W/dl"
   # The merges file, the output checks and a bad line found while tokenizing come after the
   # vocabulary (encoder.json) is read.
   if [[ -f "$V/encoder.json" ]]; then
@@ -364,6 +390,7 @@ info)
   expect $T "--kind 'bogus' is not a plugin kind; use one of attention" "$BIN/$T" --kind bogus
   expect $T "--kind: 1 required TEXT missing" "$BIN/$T" --kind
   expect $T "the following argument was not expected: extra" "$BIN/$T" extra
+  expect $T "--kind is given an empty value ''" "$BIN/$T" --kind ""
   ;;
 plugin_test)
   T=triad-plugin-test
@@ -415,6 +442,22 @@ YAML
   study iters 'config: tiny.yaml\nset: {training.train_iters: 9}\n'
   study bad_value 'config: tiny.yaml\ngrid: {zero_optimization.stage: [0, 7]}\n'
   printf '\xff\xfe\x00' >"$W/binary.yaml"
+  # Each was a traceback: nesting past the parser's recursion, an anchor holding itself, a key
+  # given twice (the last one won), a timeout of nan or inf (no timeout), an env name with '='
+  # and a value with a NUL byte (ValueError from subprocess, after the study folder was made).
+  /usr/bin/python3 -c "print('config: tiny.yaml\ngrid: ' + '[' * 50000)" >"$W/deep.yaml"
+  study alias 'config: tiny.yaml\ngrid: &a {x: *a}\n'
+  study twice 'config: tiny.yaml\ngrid: {world: [1]}\ngrid: {world: [2]}\n'
+  study timeout_nan 'config: tiny.yaml\ntimeout: .nan\n'
+  study timeout_inf 'config: tiny.yaml\ntimeout: .inf\n'
+  study env_eq 'config: tiny.yaml\nenv: {"A=B": 1}\n'
+  cat >"$W/env_nul.yaml" <<'YAML'
+config: tiny.yaml
+env: {A: "x\0y"}
+YAML
+  # An output folder whose triad-output.json is nested past the JSON parser's recursion.
+  mkdir -p "$W/deep-out"
+  /usr/bin/python3 -c "print('[' * 100000)" >"$W/deep-out/triad-output.json"
   # Output folders: another study's, another tool's, and someone's own files.
   mkdir -p "$W/other-study/experiments" "$W/tune-out" "$W/mine"
   printf '{"tool": "triad-study", "identity": {"grid": {}}}' >"$W/other-study/triad-output.json"
@@ -441,6 +484,19 @@ YAML
   expect $T "timeout -1 is not a number of seconds" "$BIN/$T" "$W/timeout.yaml"
   expect $T "'training.train_iters' is the study's to set" "$BIN/$T" "$W/iters.yaml"
   expect $T "grid 'zero_optimization.stage' value '7' is refused" "$BIN/$T" "$W/bad_value.yaml"
+  expect $T "deep.yaml: lists or mappings nested too deeply to read" "$BIN/$T" "$W/deep.yaml"
+  expect $T "alias.yaml: an alias refers to a mapping or list it is inside" "$BIN/$T" \
+    "$W/alias.yaml"
+  expect $T "twice.yaml:3:1: not valid YAML (key 'grid' is given twice; give it once)" \
+    "$BIN/$T" "$W/twice.yaml"
+  expect $T "timeout nan is not a number of seconds above 0" "$BIN/$T" "$W/timeout_nan.yaml"
+  expect $T "timeout inf is not a number of seconds above 0" "$BIN/$T" "$W/timeout_inf.yaml"
+  expect $T "env name 'A=B' is not a variable name" "$BIN/$T" "$W/env_eq.yaml"
+  expect $T "env A value 'x\\x00y' holds a NUL byte" "$BIN/$T" "$W/env_nul.yaml"
+  expect $T "--output '$W/deep-out' holds files that are not a triad-study output" "$BIN/$T" \
+    "$W/ok.yaml" --output "$W/deep-out"
+  expect $T "argument --output: an empty value; give one, or leave --output out" "$BIN/$T" \
+    "$W/ok.yaml" --output ""
   expect $T "--output '/sys/triad-study' cannot be created: cannot write in '/sys'" "$BIN/$T" \
     "$W/ok.yaml" --output /sys/triad-study
   expect $T "--output '$W/file.txt' is a regular file, not a folder" "$BIN/$T" "$W/ok.yaml" \
@@ -466,6 +522,14 @@ autotune)
   expect $T "--tp 'two' is not a comma-separated list" "$BIN/$T" "$C" --tp two
   expect $T "argument --metric: invalid choice: 'speed'" "$BIN/$T" "$C" --metric speed
   expect $T "--timeout -1 must be a number of seconds above 0" "$BIN/$T" "$C" --timeout -1
+  # inf and nan meant no timeout; an empty value meant the default.
+  expect $T "argument --timeout: 'inf' is not a finite number" "$BIN/$T" "$C" --timeout inf
+  expect $T "argument --simulate-share: 'nan' is not a finite number" "$BIN/$T" "$C" \
+    --simulate-share nan
+  for flag in --output --attention --micro-batch-sizes; do
+    expect $T "argument $flag: an empty value; give one, or leave $flag out" "$BIN/$T" "$C" \
+      "$flag" ""
+  done
   expect $T "--set 'model.num_layers' is not KEY=VALUE" "$BIN/$T" "$C" --set model.num_layers
   expect $T "num_layerz" "$BIN/$T" "$C" --set model.num_layerz=2
   expect $T "config '$W/nope.yaml' cannot be opened" "$BIN/$T" "$W/nope.yaml"
@@ -516,6 +580,12 @@ bench_collectives)
   expect $T "--json '$W/adir' is a folder" "$BIN/$T" --json "$W/adir"
   expect $T "--json '/sys' is not writable" "$BIN/$T" --json /sys/x.json
   expect $T "--min-bytes 0: the smallest message is 1 byte" "$BIN/$T" -b 0
+  # Buffers past this machine's memory: the size and the fix (it was std::bad_alloc).
+  expect $T "--max-bytes 536870912000000 needs :: is available; give a smaller -e" "$BIN/$T" \
+    -e 500000G
+  ln -s "$W/nowhere.json" "$W/dl.json"
+  expect $T "--json '$W/dl.json' is a symbolic link to nothing; remove the link" "$BIN/$T" \
+    --json "$W/dl.json" --overwrite
   : >"$W/was.json"
   expect $T "--json '$W/was.json' already exists; add --overwrite" "$BIN/$T" --json "$W/was.json"
   # What only the ranks find is one line for the job (the lowest rank's), not one per rank.
@@ -563,6 +633,10 @@ simulate)
     --grid world=1,,2
   expect $T "--grid world value '0' is not a whole number of at least 1" "$BIN/$T" "$C" \
     --machine "$M" --grid world=0,1
+  # A key given twice (the last one won, the label showed both).
+  expect $T "--grid key 'training.micro_batch_size' is given twice; give its values once" \
+    "$BIN/$T" "$C" --machine "$M" --grid training.micro_batch_size=1,2 \
+    --grid training.micro_batch_size=4
   expect $T "--png '$W/adir' is a folder" "$BIN/$T" "$C" --machine "$M" --png "$W/adir"
   expect $T "--png '$W/nodir/t.png': the folder '$W/nodir' does not exist" "$BIN/$T" "$C" \
     --machine "$M" --png "$W/nodir/t.png"
@@ -575,6 +649,30 @@ simulate)
     expect $T "--png '$W/keep.png' already exists" "$BIN/$T" "$C" --machine "$M" \
       --png "$W/keep.png"
   fi
+  ;;
+trace)
+  T=triad-trace
+  # A traceback (RecursionError). (A NaN or 1e400 in an event: tools.trace.)
+  /usr/bin/python3 -c "print('[' * 100000)" >"$W/deep.json"
+  expect $T "trace '$W/deep.json' is not JSON a trace can hold (nested too deeply to read)" \
+    "$BIN/$T" "$W/deep.json"
+  ;;
+bench)
+  # The Python benchmarks (tools/bench-*): one line and exit 2 like every tool, before any run.
+  P=/usr/bin/python3 B=$SRC/tools BUILD=$(dirname "$BIN")
+  expect bench-train-cpu "unrecognized arguments: --no-such-flag" $P "$B/bench-train-cpu" \
+    --no-such-flag
+  expect bench-train-cpu "--config '$W/fifo' is a FIFO (named pipe)" $P "$B/bench-train-cpu" \
+    --launch "$BIN/triad-launch" --config "$W/fifo"
+  expect bench-train-gpu "--steps 2 must exceed --warmup 5" $P "$B/bench-train-gpu" --steps 2
+  expect bench-recompute "--build '$W/nope' holds no bin/triad-launch" $P \
+    "$B/bench-recompute" --build "$W/nope"
+  expect bench-recompute "--config '$W/fifo' is a FIFO (named pipe)" $P "$B/bench-recompute" \
+    --build "$BUILD" --config "$W/fifo"
+  expect bench-pipeline "--only 'bogus': the tables are efficiency, zb and memory" $P \
+    "$B/bench-pipeline" --only bogus
+  expect bench-attention-cuda-peer.py "argument --d: 'x' is not a comma-separated list" $P \
+    "$B/bench-attention-cuda-peer.py" --d x
   ;;
 *)
   echo "unknown section '$SECTION'"; exit 2

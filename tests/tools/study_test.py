@@ -1,7 +1,7 @@
 """triad-study end to end: a 2 x 2 grid (world 1, 2 x ZeRO stage 0, 1), 2 repeats, 1 warm-up +
 2 measured steps. Checks that the CSV, JSON and PNG are written and that every mean and σ of the
 mean equals what this test computes itself from the runs' metrics.jsonl; that a rerun skips
-finished runs and reruns only a missing one; that a refused combination and a run refused for
+finished runs and reruns only a damaged one; that a refused combination and a run refused for
 memory are recorded and not fatal; that a different study is not written over the folder
 without --overwrite; and that bad input is one line and exit 2.
     study_test.py BIN_DIR
@@ -106,7 +106,7 @@ size = png_size(os.path.join(res, "chart.png"))
 check(size is not None and size[0] > 300 and size[1] > 100, f"chart.png is a PNG ({size})")
 check(j["charts"][0] == "chart.png", "results.json names the chart")
 
-# Resume: nothing reruns; then one repeat's result removed -> only it reruns.
+# Resume: nothing reruns; then one repeat's result damaged -> only it reruns.
 stamp = os.path.getmtime(os.path.join(res, "experiments", "world-2__zero_optimization.stage-1",
                                       "repeat-0", "result.json"))
 rc, out, err = run([STUDY, "grid.yaml"], d)
@@ -115,12 +115,14 @@ check(not any(l.startswith("[") for l in out.splitlines()), "a rerun launches no
 check(os.path.getmtime(os.path.join(res, "experiments", "world-2__zero_optimization.stage-1",
                                     "repeat-0", "result.json")) == stamp,
       "a rerun leaves finished results alone")
-os.remove(os.path.join(res, "experiments", "world-1__zero_optimization.stage-0", "repeat-1",
-                       "result.json"))
+# A damaged result.json (not an object: it was an AttributeError) is an unfinished run.
+with open(os.path.join(res, "experiments", "world-1__zero_optimization.stage-0", "repeat-1",
+                       "result.json"), "w") as f:
+    f.write("[1]\n")
 rc, out, err = run([STUDY, "grid.yaml"], d)
 progress = [l for l in out.splitlines() if l.startswith("[")]
 check(rc == 0 and len(progress) == 1 and "world=1,zero_optimization.stage=0 repeat 2/2" in
-      progress[0], f"after one result is removed only that run reruns ({progress})")
+      progress[0], f"after one result is damaged only that run reruns ({progress}; {err})")
 
 # A combination the launcher refuses (tp 2 on 1 rank) is recorded; the rest runs. (A value
 # refused in every combination is bad input instead: below.) Its output goes where the grid

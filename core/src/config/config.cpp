@@ -69,6 +69,10 @@ YAML::Node load_yaml(const std::string& path) {
                     "; fix the file at that line");
   } catch (const YAML::BadFile&) {
     throw UserError("config file '" + path + "' cannot be read; check its permissions");
+  } catch (const std::ios_base::failure& e) {  // opened, but reading fails (/proc/self/mem)
+    const std::string why = e.code() ? e.code().message() : "a read failed";
+    throw UserError("config file '" + path + "' cannot be read: " + why +
+                    "; give a regular YAML file");
   }
   // An empty file is likelier a wrong or truncated file than a wish for every default.
   if (root.IsNull())

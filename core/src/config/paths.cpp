@@ -67,13 +67,7 @@ int checkpoint_folder_step(const std::string& name) {
   return std::stoi(name.substr(5));
 }
 
-std::string checkpoint_to_load(const Config& cfg) {
-  const CheckpointConfig& c = cfg.checkpoint;
-  const std::string& dir = c.load.empty() ? c.save : c.load;
-  if (!c.resume) return c.load;
-  if (has_checkpoint(dir)) return dir;
-  // Saved steps without `latest` (deleted, or a copy that left it out): starting afresh would
-  // throw them away unsaid, and the newest may be the one a save was cut short in.
+std::vector<std::string> checkpoint_folders(const std::string& dir) {
   std::error_code ec;
   std::vector<std::string> steps;
   if (!dir.empty() && fs::is_directory(dir, ec))
@@ -81,13 +75,45 @@ std::string checkpoint_to_load(const Config& cfg) {
       const std::string name = e.path().filename().string();
       if (checkpoint_folder_step(name) >= 0 && e.is_directory(ec)) steps.push_back(name);
     }
-  if (steps.empty()) return "";
   std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::string checkpoint_to_load(const Config& cfg) {
+  const CheckpointConfig& c = cfg.checkpoint;
+  const std::string& dir = c.load.empty() ? c.save : c.load;
+  if (!c.resume) return c.load;
+  if (has_checkpoint(dir)) return dir;
+  // Saved steps without `latest` (deleted, or a copy that left it out): starting afresh would
+  // throw them away unsaid, and the newest may be the one a save was cut short in.
+  const std::vector<std::string> steps = checkpoint_folders(dir);
+  if (steps.empty()) return "";
   throw UserError(
       "--resume: checkpoint folder '" + dir + "' holds " + steps.back() +
       (steps.size() > 1 ? " and " + std::to_string(steps.size() - 1) + " older" : "") +
       " but no `latest`; set checkpoint.load=" + (fs::path(dir) / steps.back()).string() +
       " to continue from it, or remove the folder to start afresh");
+}
+
+namespace {
+
+// Whether the run goes on from checkpoint.save's own checkpoints: it resumes, or loads that
+// folder (or one of its iteration folders).
+bool continues_saved_checkpoints(const Config& c) {
+  const std::string& save = c.checkpoint.save;
+  if (c.checkpoint.resume) return true;
+  const std::string load = checkpoint_to_load(c);
+  std::error_code ec;
+  fs::path folder = fs::absolute(load, ec).lexically_normal();
+  if (!folder.has_filename()) folder = folder.parent_path();  // "iter_0000010/"
+  return !load.empty() &&
+         (fs::equivalent(folder, save, ec) || fs::equivalent(folder.parent_path(), save, ec));
+}
+
+}  // namespace
+
+bool replaces_saved_checkpoints(const Config& c) {
+  return !c.checkpoint.save.empty() && c.output.overwrite && !continues_saved_checkpoints(c);
 }
 
 void check_run_paths(const Config& c, bool writes_output) {
@@ -137,6 +163,20 @@ void check_run_paths(const Config& c, bool writes_output) {
     check_output_folder("checkpoint.save", c.checkpoint.save,
                         "choose a folder you can write, e.g. checkpoint.save: runs/my-run/ckpt");
   const std::string load = checkpoint_to_load(c);
+  // Another run's checkpoints are added to (and their `latest` moved) only when asked to.
+  if (!c.checkpoint.save.empty() && !c.output.overwrite && !continues_saved_checkpoints(c)) {
+    const std::vector<std::string> steps = checkpoint_folders(c.checkpoint.save);
+    if (!steps.empty() || has_checkpoint(c.checkpoint.save))
+      throw UserError(
+          "checkpoint.save '" + c.checkpoint.save + "' already holds checkpoints (" +
+          (steps.empty()
+               ? std::string("a `latest`")
+               : steps.back() + (steps.size() > 1
+                                     ? " and " + std::to_string(steps.size() - 1) + " older"
+                                     : "")) +
+          "); pass --resume to continue from them, --overwrite (output.overwrite: "
+          "true) to replace them, or choose another checkpoint.save");
+  }
   if (!writes_output) return;
   check_output_folder("output.dir", c.output.dir,
                       "choose a folder you can write, e.g. output.dir: runs/my-run");

@@ -95,6 +95,11 @@ std::string read_regular_file(const std::string& path, const std::string& what,
   return out;
 }
 
+bool is_dangling_link(const std::string& path) {
+  std::error_code ec;
+  return fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(path, ec);
+}
+
 void check_output_folder(const std::string& key, const std::string& dir, const std::string& fix) {
   if (dir.empty()) throw UserError(key + " is empty; " + fix);
   std::error_code ec;

@@ -51,6 +51,9 @@ void check_png_path(const std::string& png, bool overwrite) {
     throw UserError("--png '" + png +
                     "' does not end in .png: the file is written as PNG; give a " + "name like " +
                     fs::path(png).replace_extension(".png").string());
+  if (is_dangling_link(png))
+    throw UserError("--png '" + png +
+                    "' is a symbolic link to nothing; remove the link, or choose another file");
   if (fs::exists(fs::symlink_status(png, ec)) && !overwrite)
     throw UserError("--png '" + png +
                     "' already exists; add --overwrite to replace it, or choose another file");

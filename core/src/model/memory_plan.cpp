@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -92,6 +93,79 @@ namespace {
 
 constexpr size_t kNone = size_t(-1);
 
+// A count the engine holds in size_t: the product `scale` x the keys' values (each to its power).
+struct SizeTerm {
+  const char* what;
+  long double scale;
+  std::vector<std::tuple<const char*, long double, int>> keys;  // key, value, power
+
+  long double bytes() const {
+    long double b = scale;
+    for (const auto& [key, v, power] : keys) b *= std::pow(v, power);
+    return b;
+  }
+  // The key that makes the term large: the largest factor (value to its power).
+  std::pair<const char*, long double> culprit() const {
+    const auto* top = &keys.front();
+    for (const auto& k : keys)
+      if (std::get<2>(k) * std::log(std::get<1>(k)) >
+          std::get<2>(*top) * std::log(std::get<1>(*top)))
+        top = &k;
+    return {std::get<0>(*top), std::get<1>(*top)};
+  }
+};
+
+}  // namespace
+
+void check_sizes_fit(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const long double C = m.hidden_size, L = m.num_layers, H = m.num_attention_heads,
+                    V = m.vocab_size, T = m.seq_length, P = context_length(m),
+                    B = std::max(1, cfg.training.micro_batch_size);
+  const char* ctx =
+      m.max_position_embeddings ? "model.max_position_embeddings" : "model.seq_length";
+  // Whole-model counts before any parallelism divides them, with room: every estimate multiplies
+  // and adds a few of them, so each must stay far below 2^64 (here 2^60 bytes, an exbibyte).
+  const std::vector<SizeTerm> terms = {
+      {"parameters, gradients and Adam moments",
+       16 * 12,
+       {{"model.num_layers", L, 1}, {"model.hidden_size", C, 2}}},
+      {"parameters, gradients and Adam moments",
+       16,
+       {{"model.vocab_size", V, 1}, {"model.hidden_size", C, 1}}},
+      {"parameters, gradients and Adam moments", 16, {{ctx, P, 1}, {"model.hidden_size", C, 1}}},
+      {"activations",
+       64,
+       {{"model.num_layers", L, 1},
+        {"training.micro_batch_size", B, 1},
+        {"model.seq_length", T, 1},
+        {"model.hidden_size", C, 1}}},
+      {"attention scores (seq_length squared per head)",
+       4,
+       {{"training.micro_batch_size", B, 1},
+        {"model.num_attention_heads", H, 1},
+        {"model.seq_length", T, 2}}},
+      {"logits",
+       8,
+       {{"training.micro_batch_size", B, 1},
+        {"model.seq_length", T, 1},
+        {"model.vocab_size", V, 1}}},
+  };
+  constexpr long double kLimit = 1ULL << 60;
+  for (const SizeTerm& t : terms) {
+    if (t.bytes() < kLimit) continue;
+    const auto [key, value] = t.culprit();
+    char bytes[32];
+    std::snprintf(bytes, sizeof bytes, "%.3Lg", t.bytes());
+    throw UserError(std::string(key) + " " + std::to_string((long long)value) + " makes the " +
+                    t.what + " alone " + bytes +
+                    " bytes, past what 64-bit sizes count (an exbibyte at most); give a smaller " +
+                    key);
+  }
+}
+
+namespace {
+
 // The plugins whose answers decide allocations, loaded once for every estimate of one config
 // (the fix search re-plans the same layout many times).
 struct Plugins {
@@ -105,6 +179,7 @@ struct Plugins {
   TensorPlan plan;
 
   explicit Plugins(const Config& cfg) {
+    check_sizes_fit(cfg);  // every estimate starts here
     auto a = loader.load("attention", cfg.attention.name);
     attention = std::make_unique<AttentionBackend>(
         a, resolve_params(a->descriptor(), cfg.attention.params, cfg.attention.yaml_path),
@@ -824,12 +899,12 @@ std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size,
   return std::nullopt;
 }
 
-void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes) {
+std::string memory_refusal(const Config& cfg, int world_size, size_t limit_bytes) {
   const std::vector<MemoryEstimate> est = estimate_memory(cfg, world_size);
   // A CPU run's offloaded optimizer state lives in the same memory.
   const bool with_host = cfg.device == "cpu";
   const size_t need = peak_per_rank(est, with_host);
-  if (need <= limit_bytes) return;
+  if (need <= limit_bytes) return "";
   size_t worst = 0;
   for (size_t s = 0; s < est.size(); ++s)
     if (peak_per_rank({est[s]}, with_host) > peak_per_rank({est[worst]}, with_host)) worst = s;
@@ -857,7 +932,12 @@ void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes) {
     msg << "; no higher ZeRO stage, smaller micro-batch or activation checkpointing fits: use "
            "more ranks (tensor or pipeline parallelism) or a smaller model";
   }
-  throw UserError(msg.str());
+  return msg.str();
+}
+
+void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes) {
+  if (std::string refusal = memory_refusal(cfg, world_size, limit_bytes); !refusal.empty())
+    throw UserError(refusal);
 }
 
 namespace {

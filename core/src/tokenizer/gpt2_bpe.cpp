@@ -255,6 +255,33 @@ bool unicode_to_bytes(std::string_view s, const std::unordered_map<char32_t, cha
   return true;
 }
 
+// The byte (from 1) where JSON `text` stops being readable. nlohmann's out_of_range errors, such
+// as a number too big for a double, name no position; a second pass that builds nothing finds it.
+size_t json_error_byte(const std::string& text) {
+  struct Locate : nlohmann::json_sax<nlohmann::json> {
+    size_t byte = 0;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(size_t at, const std::string& token,
+                     const nlohmann::detail::exception&) override {
+      byte = at >= token.size() ? at - token.size() + 1 : at;  // where the bad token starts
+      return false;
+    }
+  } locate;
+  nlohmann::json::sax_parse(text, &locate);
+  return locate.byte;
+}
+
 }  // namespace
 
 Gpt2Files gpt2_files(const std::string& vocab_file, const std::string& merge_file) {
@@ -283,6 +310,10 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json_path,
     } catch (const nlohmann::json::parse_error& e) {
       std::string msg = e.what();
       throw bad("not JSON (" + msg.substr(msg.find(' ') + 1) + ")");
+    } catch (const nlohmann::json::exception& e) {  // a number too big for a double
+      std::string msg = e.what();
+      throw bad("not JSON (" + msg.substr(msg.find(' ') + 1) + " at byte " +
+                std::to_string(json_error_byte(text)) + ")");
     }
     if (!j.is_object() || j.empty()) throw bad("expected a non-empty JSON object of token -> id");
     impl->decoder.assign(j.size(), std::string());

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -15,10 +16,23 @@
 
 namespace triad {
 
-std::chrono::milliseconds wait_bound(const TrainingConfig& t) {
-  double s = t.collective_timeout;
-  if (rank_status_watched()) s += std::max(1.0, s / 4);
+std::chrono::milliseconds collective_timeout_ms(const TrainingConfig& t) {
+  constexpr double kWeek = 7 * 24 * 3600;
+  const double s = t.collective_timeout;
+  if (!(s >= 0.001 && s <= kWeek)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", s);
+    throw UserError("training.collective_timeout " + std::string(text) +
+                    " is not a number of seconds from 0.001 to 604800 (a week): shorter rounds to "
+                    "0 ms, which turns the watch off, longer is no bound; give e.g. 300");
+  }
   return std::chrono::milliseconds(int64_t(s * 1000));
+}
+
+std::chrono::milliseconds wait_bound(const TrainingConfig& t) {
+  const std::chrono::milliseconds own = collective_timeout_ms(t);
+  if (!rank_status_watched()) return own;
+  return own + std::max(std::chrono::milliseconds(1000), own / 4);
 }
 
 std::vector<double> DistributedRun::sum(Communicator& comm, const std::vector<double>& xs) {
@@ -245,6 +259,8 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       me(groups.coords(opts_in.dist.rank)) {
   // Everything that can fail on bad input happens before the output folder is touched.
   check_runnable(cfg);
+  check_sizes_fit(cfg);
+  wait_bound(cfg.training);  // a collective_timeout no wait can use is refused here
   device = make_device(cfg.device, opts.dist.local_rank, cfg.allow_tf32, cfg.device_gemm);
   // A GPU's memory is known only here (the launcher checked the host's for a CPU run): the
   // estimate against what the device has free, refused before anything is allocated.

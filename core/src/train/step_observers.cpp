@@ -235,6 +235,20 @@ void CheckpointSaver::after_step(int step, bool stopping) {
     return;
   const auto s0 = std::chrono::steady_clock::now();
   last_ = save_checkpoint(cfg, run_.spec, *run_.state, rank_, step, run_.progress);
+  // --overwrite: the other run's iteration folders go once this run has a checkpoint of its own
+  // (a --resume later would otherwise pick up theirs beside ours). Every rank has saved by now.
+  if (!saved_ && rank_.rank == 0 && replaces_saved_checkpoints(cfg)) {
+    const std::string mine = std::filesystem::path(last_).filename().string();
+    for (const std::string& name : checkpoint_folders(cfg.checkpoint.save)) {
+      if (name == mine) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(std::filesystem::path(cfg.checkpoint.save) / name, ec);
+      if (ec)
+        spdlog::warn("checkpoint.save: the earlier run's {} could not be removed: {}", name,
+                     ec.message());
+    }
+  }
+  saved_ = true;
   if (!run_.opts.quiet)
     spdlog::info(
         "saved checkpoint {} in {:.0f} ms", last_,

@@ -1,10 +1,12 @@
 // One way to fail for every C++ entry point: a command-line error, a bad config and any other
-// UserError print one line, "TOOL: error: WHAT", and exit 2; a numeric flag's allowed range is
-// said in words. Header-only over CLI11 (the entry points' command-line library).
+// UserError print one line, "TOOL: error: WHAT", and exit 2 (run_main wraps a main); a numeric
+// flag's allowed range is said in words. Header-only over CLI11 (the entry points' command-line
+// library).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -69,6 +71,39 @@ inline CLI::Validator at_least_number(double min) {
   return detail::bounded(min, std::numeric_limits<double>::infinity(), false, "a number");
 }
 
+// CLI11's message in the words of the other errors: its "--world: At Most 1 required but
+// received 2" is a flag given twice.
+inline std::string reworded(std::string what) {
+  const std::string at_most = ": At Most 1 required but received ";
+  const size_t at = what.find(at_most);
+  if (at == std::string::npos) return what;
+  std::string times = what.substr(at + at_most.size());
+  while (!times.empty() && !std::isdigit(static_cast<unsigned char>(times.back())))
+    times.pop_back();
+  return what.substr(0, at) + " is given " + (times == "2" ? "twice" : times + " times") +
+         "; give it once";
+}
+
+// Refuses a value given empty (--output ""), which would otherwise silently mean the default;
+// flags that take no value aside. UserError naming the first such option.
+inline void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_items_expected_max() == 0) continue;  // a flag
+    for (const std::string& r : o->results())
+      if (r.empty())
+        throw UserError(
+            o->get_name() + " is given an empty value ''; give one" +
+            (o->get_positional() ? "" : ", or leave " + o->get_name() + " out for its default"));
+  }
+  for (const CLI::App* sub : app.get_subcommands()) refuse_empty_values(*sub);
+}
+
+// app.parse, then refuse_empty_values: what every entry point parses its command line with.
+inline void parse(CLI::App& app, int argc, const char* const* argv) {
+  app.parse(argc, argv);
+  refuse_empty_values(app);
+}
+
 // The one line of a failed entry point; returns its exit code (kExitUserError).
 inline int fail(const std::string& tool, const std::string& what) {
   std::cerr << tool << ": error: " << what << std::endl;
@@ -79,7 +114,7 @@ inline int fail(const std::string& tool, const std::string& what) {
 // line naming the flag, and exit 2.
 inline int parse_error(const std::string& tool, const CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == 0) return app.exit(e);
-  std::string what = e.what();  // one line, without CLI11's "Run with --help" line
+  std::string what = reworded(e.what());  // one line, without CLI11's "Run with --help" line
   for (char& c : what)
     if (c == '\n') c = ' ';
   while (!what.empty() && what.back() == ' ') what.pop_back();
@@ -88,6 +123,33 @@ inline int parse_error(const std::string& tool, const CLI::App& app, const CLI::
   if (!what.empty() && what[0] >= 'A' && what[0] <= 'Z' && !acronym)
     what[0] = char(what[0] - 'A' + 'a');
   return fail(tool, what + " (see " + tool + " --help)");
+}
+
+// An entry point's whole work: a UserError is one line and exit 2; any other exception is a fault
+// of Triad's, "TOOL: internal error: WHAT" and exit 1, never an abort (an exception out of main
+// is std::terminate, exit 134).
+template <class Body>
+int run_main(const std::string& tool, Body&& body) {
+  try {
+    return body();
+  } catch (const UserError& e) {
+    return fail(tool, e.what());
+  } catch (const std::exception& e) {
+    std::cerr << tool << ": internal error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+// The same with `app`'s command line parsed in `body`: its errors are parse_error's one line.
+template <class Body>
+int run_main(const std::string& tool, const CLI::App& app, Body&& body) {
+  return run_main(tool, [&]() -> int {
+    try {
+      return body();
+    } catch (const CLI::ParseError& e) {
+      return parse_error(tool, app, e);
+    }
+  });
 }
 
 }  // namespace triad::cli

@@ -299,6 +299,12 @@ std::string runnable_refusal(const Config& c);
 bool has_checkpoint(const std::string& dir);
 // The step an iteration folder's name holds ("iter_0000042" -> 42), or -1 for any other name.
 int checkpoint_folder_step(const std::string& name);
+// The iteration folders (iter_NNNNNNN) in `dir`, oldest first; none when it is no folder.
+std::vector<std::string> checkpoint_folders(const std::string& dir);
+// Whether the run replaces the checkpoints another run left in checkpoint.save: --overwrite,
+// neither resuming nor loading from that folder. Its first save removes their iteration
+// folders (never before the run has a checkpoint of its own).
+bool replaces_saved_checkpoints(const Config& c);
 // The checkpoint a run starts from: checkpoint.load; with checkpoint.resume, the one in
 // checkpoint.load (or else checkpoint.save) if there is one. Empty: start from the beginning.
 std::string checkpoint_to_load(const Config& cfg);

@@ -26,6 +26,10 @@ int open_regular_file(const std::string& path, const std::string& what, const st
 std::string read_regular_file(const std::string& path, const std::string& what,
                               const std::string& fix);
 
+// Whether `path` is a symbolic link to nothing: a file a tool writes is refused then, at once
+// (writing through it fails, or creates a file wherever the link points).
+bool is_dangling_link(const std::string& path);
+
 // A folder a program creates (if missing) and writes into, checked before anything is written:
 // the folder itself or, when it does not exist yet, its nearest existing ancestor must be a
 // directory in which a folder can be created (probed with a folder removed at once). Throws

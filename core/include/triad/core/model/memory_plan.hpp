@@ -103,10 +103,18 @@ struct MemoryFix {
 // when none of them fits.
 std::optional<MemoryFix> cheapest_memory_fix(const Config& cfg, int world_size, size_t limit_bytes);
 
-// Refuses a run whose estimated peak per rank exceeds limit_bytes (the memory one rank may use;
-// on a CPU run an offloaded optimizer state counts too), before anything is allocated: UserError
-// naming the estimate (its worst pipeline stage and what it holds), the limit and the cheapest
-// change that fits with its --set overrides (or that none of them does).
+// Refuses a model or micro-batch so large that its byte counts would pass what 64-bit sizes hold
+// (the estimates and the engine count bytes in size_t): UserError naming the key that makes it
+// so, e.g. model.hidden_size 2147483644. Every estimate checks it first; sane sizes, far below,
+// are untouched.
+void check_sizes_fit(const Config& cfg);
+
+// Why a run whose estimated peak per rank exceeds limit_bytes (the memory one rank may use; on a
+// CPU run an offloaded optimizer state counts too) cannot run, "" when it fits: the estimate
+// (its worst pipeline stage and what it holds), the limit and the cheapest change that fits with
+// its --set overrides (or that none of them does).
+std::string memory_refusal(const Config& cfg, int world_size, size_t limit_bytes);
+// The same refusal as a UserError, before anything is allocated.
 void check_memory_fits(const Config& cfg, int world_size, size_t limit_bytes);
 
 // The memory this machine can give the job now: MemAvailable, or the memory cgroup's limit less

@@ -31,6 +31,10 @@
 
 namespace triad {
 
+// training.collective_timeout as a wait's bound; UserError outside 1 ms .. a week (shorter would
+// round to 0 ms, which turns the watch off; longer would pass what milliseconds count).
+std::chrono::milliseconds collective_timeout_ms(const TrainingConfig& t);
+
 // Every wait's bound: training.collective_timeout, or a little more when a launcher watches
 // this rank (rank_status.hpp). The launcher acts at the timeout itself, seeing every rank, so
 // it names the rank the others wait for; a wait that runs out here is the backstop.

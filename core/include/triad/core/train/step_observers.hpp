@@ -57,6 +57,7 @@ class CheckpointSaver {
   const Run& run_;
   CheckpointRank rank_;
   std::string last_;
+  bool saved_ = false;  // this run has saved once
 };
 
 // The step trace's files (training.profile_steps): each rank's part, then rank 0's merged
