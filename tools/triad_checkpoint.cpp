@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
     return triad::cli::fail("triad-checkpoint", "'" + std::string(argv[1]) +
                                                     "' is not a subcommand; use info, verify or "
                                                     "convert (see triad-checkpoint --help)");
-  try {
-    app.parse(argc, argv);
+  return triad::cli::run_main("triad-checkpoint", app, [&] {
+    triad::cli::parse(app, argc, argv);
     if (*convert) refuse_to_replace(out, overwrite);
     if (*verify) return verify_all(dir);
     const triad::Checkpoint ck(dir, "DIR");
@@ -118,9 +118,5 @@ int main(int argc, char** argv) {
                 << " parameters)\n";
     }
     return 0;
-  } catch (const CLI::ParseError& e) {
-    return triad::cli::parse_error("triad-checkpoint", app, e);
-  } catch (const triad::UserError& e) {
-    return triad::cli::fail("triad-checkpoint", e.what());
-  }
+  });
 }

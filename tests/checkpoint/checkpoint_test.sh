@@ -425,6 +425,13 @@ section_output() {
     { cat full.log; fail "no full-disk message for the save"; }
   grep -q "^verify=0$" full.status && grep -q "^latest=iter_0000002$" full.status ||
     { cat full.status verify.log; fail "the previous checkpoint is not the intact latest"; }
+  # The first save fails (a 4 MB disk): no previous checkpoint is promised.
+  with_tmpfs 4m disk bash -c '"$0" "$@" >first.log 2>&1; echo "rc=$?"' "$LAUNCH" "$CFG" \
+    "${common[@]}" --set training.train_iters=2 --set output.dir=o5b --set checkpoint.save=disk/ckpt \
+    --set checkpoint.save_interval=2 >first.status 2>&1
+  grep -q "^rc=2$" first.status &&
+    grep -q "saving step 2 .* No space left on device.*no checkpoint was saved before it" first.log &&
+    ! grep -q "stays the latest" first.log || { cat first.status first.log; fail "a failed first save"; }
   # The metrics file on a disk that fills: an error naming it, no "done".
   rc=0
   with_tmpfs 8k small timeout 120 "$LAUNCH" "$CFG" "${common[@]}" --set training.train_iters=200 \

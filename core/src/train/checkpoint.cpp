@@ -355,7 +355,11 @@ std::string save_checkpoint(const Config& cfg, const ParamSpec& spec, const Mode
   std::memcpy(reports.data(), all.data(), all.size());
   const std::string what = "checkpoint.save: saving step " + std::to_string(step) + " into '" +
                            cfg.checkpoint.save + "' failed";
-  const std::string kept = "; the previous checkpoint stays the latest";
+  // What stays: the checkpoint `latest` names, if this run (or the one it continues) saved one.
+  const std::string kept = has_checkpoint(cfg.checkpoint.save)
+                               ? "; the previous checkpoint stays the latest"
+                               : "; no checkpoint was saved before it (free space, or choose "
+                                 "another checkpoint.save, and run again)";
   if (!error.empty()) throw UserError(what + ": " + error + kept);
   for (int r = 0; r < me.world; ++r)
     if (reports[size_t(r)].failed)
