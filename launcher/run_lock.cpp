@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "triad/core/error.hpp"
 
 namespace triad::launch {
@@ -63,8 +65,11 @@ FolderLock::FolderLock(const std::string& key, const std::string& dir) : dir_(di
       if (err == EWOULDBLOCK)
         throw UserError(key + " '" + dir + "' is in use by another run (" + who +
                         "); wait for it to end, or choose another " + key);
-      throw UserError(key + " '" + dir + "': its lock file '" + file_ + "' cannot be locked: " +
-                      std::strerror(err) + "; choose a folder on a file system with locks");
+      // A file system without locks (Lustre mounted without flock, some NFS setups): the run
+      // goes on as before there were locks, and says so once.
+      spdlog::warn("{} '{}': no lock against a second run at once ({}: {})", key, dir, file_,
+                   std::strerror(err));
+      return;
     }
     struct stat held {
     }, named{};
