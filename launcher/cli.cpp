@@ -76,6 +76,34 @@ std::string one_line(std::string msg) {
   return msg;
 }
 
+// What the launch runs: a CONFIG, --megatron-args, or a program (--exec), exactly one, and
+// the flags that go with each.
+void check_what_runs(const LaunchArgs& a, bool exec_seen) {
+  if (exec_seen) {
+    if (a.exec.empty())
+      throw UserError("--exec needs a program: triad-launch [options] --exec PROGRAM [ARGS...]");
+    if (!a.config_path.empty() || !a.sets.empty() || a.dry_run || a.quiet || a.worker ||
+        !a.deepspeed_config.empty() || !a.megatron_args.empty())
+      throw UserError("--exec runs '" + a.exec[0] +
+                      "' instead of training, so a CONFIG, --megatron-args, --set, "
+                      "--deepspeed_config, --dry-run or --quiet before "
+                      "it has no meaning; drop them (or drop --exec to train)");
+  } else if (!a.config_path.empty() && !a.megatron_args.empty()) {
+    throw UserError("both a CONFIG ('" + a.config_path +
+                    "') and --megatron-args are given; give one of them (triad-config "
+                    "from-megatron prints the YAML the arguments make)");
+  } else if (a.config_path.empty() && a.megatron_args.empty()) {
+    throw UserError(
+        "no CONFIG given; use 'triad-launch [options] CONFIG' (or --megatron-args \"ARGS\") to "
+        "train or 'triad-launch "
+        "[options] --exec PROGRAM [ARGS...]' to run a program per rank (see --help)");
+  }
+  if (a.strict && a.megatron_args.empty())
+    throw UserError(
+        "--strict checks what --megatron-args carries over, and no --megatron-args is given; "
+        "drop --strict (a YAML CONFIG's unknown keys are always refused)");
+}
+
 }  // namespace
 
 std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
@@ -198,29 +226,7 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
   a.nnodes_given = app.count("--nnodes") > 0;
   a.node_rank_given = app.count("--node-rank") > 0;
 
-  if (exec_seen) {
-    if (a.exec.empty())
-      throw UserError("--exec needs a program: triad-launch [options] --exec PROGRAM [ARGS...]");
-    if (!a.config_path.empty() || !a.sets.empty() || a.dry_run || a.quiet || a.worker ||
-        !a.deepspeed_config.empty() || !a.megatron_args.empty())
-      throw UserError("--exec runs '" + a.exec[0] +
-                      "' instead of training, so a CONFIG, --megatron-args, --set, "
-                      "--deepspeed_config, --dry-run or --quiet before "
-                      "it has no meaning; drop them (or drop --exec to train)");
-  } else if (!a.config_path.empty() && !a.megatron_args.empty()) {
-    throw UserError("both a CONFIG ('" + a.config_path +
-                    "') and --megatron-args are given; give one of them (triad-config "
-                    "from-megatron prints the YAML the arguments make)");
-  } else if (a.config_path.empty() && a.megatron_args.empty()) {
-    throw UserError(
-        "no CONFIG given; use 'triad-launch [options] CONFIG' (or --megatron-args \"ARGS\") to "
-        "train or 'triad-launch "
-        "[options] --exec PROGRAM [ARGS...]' to run a program per rank (see --help)");
-  }
-  if (a.strict && a.megatron_args.empty())
-    throw UserError(
-        "--strict checks what --megatron-args carries over, and no --megatron-args is given; "
-        "drop --strict (a YAML CONFIG's unknown keys are always refused)");
+  check_what_runs(a, exec_seen);
   if (!a.deepspeed_config.empty() && !exec_seen)
     a.sets.push_back("deepspeed_config=" + a.deepspeed_config);
   if (a.collective_timeout_s && !exec_seen)  // last, so it wins over a --set of the same key
