@@ -221,7 +221,7 @@ class MegatronReader {
   }
 
   // Every argument name this reader takes, for the closest to a misspelt one.
-  static std::vector<std::string_view> known_arguments() {
+  static const std::vector<std::string_view>& known_arguments() {
     static const std::vector<std::string_view> names = [] {
       std::vector<std::string_view> n;
       for (const KeyRow& row : key_table())
@@ -411,10 +411,6 @@ void MegatronReader::defaults() {
       {"fp16.loss_scale_window", "1000", "--loss-scale-window"},
       {"fp16.hysteresis", "2", "--hysteresis"},
       {"fp16.min_loss_scale", "1", "--min-loss-scale"}};
-  // Megatron's scaler stays at its minimum and goes on skipping (DeepSpeed's stops the run).
-  static const std::vector<std::array<const char*, 3>> at_min = {
-      {"fp16.raise_error_at_min_scale", "false",
-       "Megatron's scaler: it stays at --min-loss-scale"}};
   // Megatron holds out validation data from --data-path by default ('969, 30, 1') and
   // evaluates it every 1000 steps.
   static const std::vector<std::array<const char*, 3>> validation = {
@@ -434,8 +430,9 @@ void MegatronReader::defaults() {
   const bool json_scaler = out_.deepspeed && !out_.deepspeed_config.empty();
   if (keys_.count("fp16.enabled") && !json_scaler) {
     add(scaler);
-    for (const auto& [key, value, why] : at_min)
-      out_.defaults.push_back({key, YAML::Node(value), why});
+    // Megatron's scaler stays at its minimum and goes on skipping (DeepSpeed's stops the run).
+    out_.defaults.push_back({"fp16.raise_error_at_min_scale", YAML::Node("false"),
+                             "Megatron's scaler: it stays at --min-loss-scale"});
   }
   if (keys_.count("data.path") && !keys_.count("data.valid_path")) add(validation);
   // Megatron drops out 10% by default; Triad has no dropout, so that training is not carried

@@ -16,11 +16,11 @@ double Optimizer::grad_norm(double grad_scale) {
   // Sharded (ZeRO-1's owned block, ZeRO-2/3's slices): only the pieces hold the group's sums.
   const bool sharded = dist_ && state_.grads_sharded();
   const int tp = place_.tp_size, pp = place_.stages;
-  const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
   double sq = 0;
   if (!sharded && tp == 1 && pp == 1) {
     sq = dev.sum_squares(state_.grads(), state_.size());
   } else {
+    const std::vector<ModelState::Piece> whole{{0, state_.size(), 0}};
     for_each_overlap(sharded ? state_.pieces() : whole, spec_.tensors,
                      [&](const ModelState::Piece& pc, const TensorSpec& ts, size_t k, size_t n) {
                        if (ts.replicated_in_tp && place_.tp_rank != 0) return;
