@@ -208,6 +208,34 @@ TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
   }
 }
 
+// What each ZeRO stage moves in bf16 on a toy machine whose memory moves 1 GB/s: gradients
+// reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step and then write
+// the bf16 compute copy from the whole arena (4 bytes read, 2 written per element); stage 3
+// gathers the bf16 compute copy per unit and zeroes only the fp32 gradient windows.
+TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
+  const std::string toy = kToy;
+  const size_t bandwidth = toy.find("1.0e15");
+  const std::string slow = toy.substr(0, bandwidth) + "1" + toy.substr(bandwidth + 6);
+  const triad::Machine mc = triad::load_machine(write("toy-slow-memory.yaml", slow));
+  for (const int z : {1, 2, 3}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config("pipeline: gpipe\nprecision: bf16\ndevice: cuda\nzero_optimization: {stage: " +
+                   std::to_string(z) + "}\n"),
+        {}, 2);
+    const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+    const double psi = double(triad::plan_run(cfg).stage_params[0]), a = 10e-6;
+    // Over 2 ranks a gather or a reduce-scatter is one latency and half the bytes; 4 units (the
+    // embedding, 2 blocks, the head) share each micro-batch's, each paying its latency.
+    auto half = [&](double bytes, double count) { return count * a + bytes / 2 / 1e9; };
+    const double gather_after = half(psi * 4, 1) + psi * 6 / 1e9;
+    const double windows = 2 * psi * 4 / 1e9;
+    const double want = z == 1   ? half(psi * 4, 1) + gather_after
+                        : z == 2 ? 2 * half(psi * 4, 4) + gather_after + windows
+                                 : 2 * (2 * half(psi * 2, 4) + half(psi * 4, 4)) + windows;
+    EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "stage " << z;
+  }
+}
+
 TEST(Machine, RefusesWhatIsMissingOrWrong) {
   const std::string base = kToy;
   auto refused = [&](const std::string& text, const std::string& want) {

@@ -161,7 +161,13 @@ double gathers(const Setup& u) {
   return u.recompute == Recompute::full ? 3 : 2;
 }
 
-// Exposed data-parallel time of a stage, and the compute it can hide behind.
+// Exposed data-parallel time of a stage, and the compute it can hide behind. As the "zero"
+// plugin and the core run it: gradients reduce in fp32 (the plugin takes no other dtype); stage
+// 1 reduce-scatters the whole arena once its last gradient is final, after the backward pass
+// (nothing to hide behind), and stages 1 and 2 all-gather the fp32 master weights after the step
+// (zero.cpp, after_step) and then convert the whole arena into the compute copy
+// (optimizer.cpp, after_step; model_state.cpp, sync_compute); stage 3 gathers each unit's
+// compute copy (model_state.cpp, prefetch) and zeroes only the gradient windows (unit_grad).
 double data_parallel_time(const Setup& u, int stage, double fwd_compute, double bwd_compute,
                           double last_bwd) {
   if (u.dp <= 1) return 0;
@@ -170,35 +176,37 @@ double data_parallel_time(const Setup& u, int stage, double fwd_compute, double 
   const int z = u.cfg.zero_optimization.stage;
   // Units: the stage's blocks, and its embedding and head.
   const double units = u.layers[size_t(stage)] + (stage == 0 ? 1 : 0) + (stage == u.pp - 1 ? 1 : 0);
-  auto many = [&](const char* op, double count) {
-    // `count` collectives sharing `grads` bytes: each pays its latency.
+  auto many = [&](const char* op, double bytes, double count) {
+    // `count` collectives sharing `bytes`: each pays its latency.
     const auto [bw, alpha] = link.of(op);
     const double steps = std::string(op) == "all_reduce" ? 2.0 * (u.dp - 1) : u.dp - 1.0;
-    return collective_time(link, op, grads, u.dp) + (count - 1) * steps * alpha;
+    return collective_time(link, op, bytes, u.dp) + (count - 1) * steps * alpha;
   };
+  // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena.
+  const double gather_after = collective_time(link, "all_gather", grads, u.dp) +
+                              (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0);
   double hidden_behind = 0, total = 0, after = 0;
   if (z == 1 && u.cfg.zero_optimization.reduce_scatter) {
-    // One reduce-scatter of the arena once the backward pass is done, the gather after the step.
-    after = collective_time(link, "reduce_scatter", grads, u.dp) +
-            collective_time(link, "all_gather", grads, u.dp);
+    after = collective_time(link, "reduce_scatter", grads, u.dp) + gather_after;
   } else if (z <= 1) {
     const double buckets =
         std::ceil(psi / double(std::max<int64_t>(1, u.cfg.zero_optimization.reduce_bucket_size)));
-    total = many("all_reduce", buckets);
+    total = many("all_reduce", grads, buckets);
     hidden_behind = u.cfg.zero_optimization.overlap_comm ? last_bwd : 0;
-    if (z == 1) after = collective_time(link, "all_gather", grads, u.dp);
+    if (z == 1) after = gather_after;
   } else if (z == 2) {
-    total = u.m * many("reduce_scatter", units);
+    total = u.m * many("reduce_scatter", grads, units);
     hidden_behind = bwd_compute;
-    after = collective_time(link, "all_gather", grads, u.dp);
+    after = gather_after;
   } else {
-    total = u.m * (gathers(u) * many("all_gather", units) + many("reduce_scatter", units));
+    total = u.m * (gathers(u) * many("all_gather", psi * u.act, units) +
+                   many("reduce_scatter", grads, units));
     hidden_behind = fwd_compute + bwd_compute;
   }
   const double hidden = u.mc.overlap_data_parallel * std::min(total, hidden_behind);
-  // ZeRO-2/3 windows: each unit's gradient window (and at stage 3 each gathered weight) is
-  // allocated and zeroed per micro-batch, fp32, at the memory bandwidth.
-  const double windows = z == 2 ? u.m * grads : z == 3 ? u.m * grads * (1 + gathers(u)) : 0.0;
+  // ZeRO-2/3: each unit's fp32 gradient window is zeroed per micro-batch at the memory bandwidth
+  // (the gathered weights are written by the gather, not zeroed).
+  const double windows = z >= 2 ? u.m * grads : 0.0;
   return total - hidden + after + bytes_time(u, windows);
 }
 
