@@ -236,6 +236,25 @@ TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   }
 }
 
+// A curve that rises with size: each of a block's four matrix products (qkv 6·t·h², the
+// projection 2·t·h², fc and its projection 8·t·h² each) reaches its own share, not the share of
+// their sum; the attention products (4·b·s²·h) and the head (2·t·h·V) theirs.
+TEST(Predict, EachMatrixProductOnTheCurveByItsOwnSize) {
+  const std::string toy = kToy;
+  const size_t at = toy.find("[[1, 1.0]]");
+  const triad::Machine mc = triad::load_machine(write(
+      "toy-curve.yaml", toy.substr(0, at) + "[[1.0e5, 0.1], [1.0e7, 1.0]]" + toy.substr(at + 10)));
+  const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 1);
+  const triad::Prediction p = triad::predict(cfg, 1, 1, mc);
+  auto time = [&](double flops) { return flops / (1e12 * mc.efficiency.at(flops)); };
+  const double th2 = kTokens * kH * kH;
+  const double block =
+      time(6 * th2) + time(2 * th2) + 2 * time(8 * th2) + time(4 * 2 * 32.0 * 32 * kH);
+  // Two micro-batches of two blocks and the head, forward and twice that backward.
+  const double compute = 2 * 3 * (2 * block + time(kHead * 1e12));
+  EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
+}
+
 TEST(Machine, RefusesWhatIsMissingOrWrong) {
   const std::string base = kToy;
   auto refused = [&](const std::string& text, const std::string& want) {

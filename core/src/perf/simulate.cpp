@@ -65,6 +65,17 @@ double bytes_time(const Setup& u, double bytes) {
   return bytes / (u.mc.memory_bandwidth * u.share);
 }
 
+// A block's four matrix products, each on the curve by its own FLOPs (cuBLAS runs them as four
+// GEMMs): qkv (6·t·h²) and the attention's projection (2·t·h²) over the attention split, fc and
+// its projection (8·t·h² each) over the MLP's.
+double dense_time(const Setup& u, double tokens) {
+  const double th2 = tokens * u.h * u.h, ta = u.shards.attention, tm = u.shards.mlp;
+  double t = 0;
+  for (const double flops : {6 * th2 / ta, 2 * th2 / ta, 8 * th2 / tm, 8 * th2 / tm})
+    t += flops_time(u, flops, u.mc.efficiency);
+  return t;
+}
+
 // A transformer block on one rank, per micro-batch.
 PassTime block_time(const Setup& u) {
   const double tokens = u.b * u.s, h = u.h;
@@ -83,7 +94,7 @@ PassTime block_time(const Setup& u) {
   // (12h over its split), the attention's biases (4h over its split).
   const double elementwise = tokens * u.act * (10 * h + 12 * h / tm + 4 * h / ta);
   double attn_t = flops_time(u, attn, attn_curve);
-  const double rest_t = flops_time(u, dense, u.mc.efficiency) + bytes_time(u, elementwise);
+  const double rest_t = dense_time(u, tokens) + bytes_time(u, elementwise);
   const auto own = u.mc.attention_backward_ratio.find(plugin);
   const double attn_ratio =
       own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
