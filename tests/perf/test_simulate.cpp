@@ -255,6 +255,31 @@ TEST(Predict, EachMatrixProductOnTheCurveByItsOwnSize) {
   EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
 }
 
+// Triad's unfused CUDA attention on a datasheet machine whose memory moves 10 GB/s: per batch
+// element and score element (2 heads × 32 × 32), the forward's GEMMs write the fp32 scores (4
+// bytes) and read P (4), its softmax reads the causal half (2) and writes P (4); the backward
+// recomputes the scores (4), exponentiates them (2 read, 4 written), reads P for dV (4), writes
+// dP (4), reads P and dP's causal halves and writes dS (4 + 4), and reads dS twice (8). At these
+// sizes every kernel is bound by its bytes (a GEMM's 131072 FLOPs take 0.13 µs, its 8 KiB 0.8).
+TEST(Predict, NaiveCudaAttentionMovesItsScoresByHand) {
+  const std::string toy = kToy;
+  const size_t at = toy.find("1.0e15");
+  const triad::Machine mc =
+      triad::load_machine(write("toy-10gbs.yaml", toy.substr(0, at) + "10" + toy.substr(at + 6)));
+  const triad::Config cfg =
+      triad::load_config(toy_config("pipeline: gpipe\ndevice: cuda\nattention: naive\n"), {}, 1);
+  const triad::Prediction p = triad::predict(cfg, 1, 1, mc);
+  const double bw = 10e9, scores = 2 * 2 * 32.0 * 32;  // micro-batch 2, 2 heads, 32 × 32
+  const double dense = 24 * kTokens * kH * kH / 1e12, elementwise = kTokens * 4 * 26 * kH / bw;
+  const double fwd = dense + elementwise + scores * 14 / bw;
+  const double bwd = 2 * (dense + elementwise) + scores * 34 / bw;
+  const double vocab = double(triad::plan_run(cfg).padded_vocab_size);
+  const double head = kHead + (kTokens * vocab * 12 + kTokens * kH * 8) / bw;
+  const double embedding = 2 * 3 * kTokens * kH * 4 / bw;
+  const double compute = 2 * (2 * (fwd + bwd) + 3 * head + embedding);
+  EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
+}
+
 TEST(Machine, RefusesWhatIsMissingOrWrong) {
   const std::string base = kToy;
   auto refused = [&](const std::string& text, const std::string& want) {

@@ -76,31 +76,71 @@ double dense_time(const Setup& u, double tokens) {
   return t;
 }
 
+// Triad's unfused CUDA attention (kernels/cuda/attention_naive.cu), one batch element at a time:
+// batched GEMMs over the rank's heads and row kernels over the fp32 (T, T) scores. Each kernel
+// takes the longer of its FLOPs on the attention curve and its bytes at the memory bandwidth, one
+// after another. Bytes per score element: the GEMMs write the fp32 scores (4) or read the P / dS
+// operand (e: the compute dtype's copy, or the fp32 matrix itself in fp32); the row kernels read
+// the causal half of their fp32 inputs and write every element.
+struct AttentionTime {
+  double fwd = 0, bwd = 0;
+};
+
+AttentionTime naive_cuda_attention(const Setup& u, const Curve& curve) {
+  const double ta = u.shards.attention, e = u.act, copy = u.act < 4 ? u.act : 0;
+  const double elems = u.heads / ta * u.s * u.s;  // score elements of one batch element
+  const double gemm = 2 * u.s * u.s * u.h / ta;   // one (T, T, D) product over the heads
+  auto kernel = [&](double flops, double bytes_per_element) {
+    return std::max(flops_time(u, flops, curve), bytes_time(u, elems * bytes_per_element));
+  };
+  AttentionTime t;
+  // S = QKᵀ; softmax (S read, P written in e); out = PV.
+  t.fwd = kernel(gemm, 4) + kernel(0, 2 + e) + kernel(gemm, e);
+  // P recomputed (QKᵀ, then exp(S - lse) in place and its e copy); dV = PᵀdO; dP = dO Vᵀ (fp32);
+  // dS = P∘(dP - rowsum) (P and dP read, dS written in e); dQ = dS K and dK = dSᵀQ.
+  t.bwd = kernel(gemm, 4) + kernel(0, 2 + 4 + copy) + kernel(gemm, e) + kernel(gemm, 4) +
+          kernel(0, 4 + e) + 2 * kernel(gemm, e);
+  t.fwd *= u.b;
+  t.bwd *= u.b;
+  return t;
+}
+
+// The attention plugin's QKᵀ and PV, forward and backward: Triad's unfused CUDA kernels as they
+// run (above); otherwise the plugin's FLOPs on its curve (the flash plugins skip the causal
+// mask's empty half, the naive one computes the whole score matrix; on a CPU its softmax is in
+// its curve), its backward `attention_backward_ratio` of that.
+AttentionTime attention_time(const Setup& u, double flops) {
+  const std::string& plugin = u.cfg.attention.name;
+  const auto it = u.mc.attention.find(plugin);
+  const Curve& curve = it != u.mc.attention.end() ? it->second : u.mc.efficiency;
+  if (plugin == "naive" && u.cfg.device == "cuda") return naive_cuda_attention(u, curve);
+  const auto own = u.mc.attention_backward_ratio.find(plugin);
+  const double ratio =
+      own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
+  AttentionTime t;
+  t.fwd = flops_time(u, flops, curve);
+  t.bwd = ratio * t.fwd;
+  return t;
+}
+
 // A transformer block on one rank, per micro-batch.
 PassTime block_time(const Setup& u) {
   const double tokens = u.b * u.s, h = u.h;
   const double ta = u.shards.attention, tm = u.shards.mlp;
   // qkv and the projection (8·t·h² over the attention split), fc and its projection (16·t·h²).
   const double dense = 8 * tokens * h * h / ta + 16 * tokens * h * h / tm;
-  // QKᵀ and PV as the plugin computes them: the flash plugins skip the causal mask's empty
-  // half, the naive one computes the whole score matrix (its element-wise softmax and the
-  // scores' traffic are in its curve, as calibrate measures it).
   const std::string& plugin = u.cfg.attention.name;
   const bool skips_masked = plugin == "flash1" || plugin == "flash2";
   const double attn = (skips_masked ? 2 : 4) * u.b * u.s * u.s * h / ta;
-  const auto it = u.mc.attention.find(plugin);
-  const Curve& attn_curve = it != u.mc.attention.end() ? it->second : u.mc.efficiency;
   // Element-wise bytes: two layernorms and two residual adds (10h), the MLP's bias and GeLU
   // (12h over its split), the attention's biases (4h over its split).
   const double elementwise = tokens * u.act * (10 * h + 12 * h / tm + 4 * h / ta);
-  double attn_t = flops_time(u, attn, attn_curve);
+  const AttentionTime at = attention_time(u, attn);
+  double attn_t = at.fwd;
   const double rest_t = dense_time(u, tokens) + bytes_time(u, elementwise);
-  const auto own = u.mc.attention_backward_ratio.find(plugin);
-  const double attn_ratio =
-      own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
   PassTime p;
   p.fwd = rest_t + attn_t;
-  double bwd = u.mc.backward_ratio * rest_t + attn_ratio * attn_t;
+  double bwd = u.mc.backward_ratio * rest_t + at.bwd;
   if (const auto blk = u.mc.blocks.find(plugin); blk != u.mc.blocks.end()) {
     // Measured whole blocks: the forward by all its FLOPs; the attention's part in proportion.
     const double flops = dense + attn;
