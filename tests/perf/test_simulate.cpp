@@ -176,6 +176,27 @@ TEST(Predict, TwoStagePipelineByHand) {
   EXPECT_NEAR(p.samples_per_s, 4 / step, 1e-9 * 4 / step);
 }
 
+// Tensor parallelism 2 with sequence parallelism, 2 stages on 2 nodes of 2: each tensor rank
+// sends its half of the tokens to its peer on the other node. Passes: a block's FLOPs halved and
+// two all-reduces of (b, s, h) per direction; the embedding's forward all-reduce; the head's
+// FLOPs halved, its cross-entropy's three per-token all-reduces forward and one backward.
+TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
+  const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
+  const triad::Config cfg = triad::load_config(
+      toy_config("parallel: {pipeline_model_parallel_size: 2, tensor_model_parallel_size: 2, "
+                 "sequence_parallel: true}\npipeline: gpipe\n"),
+      {}, 4);
+  const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
+  const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
+  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 2 * ar;
+  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 3 * ar;
+  const double msg = a + kTokens * kH * 4 / 2 / 1e9;
+  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
+  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
+  const double s0_b1 = s1_b1 + msg + b0, step = std::max(s0_b1, s1_b0 + msg) + b0;
+  EXPECT_NEAR(p.step_s, step, step * 1e-9);
+}
+
 TEST(Predict, DataParallelRingAllReduceByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 2);

@@ -44,7 +44,13 @@ struct Setup {
   }
   const Link& tp_link() const { return group_link(tp, 1); }
   const Link& dp_link() const { return group_link(dp, tp); }
-  const Link& pp_link() const { return group_link(pp, tp * dp); }
+  // Between two stages: ranks are numbered tensor rank first, then data-parallel, then stage
+  // (process_groups.cpp, rank_at), so a rank's peer in the next stage is tp·dp ranks on; within
+  // a node where both lie in the same one.
+  const Link& stage_link(int from, int to) const {
+    const int apart = tp * dp;
+    return from * apart / per_node == to * apart / per_node ? mc.intra_node : mc.inter_node;
+  }
 };
 
 // One pass of one piece of a stage: its compute (FLOPs and element-wise work) and its
@@ -338,8 +344,15 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
     return p.bwd / 2 + (weight ? 0.0 : p.bwd_comm) + mc.per_pass;
   };
-  const double msg = u.b * u.s * u.h * u.act;
-  costs.transfer = [&](int, int, bool) { return collective_time(u.pp_link(), "p2p", msg, 2); };
+  // Every tensor rank sends its own copy of the stage's (b, s, h) output, or its 1/tp of the
+  // tokens under sequence parallelism (GPT::stage_bytes), to its peer at once; links are per
+  // device (a DGX's adapter per GPU), so each send has its link to itself.
+  const double msg =
+      u.b * u.s * u.h * u.act / (u.cfg.parallel.sequence_parallel ? double(u.tp) : 1.0);
+  costs.transfer = [&](int st, int, bool grad) {
+    const int to = (st + (grad ? u.pp - 1 : 1)) % u.pp;  // interleaved chunks wrap around
+    return collective_time(u.stage_link(st, to), "p2p", msg, 2);
+  };
   const PipeTiming timing = pipeline_timing(streams, u.m, u.v, costs);
 
   StepTime out;
