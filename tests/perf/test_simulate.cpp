@@ -176,6 +176,27 @@ TEST(Predict, TwoStagePipelineByHand) {
   EXPECT_NEAR(p.samples_per_s, 4 / step, 1e-9 * 4 / step);
 }
 
+// Tensor parallelism 2 with sequence parallelism, 2 stages on 2 nodes of 2: each tensor rank
+// sends its half of the tokens to its peer on the other node. Passes: a block's FLOPs halved and
+// two all-reduces of (b, s, h) per direction; the embedding's forward all-reduce; the head's
+// FLOPs halved, its cross-entropy's three per-token all-reduces forward and one backward.
+TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
+  const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
+  const triad::Config cfg = triad::load_config(
+      toy_config("parallel: {pipeline_model_parallel_size: 2, tensor_model_parallel_size: 2, "
+                 "sequence_parallel: true}\npipeline: gpipe\n"),
+      {}, 4);
+  const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
+  const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
+  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 2 * ar;
+  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 3 * ar;
+  const double msg = a + kTokens * kH * 4 / 2 / 1e9;
+  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
+  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
+  const double s0_b1 = s1_b1 + msg + b0, step = std::max(s0_b1, s1_b0 + msg) + b0;
+  EXPECT_NEAR(p.step_s, step, step * 1e-9);
+}
+
 TEST(Predict, DataParallelRingAllReduceByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 2);
@@ -206,6 +227,78 @@ TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
     const double want = scatter ? 2 * half : 2 * 10e-6 + psi * 4 / 1e9 + half;
     EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "reduce_scatter " << scatter;
   }
+}
+
+// What each ZeRO stage moves in bf16 on a toy machine whose memory moves 1 GB/s: gradients
+// reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step and then write
+// the bf16 compute copy from the whole arena (4 bytes read, 2 written per element); stage 3
+// gathers the bf16 compute copy per unit and zeroes only the fp32 gradient windows.
+TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
+  const std::string toy = kToy;
+  const size_t bandwidth = toy.find("1.0e15");
+  const std::string slow = toy.substr(0, bandwidth) + "1" + toy.substr(bandwidth + 6);
+  const triad::Machine mc = triad::load_machine(write("toy-slow-memory.yaml", slow));
+  for (const int z : {1, 2, 3}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config("pipeline: gpipe\nprecision: bf16\ndevice: cuda\nzero_optimization: {stage: " +
+                   std::to_string(z) + "}\n"),
+        {}, 2);
+    const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+    const double psi = double(triad::plan_run(cfg).stage_params[0]), a = 10e-6;
+    // Over 2 ranks a gather or a reduce-scatter is one latency and half the bytes; 4 units (the
+    // embedding, 2 blocks, the head) share each micro-batch's, each paying its latency.
+    auto half = [&](double bytes, double count) { return count * a + bytes / 2 / 1e9; };
+    const double gather_after = half(psi * 4, 1) + psi * 6 / 1e9;
+    const double windows = 2 * psi * 4 / 1e9;
+    const double want = z == 1   ? half(psi * 4, 1) + gather_after
+                        : z == 2 ? 2 * half(psi * 4, 4) + gather_after + windows
+                                 : 2 * (2 * half(psi * 2, 4) + half(psi * 4, 4)) + windows;
+    EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "stage " << z;
+  }
+}
+
+// A curve that rises with size: each of a block's four matrix products (qkv 6·t·h², the
+// projection 2·t·h², fc and its projection 8·t·h² each) reaches its own share, not the share of
+// their sum; the attention products (4·b·s²·h) and the head (2·t·h·V) theirs.
+TEST(Predict, EachMatrixProductOnTheCurveByItsOwnSize) {
+  const std::string toy = kToy;
+  const size_t at = toy.find("[[1, 1.0]]");
+  const triad::Machine mc = triad::load_machine(write(
+      "toy-curve.yaml", toy.substr(0, at) + "[[1.0e5, 0.1], [1.0e7, 1.0]]" + toy.substr(at + 10)));
+  const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 1);
+  const triad::Prediction p = triad::predict(cfg, 1, 1, mc);
+  auto time = [&](double flops) { return flops / (1e12 * mc.efficiency.at(flops)); };
+  const double th2 = kTokens * kH * kH;
+  const double block =
+      time(6 * th2) + time(2 * th2) + 2 * time(8 * th2) + time(4 * 2 * 32.0 * 32 * kH);
+  // Two micro-batches of two blocks and the head, forward and twice that backward.
+  const double compute = 2 * 3 * (2 * block + time(kHead * 1e12));
+  EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
+}
+
+// Triad's unfused CUDA attention on a datasheet machine whose memory moves 10 GB/s: per batch
+// element and score element (2 heads × 32 × 32), the forward's GEMMs write the fp32 scores (4
+// bytes) and read P (4), its softmax reads the causal half (2) and writes P (4); the backward
+// recomputes the scores (4), exponentiates them (2 read, 4 written), reads P for dV (4), writes
+// dP (4), reads P and dP's causal halves and writes dS (4 + 4), and reads dS twice (8). At these
+// sizes every kernel is bound by its bytes (a GEMM's 131072 FLOPs take 0.13 µs, its 8 KiB 0.8).
+TEST(Predict, NaiveCudaAttentionMovesItsScoresByHand) {
+  const std::string toy = kToy;
+  const size_t at = toy.find("1.0e15");
+  const triad::Machine mc =
+      triad::load_machine(write("toy-10gbs.yaml", toy.substr(0, at) + "10" + toy.substr(at + 6)));
+  const triad::Config cfg =
+      triad::load_config(toy_config("pipeline: gpipe\ndevice: cuda\nattention: naive\n"), {}, 1);
+  const triad::Prediction p = triad::predict(cfg, 1, 1, mc);
+  const double bw = 10e9, scores = 2 * 2 * 32.0 * 32;  // micro-batch 2, 2 heads, 32 × 32
+  const double dense = 24 * kTokens * kH * kH / 1e12, elementwise = kTokens * 4 * 26 * kH / bw;
+  const double fwd = dense + elementwise + scores * 14 / bw;
+  const double bwd = 2 * (dense + elementwise) + scores * 34 / bw;
+  const double vocab = double(triad::plan_run(cfg).padded_vocab_size);
+  const double head = kHead + (kTokens * vocab * 12 + kTokens * kH * 8) / bw;
+  const double embedding = 2 * 3 * kTokens * kH * 4 / bw;
+  const double compute = 2 * (2 * (fwd + bwd) + 3 * head + embedding);
+  EXPECT_NEAR(p.breakdown.compute, compute, 1e-9 * compute);
 }
 
 TEST(Machine, RefusesWhatIsMissingOrWrong) {

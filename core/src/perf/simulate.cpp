@@ -44,7 +44,13 @@ struct Setup {
   }
   const Link& tp_link() const { return group_link(tp, 1); }
   const Link& dp_link() const { return group_link(dp, tp); }
-  const Link& pp_link() const { return group_link(pp, tp * dp); }
+  // Between two stages: ranks are numbered tensor rank first, then data-parallel, then stage
+  // (process_groups.cpp, rank_at), so a rank's peer in the next stage is tp·dp ranks on; within
+  // a node where both lie in the same one.
+  const Link& stage_link(int from, int to) const {
+    const int apart = tp * dp;
+    return from * apart / per_node == to * apart / per_node ? mc.intra_node : mc.inter_node;
+  }
 };
 
 // One pass of one piece of a stage: its compute (FLOPs and element-wise work) and its
@@ -65,31 +71,82 @@ double bytes_time(const Setup& u, double bytes) {
   return bytes / (u.mc.memory_bandwidth * u.share);
 }
 
+// A block's four matrix products, each on the curve by its own FLOPs (cuBLAS runs them as four
+// GEMMs): qkv (6·t·h²) and the attention's projection (2·t·h²) over the attention split, fc and
+// its projection (8·t·h² each) over the MLP's.
+double dense_time(const Setup& u, double tokens) {
+  const double th2 = tokens * u.h * u.h, ta = u.shards.attention, tm = u.shards.mlp;
+  double t = 0;
+  for (const double flops : {6 * th2 / ta, 2 * th2 / ta, 8 * th2 / tm, 8 * th2 / tm})
+    t += flops_time(u, flops, u.mc.efficiency);
+  return t;
+}
+
+// Triad's unfused CUDA attention (kernels/cuda/attention_naive.cu), one batch element at a time:
+// batched GEMMs over the rank's heads and row kernels over the fp32 (T, T) scores. Each kernel
+// takes the longer of its FLOPs on the attention curve and its bytes at the memory bandwidth, one
+// after another. Bytes per score element: the GEMMs write the fp32 scores (4) or read the P / dS
+// operand (e: the compute dtype's copy, or the fp32 matrix itself in fp32); the row kernels read
+// the causal half of their fp32 inputs and write every element.
+struct AttentionTime {
+  double fwd = 0, bwd = 0;
+};
+
+AttentionTime naive_cuda_attention(const Setup& u, const Curve& curve) {
+  const double ta = u.shards.attention, e = u.act, copy = u.act < 4 ? u.act : 0;
+  const double elems = u.heads / ta * u.s * u.s;  // score elements of one batch element
+  const double gemm = 2 * u.s * u.s * u.h / ta;   // one (T, T, D) product over the heads
+  auto kernel = [&](double flops, double bytes_per_element) {
+    return std::max(flops_time(u, flops, curve), bytes_time(u, elems * bytes_per_element));
+  };
+  AttentionTime t;
+  // S = QKᵀ; softmax (S read, P written in e); out = PV.
+  t.fwd = kernel(gemm, 4) + kernel(0, 2 + e) + kernel(gemm, e);
+  // P recomputed (QKᵀ, then exp(S - lse) in place and its e copy); dV = PᵀdO; dP = dO Vᵀ (fp32);
+  // dS = P∘(dP - rowsum) (P and dP read, dS written in e); dQ = dS K and dK = dSᵀQ.
+  t.bwd = kernel(gemm, 4) + kernel(0, 2 + 4 + copy) + kernel(gemm, e) + kernel(gemm, 4) +
+          kernel(0, 4 + e) + 2 * kernel(gemm, e);
+  t.fwd *= u.b;
+  t.bwd *= u.b;
+  return t;
+}
+
+// The attention plugin's QKᵀ and PV, forward and backward: Triad's unfused CUDA kernels as they
+// run (above); otherwise the plugin's FLOPs on its curve (the flash plugins skip the causal
+// mask's empty half, the naive one computes the whole score matrix; on a CPU its softmax is in
+// its curve), its backward `attention_backward_ratio` of that.
+AttentionTime attention_time(const Setup& u, double flops) {
+  const std::string& plugin = u.cfg.attention.name;
+  const auto it = u.mc.attention.find(plugin);
+  const Curve& curve = it != u.mc.attention.end() ? it->second : u.mc.efficiency;
+  if (plugin == "naive" && u.cfg.device == "cuda") return naive_cuda_attention(u, curve);
+  const auto own = u.mc.attention_backward_ratio.find(plugin);
+  const double ratio =
+      own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
+  AttentionTime t;
+  t.fwd = flops_time(u, flops, curve);
+  t.bwd = ratio * t.fwd;
+  return t;
+}
+
 // A transformer block on one rank, per micro-batch.
 PassTime block_time(const Setup& u) {
   const double tokens = u.b * u.s, h = u.h;
   const double ta = u.shards.attention, tm = u.shards.mlp;
   // qkv and the projection (8·t·h² over the attention split), fc and its projection (16·t·h²).
   const double dense = 8 * tokens * h * h / ta + 16 * tokens * h * h / tm;
-  // QKᵀ and PV as the plugin computes them: the flash plugins skip the causal mask's empty
-  // half, the naive one computes the whole score matrix (its element-wise softmax and the
-  // scores' traffic are in its curve, as calibrate measures it).
   const std::string& plugin = u.cfg.attention.name;
   const bool skips_masked = plugin == "flash1" || plugin == "flash2";
   const double attn = (skips_masked ? 2 : 4) * u.b * u.s * u.s * h / ta;
-  const auto it = u.mc.attention.find(plugin);
-  const Curve& attn_curve = it != u.mc.attention.end() ? it->second : u.mc.efficiency;
   // Element-wise bytes: two layernorms and two residual adds (10h), the MLP's bias and GeLU
   // (12h over its split), the attention's biases (4h over its split).
   const double elementwise = tokens * u.act * (10 * h + 12 * h / tm + 4 * h / ta);
-  double attn_t = flops_time(u, attn, attn_curve);
-  const double rest_t = flops_time(u, dense, u.mc.efficiency) + bytes_time(u, elementwise);
-  const auto own = u.mc.attention_backward_ratio.find(plugin);
-  const double attn_ratio =
-      own != u.mc.attention_backward_ratio.end() ? own->second : u.mc.backward_ratio;
+  const AttentionTime at = attention_time(u, attn);
+  double attn_t = at.fwd;
+  const double rest_t = dense_time(u, tokens) + bytes_time(u, elementwise);
   PassTime p;
   p.fwd = rest_t + attn_t;
-  double bwd = u.mc.backward_ratio * rest_t + attn_ratio * attn_t;
+  double bwd = u.mc.backward_ratio * rest_t + at.bwd;
   if (const auto blk = u.mc.blocks.find(plugin); blk != u.mc.blocks.end()) {
     // Measured whole blocks: the forward by all its FLOPs; the attention's part in proportion.
     const double flops = dense + attn;
@@ -161,7 +218,13 @@ double gathers(const Setup& u) {
   return u.recompute == Recompute::full ? 3 : 2;
 }
 
-// Exposed data-parallel time of a stage, and the compute it can hide behind.
+// Exposed data-parallel time of a stage, and the compute it can hide behind. As the "zero"
+// plugin and the core run it: gradients reduce in fp32 (the plugin takes no other dtype); stage
+// 1 reduce-scatters the whole arena once its last gradient is final, after the backward pass
+// (nothing to hide behind), and stages 1 and 2 all-gather the fp32 master weights after the step
+// (zero.cpp, after_step) and then convert the whole arena into the compute copy
+// (optimizer.cpp, after_step; model_state.cpp, sync_compute); stage 3 gathers each unit's
+// compute copy (model_state.cpp, prefetch) and zeroes only the gradient windows (unit_grad).
 double data_parallel_time(const Setup& u, int stage, double fwd_compute, double bwd_compute,
                           double last_bwd) {
   if (u.dp <= 1) return 0;
@@ -170,35 +233,37 @@ double data_parallel_time(const Setup& u, int stage, double fwd_compute, double 
   const int z = u.cfg.zero_optimization.stage;
   // Units: the stage's blocks, and its embedding and head.
   const double units = u.layers[size_t(stage)] + (stage == 0 ? 1 : 0) + (stage == u.pp - 1 ? 1 : 0);
-  auto many = [&](const char* op, double count) {
-    // `count` collectives sharing `grads` bytes: each pays its latency.
+  auto many = [&](const char* op, double bytes, double count) {
+    // `count` collectives sharing `bytes`: each pays its latency.
     const auto [bw, alpha] = link.of(op);
     const double steps = std::string(op) == "all_reduce" ? 2.0 * (u.dp - 1) : u.dp - 1.0;
-    return collective_time(link, op, grads, u.dp) + (count - 1) * steps * alpha;
+    return collective_time(link, op, bytes, u.dp) + (count - 1) * steps * alpha;
   };
+  // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena.
+  const double gather_after = collective_time(link, "all_gather", grads, u.dp) +
+                              (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0);
   double hidden_behind = 0, total = 0, after = 0;
   if (z == 1 && u.cfg.zero_optimization.reduce_scatter) {
-    // One reduce-scatter of the arena once the backward pass is done, the gather after the step.
-    after = collective_time(link, "reduce_scatter", grads, u.dp) +
-            collective_time(link, "all_gather", grads, u.dp);
+    after = collective_time(link, "reduce_scatter", grads, u.dp) + gather_after;
   } else if (z <= 1) {
     const double buckets =
         std::ceil(psi / double(std::max<int64_t>(1, u.cfg.zero_optimization.reduce_bucket_size)));
-    total = many("all_reduce", buckets);
+    total = many("all_reduce", grads, buckets);
     hidden_behind = u.cfg.zero_optimization.overlap_comm ? last_bwd : 0;
-    if (z == 1) after = collective_time(link, "all_gather", grads, u.dp);
+    if (z == 1) after = gather_after;
   } else if (z == 2) {
-    total = u.m * many("reduce_scatter", units);
+    total = u.m * many("reduce_scatter", grads, units);
     hidden_behind = bwd_compute;
-    after = collective_time(link, "all_gather", grads, u.dp);
+    after = gather_after;
   } else {
-    total = u.m * (gathers(u) * many("all_gather", units) + many("reduce_scatter", units));
+    total = u.m * (gathers(u) * many("all_gather", psi * u.act, units) +
+                   many("reduce_scatter", grads, units));
     hidden_behind = fwd_compute + bwd_compute;
   }
   const double hidden = u.mc.overlap_data_parallel * std::min(total, hidden_behind);
-  // ZeRO-2/3 windows: each unit's gradient window (and at stage 3 each gathered weight) is
-  // allocated and zeroed per micro-batch, fp32, at the memory bandwidth.
-  const double windows = z == 2 ? u.m * grads : z == 3 ? u.m * grads * (1 + gathers(u)) : 0.0;
+  // ZeRO-2/3: each unit's fp32 gradient window is zeroed per micro-batch at the memory bandwidth
+  // (the gathered weights are written by the gather, not zeroed).
+  const double windows = z >= 2 ? u.m * grads : 0.0;
   return total - hidden + after + bytes_time(u, windows);
 }
 
@@ -279,8 +344,15 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
     return p.bwd / 2 + (weight ? 0.0 : p.bwd_comm) + mc.per_pass;
   };
-  const double msg = u.b * u.s * u.h * u.act;
-  costs.transfer = [&](int, int, bool) { return collective_time(u.pp_link(), "p2p", msg, 2); };
+  // Every tensor rank sends its own copy of the stage's (b, s, h) output, or its 1/tp of the
+  // tokens under sequence parallelism (GPT::stage_bytes), to its peer at once; links are per
+  // device (a DGX's adapter per GPU), so each send has its link to itself.
+  const double msg =
+      u.b * u.s * u.h * u.act / (u.cfg.parallel.sequence_parallel ? double(u.tp) : 1.0);
+  costs.transfer = [&](int st, int, bool grad) {
+    const int to = (st + (grad ? u.pp - 1 : 1)) % u.pp;  // interleaved chunks wrap around
+    return collective_time(u.stage_link(st, to), "p2p", msg, 2);
+  };
   const PipeTiming timing = pipeline_timing(streams, u.m, u.v, costs);
 
   StepTime out;
