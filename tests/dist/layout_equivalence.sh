@@ -107,6 +107,15 @@ vpp=(--set parallel.virtual_pipeline_model_parallel_size=2)
 run pp2v2 2 1 2 false "${vpp[@]}"
 run pp2v2m4 2 1 2 false "${vpp[@]}" --set training.micro_batch_size=2
 run tp2pp2v2sp 4 2 2 true "${vpp[@]}"
+# The chunks of a stage share its activation sets by buffer index: with each recomputation, and
+# 3 chunks per stage (6 layers, against a 6-layer single process at the l8 runs' rate).
+run pp2v2_ck 2 1 2 false "${vpp[@]}" "${ck[@]}"
+run pp2v2m4_sel 2 1 2 false "${vpp[@]}" --set training.micro_batch_size=2 \
+  --set training.recompute_granularity=selective
+l6=(--set model.num_layers=6 --set optimizer.lr=1e-3 --set optimizer.min_lr=1e-4)
+run single_l6 1 1 1 false "${l6[@]}"
+run pp2v3m4_l6 2 1 2 false --set parallel.virtual_pipeline_model_parallel_size=3 "${l6[@]}" \
+  --set training.micro_batch_size=2
 # Interleaved pp 4 x 2 chunks needs 8 layers: against an 8-layer single process (at a lower
 # learning rate: at 3e-3 this deeper model spikes at step 12, and after a spike float rounding
 # that differs between layouts grows past 1e-5 within a few steps).
@@ -196,7 +205,7 @@ def metrics(name):
 checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
                                  "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
-                                 "tp2pp2v2sp", "z1dp2", "z1dp2ar", "z1dp4", "z1dp2acc4", "z1tp2dp2",
+                                 "tp2pp2v2sp", "pp2v2_ck", "pp2v2m4_sel", "z1dp2", "z1dp2ar", "z1dp4", "z1dp2acc4", "z1tp2dp2",
                                  "z1pp2dp2", "tp2sp_ck", "pp2_ck",
                                  *[f"z{st}{l}" for st in (2, 3)
                                    for l in ("dp2", "dp4", "dp2acc4", "tp2dp2", "pp2dp2")],
@@ -207,7 +216,7 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
                      ("single_rope", ["tp2sp_rope", "pp2_rope", "pp2gpipe_rope", "pp2v2_rope",
                                       "pp2zb_rope"]),
                      ("single_flash1", ["pp2_flash1", "pp2gpipe_flash1", "pp2v2_flash1"]),
-                     ("single_l8", ["pp4v2_l8"])):
+                     ("single_l8", ["pp4v2_l8"]), ("single_l6", ["pp2v3m4_l6"])):
     a = metrics(base)
     if [r["step"] for r in a] != list(range(1, 21)):
         fail(f"{base}: steps {[r['step'] for r in a]}")

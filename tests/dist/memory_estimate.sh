@@ -11,6 +11,7 @@
 # pp > 1, to each stage's stage_peak_memory_bytes (the largest over the steps). Prints estimate,
 # measured and their difference for each.
 # Usage: memory_estimate.sh TRIAD_LAUNCH TRIAD_ESTIMATE SOURCE_DIR WORK_DIR PYTHON
+# TRIAD_MEMORY_CASES=REGEX runs only the cases whose name matches (bash =~).
 set -euo pipefail
 LAUNCH=$1 ESTIMATE=$2 SRC=$3 WORK=$4 PY=$5
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -24,6 +25,7 @@ common=(--set model.num_layers=4 --set training.train_iters=2 --set training.mic
 run() {
   local name=$1 n=$2
   shift 2
+  [[ -z ${TRIAD_MEMORY_CASES:-} || $name =~ $TRIAD_MEMORY_CASES ]] || return 0
   "$LAUNCH" --nproc-per-node "$n" -q "$CFG" "${common[@]}" --set "output.dir=$WORK/$name" "$@" \
     > "$WORK/$name.log" 2>&1 || { echo "run $name failed:"; cat "$WORK/$name.log"; exit 1; }
   local rc=0
@@ -63,6 +65,18 @@ run z2pp2dp2 4 $(z 2) "${pp2[@]}"
 run z3pp2dp2gpipe 4 $(z 3) "${pp2[@]}" --set pipeline=gpipe
 run z0pp2gpipe 2 $(z 0) "${pp2[@]}" --set pipeline=gpipe
 run z3pp2v2dp2 4 $(z 3) "${pp2[@]}" --set parallel.virtual_pipeline_model_parallel_size=2
+run z0pp2zb 2 $(z 0) "${pp2[@]}" --set pipeline=zb-h1
+# Interleaved chunks share their stage's activation sets by buffer index (the embedding's and
+# the head's chunks hold the largest sets): v 2 and 3, each recomputation, tp 2 with SP.
+v2=(--set parallel.virtual_pipeline_model_parallel_size=2)
+v3=(--set parallel.virtual_pipeline_model_parallel_size=3 --set model.num_layers=6)
+for rc in none selective full; do
+  run z0pp2v2$rc 2 $(z 0) "${pp2[@]}" "${v2[@]}" --set training.recompute_granularity=$rc
+  run z0pp2v3$rc 2 $(z 0) "${pp2[@]}" "${v3[@]}" --set training.recompute_granularity=$rc
+done
+run z0tp2pp2v2sp 4 $(z 0) "${pp2[@]}" "${v2[@]}" "${tp2[@]}"
+run z0tp2pp2v3spck 4 $(z 0) "${pp2[@]}" "${v3[@]}" "${tp2[@]}" \
+  --set training.recompute_granularity=full
 # ZeRO-Offload: the moments on the host device (not in the device's peak) once set up.
 off=(--set zero_optimization.offload_optimizer.device=cpu)
 run z1dp2off 2 $(z 1) "${off[@]}"

@@ -6,9 +6,11 @@
 //                         the data plugin's owned block at stage 1, the owned shard at 2-3); at
 //                         stages 2-3 the gradient windows and, at 3, the gathered weights, with
 //                         the same open / reduce / complete / gather / release rules;
-//   GPT (model.cpp)       per model chunk: `buffers` ActSets (the pipeline schedule's count),
-//                         recomputation's work set, backward scratch, the tensor-parallel exchange
-//                         buffers and the attention plugin's workspace.
+//   ActivationPool        per stage: `buffers` activation sets (the pipeline schedule's count),
+//                         each the largest of the stage's model chunks' sets (buffer indices are
+//                         stage-wide: a buffer holds one pass of one chunk at a time);
+//   GPT (model.cpp)       per model chunk: recomputation's work set, backward scratch, the
+//                         tensor-parallel exchange buffers and the attention plugin's workspace.
 // Sizes come from the same ParamSpec, tensor plan, schedule and workspace_size() the engine uses;
 // the windows and send copies from running the schedule's instruction streams through the same
 // call order as GPT::forward / GPT::backward and the executor. Nothing here is measured.
@@ -33,6 +35,7 @@
 
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/model/activation_pool.hpp"
 #include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/param_spec.hpp"
@@ -497,7 +500,7 @@ struct ActShapes {
   size_t a = 4, cb = 0;  // bytes of an activation element; of the compute copy per weight
   bool full = false, selective = false, sp = false, gather_in = false, vocab_parallel_ce = false;
   size_t T = 0, C = 0, BT = 0, BTs = 0;  // BT tokens of a micro-batch, BTs of token-split regions
-  size_t kept_per_block = 0;             // what a set keeps of each block beside its input
+  size_t set_per_block = 0;              // what a set keeps of each block, its input included
   size_t recompute_work = 0;             // the recomputation's shared work set (per chunk)
   size_t scratch = 0;                    // backward scratch (per chunk)
   size_t exchange = 0;                   // the tensor-parallel exchange buffers (per chunk)
@@ -566,7 +569,15 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
                             (s.gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
                             core_acts + 2 * BT * Fl * a /* mlp_pre, mlp_act */;
-  s.kept_per_block = s.full ? 0 : s.selective ? block_acts - core_acts : block_acts;
+  // The same pieces cut from an ActivationPool region, each on ActivationPool::kAlign.
+  constexpr auto al = ActivationPool::aligned;
+  const size_t core_set = al(BT * Cl * a) + al(BT * Hl * 4);
+  const size_t block_set = 3 * al(BTs * C * a) + 4 * al(BTs * 4) +
+                           (s.gather_in ? 2 * al(BT * C * a) : 0) + al(BT * 3 * Cl * a) + core_set +
+                           2 * al(BT * Fl * a);
+  s.set_per_block = al(BTs * C * a) /* res_in */ + (s.full        ? 0
+                                                    : s.selective ? block_set - core_set
+                                                                  : block_set);
   s.recompute_work = s.full ? block_acts + BTs * C * a : s.selective ? core_acts : 0;
   // Backward scratch: dres, dln, dqkv, dattn_out, dmlp_pre, dmlp_act.
   s.scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
@@ -706,23 +717,30 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
   e.zero_stage = zero_stage;
   const size_t psi = spec.total;
   e.elements = psi;
-  // Activations per chunk (make_act_set x sets, recomputation's work set) and its scratch.
-  size_t acts = 0;
+  // Activations: the stage's ActivationPool, `buffers` regions each as large as the largest of
+  // its chunks' sets (make_act_set, its pieces each on ActivationPool::kAlign), as every chunk's
+  // pass takes a region by its stage-wide buffer index; per chunk recomputation's work set and
+  // the backward scratch.
+  constexpr auto al = ActivationPool::aligned;
+  size_t acts = 0, largest_set = 0;
   for (const Chunk& c : plan.chunks) {
-    const size_t nl = size_t(c.blocks);
-    size_t set = nl * (BTs * C * a /* res_in */ + s.kept_per_block) + BTs * C * a /* res_out */ +
-                 (nl == 0 ? BTs * C * a : 0) + 2 * BT * 4 /* token ids */;
-    if (!(c.embedding && c.head)) set += 2 * BTs * C * a;  // grad_in, grad_out
+    const size_t nl = size_t(c.blocks), io = al(BTs * C * a);
+    size_t set = nl * s.set_per_block + io /* res_out */ + (nl == 0 ? io : 0) +
+                 2 * al(BT * 4) /* token ids */;
+    if (!(c.embedding && c.head)) set += 2 * io;  // grad_in, grad_out
     if (c.head) {
       const size_t Vl = size_t(spec.padded_vocab_size / s.shards.vocab);
-      set += BTs * C * a + (s.gather_in ? BT * C * a : 0) + 2 * BTs * 4 + BT * Vl * a /* logits */ +
-             2 * BT * 4 + (s.vocab_parallel_ce ? 3 * BT * 4 : 0);
+      set += io + (s.gather_in ? al(BT * C * a) : 0) + 2 * al(BTs * 4) +
+             al(BT * Vl * a) /* logits */ + 2 * al(BT * 4) +
+             (s.vocab_parallel_ce ? al(BT * 4) + al(2 * BT * 4) : 0);
     }
-    acts += size_t(stream.buffers) * set + s.recompute_work + s.scratch;
+    largest_set = std::max(largest_set, set);
+    acts += s.recompute_work + s.scratch;
     e.workspace += s.workspace;
     e.tensor_exchange += s.exchange;
     e.context_exchange += s.context + (c.embedding ? s.positions : 0);
   }
+  acts += size_t(stream.buffers) * largest_set;
   e.activations = acts;
   const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
   e.pipeline_sends = size_t(send_copies) * io;

@@ -70,14 +70,15 @@ GPT::GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int m
 
 GPT::GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
          AttentionBackend& attention, int max_batch, int activation_sets, StageChunk chunk,
-         Recompute recompute, const ContextParallel& cp)
+         Recompute recompute, const ContextParallel& cp, ActivationPool* pool)
     : cfg_(cfg),
       cp_(cp),
       state_(state),
       dev_(state.device()),
       attn_(attention),
       chunk_(chunk),
-      recompute_(recompute) {
+      recompute_(recompute),
+      pool_(pool) {
   setup(tp, max_batch, activation_sets);
 }
 
@@ -126,8 +127,9 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
     lnf_b_ = spec.find("ln_f.bias").offset;
   }
   pipelined_ = !(has_embedding_ && has_head_);
+  ActCarver own(dev_);
   if (recompute_ == Recompute::full) {
-    alloc_block_acts(work_);
+    alloc_block_acts(work_, own);
     recompute_out_ =
         ActBuffer(dev_, (sp_ ? size_t(maxB_) * T_ / tp_.size : size_t(maxB_) * T_) * size_t(C_),
                   act_, "activations");
@@ -135,7 +137,7 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
     work_.attn_out = ActBuffer(dev_, size_t(maxB_) * T_ * Cl_, act_, "activations");
     work_.lse = Buffer<float>(dev_, size_t(maxB_) * T_ * Hl_, "activations");
   }
-  for (int i = 0; i < activation_sets; ++i) sets_.push_back(make_act_set());
+  reserve_act_sets(activation_sets);
   const size_t BT = size_t(maxB_) * T_, C = C_, BTs = sp_ ? BT / t : BT;
   if (t > 1) {
     row_partial_ = ActBuffer(dev_, BT * C, act_, "activations");
@@ -217,63 +219,90 @@ const int32_t* GPT::own_tokens(const int32_t* whole, int B, std::vector<int32_t>
   return out.data();
 }
 
-void GPT::alloc_block_acts(LayerActs& a, bool core) {
-  const size_t BT = size_t(maxB_) * T_, C = C_;
-  const size_t BTs = sp_ ? BT / tp_.size : BT;
-  a.ln1 = ActBuffer(dev_, BTs * C, act_, "activations");
-  a.ln1_mean = Buffer<float>(dev_, BTs, "activations");
-  a.ln1_rstd = Buffer<float>(dev_, BTs, "activations");
-  if (gather_in_) a.ln1_full = ActBuffer(dev_, BT * C, act_, "activations");
-  a.qkv = ActBuffer(dev_, BT * 3 * Cl_, act_, "activations");
-  if (core) {
-    a.attn_out = ActBuffer(dev_, BT * Cl_, act_, "activations");
-    a.lse = Buffer<float>(dev_, BT * Hl_, "activations");
+// The sets live in the stage's pool (or one of this GPT's own): this GPT asks for its set's
+// bytes now and cuts its views of the regions at the first use of a set, once every chunk of
+// the stage has asked and the pool has allocated.
+void GPT::reserve_act_sets(int activation_sets) {
+  if (!pool_) {
+    own_pool_ = std::make_unique<ActivationPool>(dev_, activation_sets);
+    pool_ = own_pool_.get();
+  } else if (pool_->sets() != activation_sets) {
+    throw std::logic_error("GPT: " + std::to_string(activation_sets) +
+                           " activation sets asked for over a pool of " +
+                           std::to_string(pool_->sets()));
   }
-  a.res_mid = ActBuffer(dev_, BTs * C, act_, "activations");
-  a.ln2 = ActBuffer(dev_, BTs * C, act_, "activations");
-  a.ln2_mean = Buffer<float>(dev_, BTs, "activations");
-  a.ln2_rstd = Buffer<float>(dev_, BTs, "activations");
-  if (gather_in_) a.ln2_full = ActBuffer(dev_, BT * C, act_, "activations");
-  a.mlp_pre = ActBuffer(dev_, BT * Fl_, act_, "activations");
-  a.mlp_act = ActBuffer(dev_, BT * Fl_, act_, "activations");
+  ActCarver count(static_cast<unsigned char*>(nullptr));
+  make_act_set(count);
+  pool_->reserve(count.used());
+  if (own_pool_) own_pool_->allocate();
 }
 
-GPT::ActSet GPT::make_act_set() {
+GPT::ActSet& GPT::act_set(int set) {
+  if (sets_.empty())
+    for (int k = 0; k < pool_->sets(); ++k) {
+      ActCarver cut(pool_->region(k));
+      sets_.push_back(make_act_set(cut));
+    }
+  return sets_.at(static_cast<size_t>(set));
+}
+
+void GPT::alloc_block_acts(LayerActs& a, ActCarver& mem, bool core) {
+  const size_t BT = size_t(maxB_) * T_, C = C_;
+  const size_t BTs = sp_ ? BT / tp_.size : BT;
+  a.ln1 = mem.take_act(BTs * C, act_, "activations");
+  a.ln1_mean = mem.take<float>(BTs, "activations");
+  a.ln1_rstd = mem.take<float>(BTs, "activations");
+  if (gather_in_) a.ln1_full = mem.take_act(BT * C, act_, "activations");
+  a.qkv = mem.take_act(BT * 3 * Cl_, act_, "activations");
+  if (core) {
+    a.attn_out = mem.take_act(BT * Cl_, act_, "activations");
+    a.lse = mem.take<float>(BT * Hl_, "activations");
+  }
+  a.res_mid = mem.take_act(BTs * C, act_, "activations");
+  a.ln2 = mem.take_act(BTs * C, act_, "activations");
+  a.ln2_mean = mem.take<float>(BTs, "activations");
+  a.ln2_rstd = mem.take<float>(BTs, "activations");
+  if (gather_in_) a.ln2_full = mem.take_act(BT * C, act_, "activations");
+  a.mlp_pre = mem.take_act(BT * Fl_, act_, "activations");
+  a.mlp_act = mem.take_act(BT * Fl_, act_, "activations");
+}
+
+GPT::ActSet GPT::make_act_set(ActCarver& mem) {
   const size_t BT = size_t(maxB_) * T_, C = C_;
   const size_t BTs = sp_ ? BT / tp_.size : BT;  // tokens of the token-split regions
   ActSet s;
   s.layers.resize(static_cast<size_t>(chunk_.blocks));
   for (auto& a : s.layers) {
-    a.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+    a.res_in = mem.take_act(BTs * C, act_, "activations");
     // With full recomputation a set keeps each block's input only; the rest lives in work_,
     // rewritten by each block's forward and recomputed before its backward. Selective
     // recomputation keeps all but the attention core's output (work_ again).
-    if (recompute_ != Recompute::full) alloc_block_acts(a, recompute_ == Recompute::none);
+    if (recompute_ != Recompute::full) alloc_block_acts(a, mem, recompute_ == Recompute::none);
   }
-  s.res_out = ActBuffer(dev_, BTs * C, act_, "activations");
-  if (s.layers.empty()) s.res_in = ActBuffer(dev_, BTs * C, act_, "activations");
+  s.res_out = mem.take_act(BTs * C, act_, "activations");
+  if (s.layers.empty()) s.res_in = mem.take_act(BTs * C, act_, "activations");
   if (pipelined_) {
-    s.grad_in = ActBuffer(dev_, BTs * C, act_, "activation gradients");
-    s.grad_out = ActBuffer(dev_, BTs * C, act_, "activation gradients");
+    s.grad_in = mem.take_act(BTs * C, act_, "activation gradients");
+    s.grad_out = mem.take_act(BTs * C, act_, "activation gradients");
   }
   if (!has_head_) {
-    s.targets = Buffer<int32_t>(dev_, BT, "token ids");
-    s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+    s.targets = mem.take<int32_t>(BT, "token ids");
+    s.inputs = mem.take<int32_t>(BT, "token ids");
     return s;
   }
-  s.lnf = ActBuffer(dev_, BTs * C, act_, "activations");
-  if (gather_in_) s.lnf_full = ActBuffer(dev_, BT * C, act_, "activations");
-  s.lnf_mean = Buffer<float>(dev_, BTs, "activations");
-  s.lnf_rstd = Buffer<float>(dev_, BTs, "activations");
-  s.logits = ActBuffer(dev_, BT * size_t(vocab_.rows), act_, "logits");
-  s.losses = Buffer<float>(dev_, BT, "activations");
-  s.ce_lse = Buffer<float>(dev_, BT, "activations");
+  s.lnf = mem.take_act(BTs * C, act_, "activations");
+  if (gather_in_) s.lnf_full = mem.take_act(BT * C, act_, "activations");
+  s.lnf_mean = mem.take<float>(BTs, "activations");
+  s.lnf_rstd = mem.take<float>(BTs, "activations");
+  s.logits = mem.take_act(BT * size_t(vocab_.rows), act_, "logits");
+  s.losses = mem.take<float>(BT, "activations");
+  s.ce_lse = mem.take<float>(BT, "activations");
   if (vocab_parallel_ce()) {
-    s.ce_max = Buffer<float>(dev_, BT, "activations");
-    s.ce_sums = Buffer<float>(dev_, 2 * BT, "activations");
+    s.ce_max = mem.take<float>(BT, "activations");
+    s.ce_sums = mem.take<float>(2 * BT, "activations");
   }
-  s.targets = Buffer<int32_t>(dev_, BT, "token ids");
-  s.inputs = Buffer<int32_t>(dev_, BT, "token ids");
+  s.targets = mem.take<int32_t>(BT, "token ids");
+  s.inputs = mem.take<int32_t>(BT, "token ids");
   return s;
 }
 
@@ -648,7 +677,7 @@ void* GPT::stage_in(ActSet& s) {
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set) {
-  ActSet& s = sets_.at(static_cast<size_t>(set));
+  ActSet& s = act_set(set);
   const int N = B * T_;
   s.B = B;
   // ZeRO-3: each unit's weights are gathered before use (the next one's while this one
@@ -695,7 +724,7 @@ size_t GPT::stage_bytes(int B) const {
 }
 
 GPT::StageIO GPT::stage_io(int set) {
-  ActSet& s = sets_.at(static_cast<size_t>(set));
+  ActSet& s = act_set(set);
   return {stage_in(s), s.res_out.data(), s.grad_in.data(), s.grad_out.data()};
 }
 
@@ -856,7 +885,7 @@ void GPT::backward_input(float loss_scale, int set) {
 }
 
 void GPT::backward_weight(const GradsReady& grads_ready, bool last_micro, int set) {
-  ActSet& s = sets_.at(static_cast<size_t>(set));
+  ActSet& s = act_set(set);
   const ParamSpec& spec = state_.spec();
   const auto reduce_now = [&](const ArenaRange& r) { return reduce_replicated_now(r, last_micro); };
   if (has_head_) {
@@ -878,7 +907,7 @@ void GPT::backward_weight(const GradsReady& grads_ready, bool last_micro, int se
 // backward() (Half::whole: reports each range final as it goes) or backward_input()'s half.
 void GPT::backward_pass(float loss_scale, int set, Half half, const GradsReady* ready,
                         bool last_micro) {
-  ActSet& s = sets_.at(static_cast<size_t>(set));
+  ActSet& s = act_set(set);
   const ParamSpec& spec = state_.spec();
   const bool whole = half == Half::whole;
   const auto done = [&](const ArenaRange& r) {

@@ -395,14 +395,19 @@ void Run::build_model() {
   state = std::make_unique<ModelState>(spec, *device, act, /*optimizer=*/false,
                                        /*gradients=*/false);
   // One GPT per model chunk of this stage (one without interleaving), over the same state.
+  // Their activation sets share the stage's pool, allocated once all of them have said how
+  // much a set of theirs needs.
   const int v = chunks_per_stage, pp = stages();
+  activations = std::make_unique<ActivationPool>(*device, schedule.buffers);
   for (int c = 0; c < v; ++c) {
     StageChunk sc;
     if (v > 1)
       sc = {c * chunk_layers, chunk_layers, me.pp == 0 && c == 0, me.pp == pp - 1 && c == v - 1};
     chunks.push_back(std::make_unique<GPT>(cfg.model, *state, tpc, *attention, t.micro_batch_size,
-                                           schedule.buffers, sc, recompute_of(t), cpc));
+                                           schedule.buffers, sc, recompute_of(t), cpc,
+                                           activations.get()));
   }
+  activations->allocate();
   GPT& gpt = model();
   if (ckpt) {
     state->params_from_host(ckpt->params(spec));

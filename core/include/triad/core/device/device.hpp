@@ -239,13 +239,21 @@ constexpr bool cuda_device_built() {
 #endif
 }
 
-// An owned, zero-initialised array of T on a device.
+// An owned, zero-initialised array of T on a device, or a view of n elements of memory another
+// Buffer owns (the pieces of an activation set carved out of its stage's ActivationPool), which
+// it never releases.
 template <class T>
 class Buffer {
  public:
   Buffer() = default;
   Buffer(Device& dev, size_t n, const char* what) : dev_(&dev), n_(n) {
     ptr_ = static_cast<T*>(dev.allocate(n * sizeof(T), what));
+  }
+  static Buffer view(T* ptr, size_t n) {
+    Buffer b;
+    b.ptr_ = ptr;
+    b.n_ = n;
+    return b;
   }
   ~Buffer() { reset(); }
   Buffer(Buffer&& o) noexcept { swap(o); }
@@ -259,7 +267,7 @@ class Buffer {
   T* data() const { return ptr_; }
   size_t size() const { return n_; }
   void reset() {
-    if (ptr_) dev_->release(ptr_, n_ * sizeof(T));
+    if (ptr_ && dev_) dev_->release(ptr_, n_ * sizeof(T));
     ptr_ = nullptr;
     n_ = 0;
   }

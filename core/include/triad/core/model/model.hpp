@@ -20,6 +20,7 @@
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/device/device.hpp"
+#include "triad/core/model/activation_pool.hpp"
 #include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/model_state.hpp"
@@ -80,9 +81,12 @@ class GPT {
   // keeps (training.recompute_granularity).
   // cp: the context-parallel group (inputs and targets stay (B, seq_length): the model keeps
   // its own tokens of them).
+  // pool: the stage's activation sets, shared by the GPTs of its model chunks (activation_sets
+  // of them; the caller allocates it once every chunk is built); null: a pool of its own.
   GPT(const ModelConfig& cfg, ModelState& state, const TensorParallel& tp,
       AttentionBackend& attention, int max_batch, int activation_sets = 1, StageChunk chunk = {},
-      Recompute recompute = Recompute::none, const ContextParallel& cp = {});
+      Recompute recompute = Recompute::none, const ContextParallel& cp = {},
+      ActivationPool* pool = nullptr);
   // One rank holding the whole model, with a state of its own (no optimizer moments).
   GPT(const ModelConfig& cfg, Device& dev, AttentionBackend& attention, int max_batch,
       DType act = DType::f32);
@@ -203,7 +207,9 @@ class GPT {
   void setup_context();
   // This rank's tokens of a (B, seq_length) host array of token ids, (B, T_) in `out`.
   const int32_t* own_tokens(const int32_t* whole, int B, std::vector<int32_t>& out) const;
-  ActSet make_act_set();
+  ActSet make_act_set(ActCarver& mem);
+  void reserve_act_sets(int activation_sets);
+  ActSet& act_set(int set);  // the set's views, cut from the pool at the first use
 
   // The stage: embedding | block x n | head, each a forward/backward pair over an ActSet.
   void embedding_forward(ActSet& s);
@@ -329,9 +335,12 @@ class GPT {
   LayerActs work_;
   ActBuffer recompute_out_;
   // core: also the attention output and lse.
-  void alloc_block_acts(LayerActs& a, bool core = true);
+  void alloc_block_acts(LayerActs& a, ActCarver& mem, bool core = true);
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
-  std::vector<ActSet> sets_;  // the activation pool
+  // The activation sets: views of pool_'s regions (own_pool_'s without a stage's pool).
+  std::unique_ptr<ActivationPool> own_pool_;
+  ActivationPool* pool_ = nullptr;
+  std::vector<ActSet> sets_;
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,
   // and the (N,C) gradient gathered at a row-parallel output or the embedding.
   ActBuffer row_partial_, drow_full_;

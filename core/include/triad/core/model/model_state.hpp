@@ -22,6 +22,13 @@ class ActBuffer {
   ActBuffer() = default;
   ActBuffer(Device& dev, size_t n, DType t, const char* what)
       : buf_(dev, n * dtype_bytes(t), what), t_(t) {}
+  // A view of n elements at ptr, owned elsewhere (Buffer::view).
+  static ActBuffer view(void* ptr, size_t n, DType t) {
+    ActBuffer b;
+    b.buf_ = Buffer<unsigned char>::view(static_cast<unsigned char*>(ptr), n * dtype_bytes(t));
+    b.t_ = t;
+    return b;
+  }
   void* data() const { return buf_.data(); }
   void* at(size_t i) const { return advance(buf_.data(), i, t_); }  // element i
   size_t count() const { return buf_.size() / dtype_bytes(t_); }

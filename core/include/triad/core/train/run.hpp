@@ -144,6 +144,8 @@ class Run {
   std::chrono::milliseconds timeout{0};
   std::unique_ptr<Device> host_device;  // ZeRO-Offload's host
   std::unique_ptr<ModelState> state;
+  // The stage's activation sets, shared by its chunks (a buffer index holds one pass at a time).
+  std::unique_ptr<ActivationPool> activations;
   std::vector<std::unique_ptr<GPT>> chunks;  // one per model chunk of this stage
   GptLayout arena;
   std::vector<ArenaRange> units;
