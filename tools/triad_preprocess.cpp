@@ -10,7 +10,10 @@
 //     paragraph keeps the newlines between its lines, not the one after its last).
 // Each document is encoded with triad::Gpt2Tokenizer and, with --append-eod (the default;
 // --no-append-eod turns it off), followed by <|endoftext|> (50256), which keeps documents apart
-// in GPT samples that run across them. Empty documents are skipped and counted. Tokens are
+// in GPT samples that run across them (Megatron's preprocess_data.py appends none unless given
+// --append-eod: --no-append-eod writes its default). An empty document is kept as a document of
+// no sequence and counted, as Megatron's builder records it (document index [0, 1, 1, 2] for
+// documents of 1, 0 and 1 sequences), so the .idx is the same. Tokens are
 // stored as uint16 (Megatron's dtype for a vocabulary under 65500 ids); each document is one
 // sequence.
 //
@@ -73,8 +76,8 @@ struct Batch {
 
 struct Encoded {
   std::vector<int32_t> tokens;   // the batch's documents back to back
-  std::vector<int32_t> lengths;  // per document kept
-  int64_t empty = 0;             // documents skipped for having no tokens
+  std::vector<int32_t> lengths;  // per document (0: an empty one, kept without a sequence)
+  int64_t empty = 0;             // documents with no tokens
   size_t bytes = 0;
   std::string error;  // the first bad line of the batch
 };
@@ -143,8 +146,9 @@ Encoded encode(const Batch& b, const triad::Gpt2Tokenizer& tok, const Options& o
       out.error = e.what();
       return out;
     }
-    if (ids.empty()) {
+    if (ids.empty()) {  // kept, as Megatron's builder keeps it: a document of no sequence
       ++out.empty;
+      out.lengths.push_back(0);
       continue;
     }
     if (o.append_eod) ids.push_back(tok.eot());
@@ -161,7 +165,7 @@ class Progress {
       : interval_(interval), start_(Clock::now()), last_(start_), tty_(::isatty(2) == 1) {}
 
   void add(const Encoded& e) {
-    docs_ += static_cast<int64_t>(e.lengths.size());
+    docs_ += static_cast<int64_t>(e.lengths.size()) - e.empty;
     empty_ += e.empty;
     tokens_ += static_cast<int64_t>(e.tokens.size());
     bytes_ += static_cast<int64_t>(e.bytes);
@@ -281,7 +285,10 @@ class Pipeline {
       try {
         size_t at = 0;
         for (int32_t len : e.lengths) {
-          out_.add_document(e.tokens.data() + at, static_cast<size_t>(len));
+          if (len == 0)
+            out_.add_document(e.tokens.data() + at, 0, {});
+          else
+            out_.add_document(e.tokens.data() + at, static_cast<size_t>(len));
           at += static_cast<size_t>(len);
         }
         progress_.add(e);
@@ -436,12 +443,14 @@ int run(const Options& o) {
   // A dataset of no documents is one the launcher refuses: said here, and not written.
   if (progress.docs_ == 0)
     throw UserError("the inputs hold no documents (" + std::to_string(progress.empty_) +
-                    " empty ones skipped); nothing was written: give inputs with text");
+                    " empty ones); nothing was written: give inputs with text");
   out.finish();
   progress.end_line();
   const double s = progress.seconds();
-  const std::string empty =
-      progress.empty_ ? " (" + std::to_string(progress.empty_) + " empty ones skipped)" : "";
+  const std::string empty = progress.empty_
+                                ? " (and " + std::to_string(progress.empty_) +
+                                      " empty ones, kept without a sequence as Megatron does)"
+                                : "";
   const std::string dtype =
       triad::dtype_name(static_cast<uint8_t>(triad::optimal_dtype(tok.vocab_size())));
   std::printf(

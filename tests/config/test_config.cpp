@@ -189,6 +189,17 @@ TEST_F(ConfigTest, UnknownKeyNamesPathPlaceAndSuggestion) {
   expect_error("training:\n  gradient_accum: 2\n", {"'gradient_accumulation_steps'"});
 }
 
+// numpy's RandomState (Megatron's shuffle) takes seeds below 2^32: a larger one is refused where
+// it would shuffle an indexed dataset, never reduced to another order.
+TEST_F(ConfigTest, ShuffleSeedsBeyondNumpyAreRefused) {
+  const std::string data = "data:\n  kind: indexed\n  path: d/a\n  shuffle: true\n";
+  expect_error(data + "training:\n  seed: 4294967296\n",
+               {"training.seed 4294967296 ($F:6:9)", "numpy's RandomState",
+                "choose a seed below 4294967296"});
+  expect_error(data + "  seed: 18446744073709551615\n",
+               {"data.seed 18446744073709551615", "below 4294967296"});
+}
+
 TEST_F(ConfigTest, WrongTypes) {
   expect_error("model:\n  hidden_size: 64\n  num_layers: four\n",
                {"model.num_layers: 'four' is not an integer ($F:3:15)", "e.g. 4"});

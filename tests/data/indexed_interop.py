@@ -198,7 +198,7 @@ prefix = os.path.join(work, "gpt")
 docs = [[rng.integers(0, 50257, int(rng.integers(1, 60))).tolist()] for _ in range(120)]
 write_megatron(prefix, docs, np.uint16)
 meg = MegatronGPT(prefix, T, SEED)
-ep = probe_json("epoch", prefix, T, SEED, 1, 0)
+ep = probe_json("indices", prefix, T, SEED, 1, len(meg))
 check(ep["document_index"] == meg.document_index.tolist(), "document index != Megatron's")
 check(ep["sample_index"] == meg.sample_index.reshape(-1).tolist(), "sample index != Megatron's")
 check(ep["shuffle_index"] == meg.shuffle_index.tolist(), "shuffle index != Megatron's")
@@ -206,8 +206,9 @@ got = probe_json("samples", T, SEED, 1, len(meg), prefix)
 check(got == [meg[i] for i in range(len(meg))], "shuffled samples != Megatron's")
 stream = [t for d in docs for s in d for t in s]
 got = probe_json("samples", T, SEED, 0, len(meg) + 3, prefix)
-want = [stream[k * T:k * T + T + 1] for k in range(len(meg))]
-check(got == want + want[:3], "unshuffled samples are not the stream's windows (then epoch 1)")
+# Past one epoch the stream goes on into the second (Megatron's sample index spans the epochs).
+want = [(stream + stream)[k * T:k * T + T + 1] for k in range(len(meg) + 3)]
+check(got == want, "unshuffled samples are not the stream's windows (on into epoch 2)")
 print(f"GPT samples: Megatron's {len(meg)} samples of epoch 0 for seed {SEED} "
       f"({len(docs)} documents, T {T}), and the plain stream without shuffle")
 

@@ -4,9 +4,9 @@
 //   indexed_probe write PREFIX DTYPE           writes the documents of a JSON list read from
 //                                              stdin (each a list of sequences, each a list of
 //                                              ids) with IndexedDatasetWriter
-//   indexed_probe epoch PREFIX T SEED SHUFFLE E
-//                                              prints epoch E's document, sample and shuffle
-//                                              indices as JSON
+//   indexed_probe indices PREFIX T SEED SHUFFLE NUM_SAMPLES
+//                                              prints the document, sample and shuffle indices
+//                                              of a run of NUM_SAMPLES samples as JSON
 //   indexed_probe samples T SEED SHUFFLE COUNT PATH...
 //                                              prints the first COUNT samples (T+1 tokens
 //                                              each) of data.kind indexed with data.path PATH,
@@ -33,8 +33,8 @@ triad::IndexedDType dtype_of(const std::string& name) {
 }
 
 int usage() {
-  std::cerr << "usage: indexed_probe read PREFIX | write PREFIX DTYPE | epoch PREFIX T SEED "
-               "SHUFFLE E | samples T SEED SHUFFLE COUNT PATH...\n";
+  std::cerr << "usage: indexed_probe read PREFIX | write PREFIX DTYPE | indices PREFIX T SEED "
+               "SHUFFLE NUM_SAMPLES | samples T SEED SHUFFLE COUNT PATH...\n";
   return 1;
 }
 
@@ -71,11 +71,12 @@ int main(int argc, char** argv) {
       w.finish();
       return 0;
     }
-    if (mode == "epoch" && argc == 7) {
+    if (mode == "indices" && argc == 7) {
       const triad::IndexedDataset ds(argv[2]);
       const triad::data::GptSamples s(ds, std::atoi(argv[3]), std::string(argv[5]) == "1",
-                                      std::strtoull(argv[4], nullptr, 10));
-      const auto e = s.epoch(std::atoll(argv[6]));
+                                      std::strtoull(argv[4], nullptr, 10), 0, -1,
+                                      std::atoll(argv[6]));
+      const auto& e = s.indices();
       std::cout << nlohmann::json{{"document_index", e.document_index},
                                   {"sample_index", e.sample_index},
                                   {"shuffle_index", e.shuffle_index}}
@@ -95,7 +96,9 @@ int main(int argc, char** argv) {
       triad::ModelConfig m;
       m.seq_length = std::atoi(argv[2]);
       m.vocab_size = 1 << 30;
-      auto loader = triad::make_data_loader(d, m, 1, 1, std::strtoull(argv[3], nullptr, 10), 0, 1);
+      // The run draws `count` samples: Megatron's indices span the epochs they need.
+      auto loader = triad::make_data_loader(d, m, 1, 1, std::strtoull(argv[3], nullptr, 10), 0, 1,
+                                            triad::DataPart::train, std::atoll(argv[5]));
       const int T = m.seq_length;
       std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
       nlohmann::json out = nlohmann::json::array();

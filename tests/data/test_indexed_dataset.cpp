@@ -256,7 +256,7 @@ TEST_F(GptSampleIndices, HandComputedWithoutShuffle) {
   IndexedDataset ds(prefix());
   data::GptSamples s(ds, 4, false, 1234);
   EXPECT_EQ(s.samples_per_epoch(), 3);
-  const auto e = s.epoch(0);
+  const auto& e = s.indices();
   EXPECT_THAT(e.document_index, ElementsAre(0, 1, 2, 3));
   // (position in the document index, offset): sample k+1 starts at sample k's last token.
   EXPECT_THAT(e.sample_index, ElementsAre(0, 0, 1, 1, 2, 0, 3, 2));
@@ -264,7 +264,7 @@ TEST_F(GptSampleIndices, HandComputedWithoutShuffle) {
   std::vector<int32_t> out(5);
   const std::vector<std::vector<int32_t>> want = {
       {100, 101, 102, 200, 201}, {201, 202, 203, 204, 300}, {300, 301, 400, 401, 402}};
-  for (int n = 0; n < 7; ++n) {  // epoch 1 repeats epoch 0
+  for (int n = 0; n < 7; ++n) {  // a run of unknown length: one epoch, then over again
     s.sample(n, out.data());
     EXPECT_EQ(out, want[size_t(n % 3)]) << "sample " << n;
   }
@@ -275,7 +275,7 @@ TEST_F(GptSampleIndices, HandComputedWithoutShuffle) {
 TEST_F(GptSampleIndices, HandComputedWithMegatronShuffle) {
   IndexedDataset ds(prefix());
   data::GptSamples s(ds, 4, true, 3);
-  const auto e = s.epoch(0);
+  const auto& e = s.indices();
   EXPECT_THAT(e.document_index, ElementsAre(3, 1, 0, 2));
   EXPECT_THAT(e.sample_index, ElementsAre(0, 0, 1, 0, 1, 4, 3, 0));
   EXPECT_THAT(e.shuffle_index, ElementsAre(1, 2, 0));
@@ -286,15 +286,6 @@ TEST_F(GptSampleIndices, HandComputedWithMegatronShuffle) {
   EXPECT_THAT(out, ElementsAre(204, 100, 101, 102, 300));
   s.sample(2, out.data());
   EXPECT_THAT(out, ElementsAre(400, 401, 402, 403, 200));
-  // Later epochs: their own order, the same for every reader of the same seed.
-  data::GptSamples again(ds, 4, true, 3);
-  std::vector<int32_t> o2(5);
-  for (int n = 0; n < 9; ++n) {
-    s.sample(n, out.data());
-    again.sample(n, o2.data());
-    EXPECT_EQ(out, o2) << "sample " << n;
-  }
-  EXPECT_NE(s.epoch(1).document_index, e.document_index);  // epoch 1 is shuffled anew
 }
 
 // A part of data.split: documents [1, 3) (lengths 5, 2; E 7), T 2: S = 3 samples over the
@@ -304,7 +295,7 @@ TEST_F(GptSampleIndices, DocumentRangeOfASplit) {
   data::GptSamples s(ds, 2, false, 1234, 1, 3);
   EXPECT_EQ(s.samples_per_epoch(), 3);
   EXPECT_EQ(s.tokens_per_epoch(), 7);
-  const auto e = s.epoch(0);
+  const auto& e = s.indices();
   EXPECT_THAT(e.document_index, ElementsAre(1, 2));
   EXPECT_THAT(e.sample_index, ElementsAre(0, 0, 0, 2, 0, 4, 1, 1));
   std::vector<int32_t> out(3);
@@ -314,10 +305,74 @@ TEST_F(GptSampleIndices, DocumentRangeOfASplit) {
   EXPECT_THAT(out, ElementsAre(204, 300, 301));
   // Shuffled: RandomState(3).shuffle(arange(1, 3)) draws as for arange(2) and keeps the ids.
   data::GptSamples shuffled(ds, 2, true, 3, 1, 3);
-  const auto se = shuffled.epoch(0);
+  const auto& se = shuffled.indices();
   std::vector<int32_t> ids(se.document_index);
   std::sort(ids.begin(), ids.end());
   EXPECT_THAT(ids, ElementsAre(1, 2));
+}
+
+// Runs longer than an epoch: Megatron builds every epoch at once (expected values from a
+// pure-Python GPTDataset over numpy's RandomState(3)). 5 samples need 5·4 + 1 = 21 tokens, two
+// epochs of 14; the final one gives 2 samples, not under int(0.8 · 3) = 2, so both epochs are
+// shuffled together and samples straddle the epoch boundary.
+TEST_F(GptSampleIndices, MultiEpochShuffledTogetherAsMegatron) {
+  IndexedDataset ds(prefix());
+  data::GptSamples s(ds, 4, true, 3, 0, -1, 5);
+  EXPECT_EQ(s.num_epochs(), 2);
+  EXPECT_FALSE(s.separate_final_epoch());
+  const auto& e = s.indices();
+  EXPECT_THAT(e.document_index, ElementsAre(1, 3, 0, 2, 3, 1, 0, 2));
+  EXPECT_THAT(e.sample_index, ElementsAre(0, 0, 0, 4, 1, 3, 3, 0, 4, 2, 5, 2, 6, 1));
+  EXPECT_THAT(e.shuffle_index, ElementsAre(0, 4, 1, 2, 3, 5));
+  const std::vector<std::vector<int32_t>> want = {{200, 201, 202, 203, 204},
+                                                  {402, 403, 200, 201, 202},
+                                                  {204, 400, 401, 402, 403},
+                                                  {403, 100, 101, 102, 300},
+                                                  {300, 301, 400, 401, 402}};
+  std::vector<int32_t> out(5);
+  for (int n = 4; n >= 0; --n) {  // any order: a resumed run reads from where it stopped
+    s.sample(n, out.data());
+    EXPECT_EQ(out, want[size_t(n)]) << "sample " << n;
+  }
+}
+
+// 7 samples need three epochs; the third gives 7 - (2·14 - 1) / 4 = 1 sample, under 2: the first
+// two epochs are shuffled together and the third apart, documents and samples alike.
+TEST_F(GptSampleIndices, MultiEpochFinalEpochApartAsMegatron) {
+  IndexedDataset ds(prefix());
+  data::GptSamples s(ds, 4, true, 3, 0, -1, 7);
+  EXPECT_EQ(s.num_epochs(), 3);
+  EXPECT_TRUE(s.separate_final_epoch());
+  EXPECT_EQ(s.size(), 10);
+  const auto& e = s.indices();
+  EXPECT_THAT(e.document_index, ElementsAre(1, 3, 0, 2, 3, 1, 0, 2, 0, 2, 3, 1));
+  EXPECT_THAT(e.shuffle_index, ElementsAre(5, 0, 4, 1, 3, 2, 9, 6, 8, 7));
+  const std::vector<std::vector<int32_t>> want = {
+      {202, 203, 204, 100, 101}, {200, 201, 202, 203, 204}, {402, 403, 200, 201, 202},
+      {204, 400, 401, 402, 403}, {300, 301, 400, 401, 402}, {403, 100, 101, 102, 300},
+      {403, 200, 201, 202, 203}};
+  std::vector<int32_t> out(5);
+  for (int n = 0; n < 7; ++n) {
+    s.sample(n, out.data());
+    EXPECT_EQ(out, want[size_t(n)]) << "sample " << n;
+  }
+}
+
+// A part of --split (documents 1, 2) over three epochs for 8 samples of T 2.
+TEST_F(GptSampleIndices, MultiEpochSplitPartAsMegatron) {
+  IndexedDataset ds(prefix());
+  data::GptSamples s(ds, 2, true, 3, 1, 3, 8);
+  EXPECT_EQ(s.num_epochs(), 3);
+  EXPECT_THAT(s.indices().document_index, ElementsAre(2, 2, 1, 2, 1, 1));
+  EXPECT_THAT(s.indices().shuffle_index, ElementsAre(7, 9, 4, 1, 6, 2, 3, 8, 5, 0));
+  const std::vector<std::vector<int32_t>> want = {{203, 204, 200}, {202, 203, 204}, {204, 300, 301},
+                                                  {300, 301, 200}, {201, 202, 203}, {200, 201, 202},
+                                                  {202, 203, 204}, {200, 201, 202}};
+  std::vector<int32_t> out(3);
+  for (int n = 0; n < 8; ++n) {
+    s.sample(n, out.data());
+    EXPECT_EQ(out, want[size_t(n)]) << "sample " << n;
+  }
 }
 
 TEST_F(GptSampleIndices, EmptyDocumentsAreSkipped) {
@@ -378,6 +433,43 @@ TEST_F(IndexedLoaderTest, InputsAndTargetsOverlapByT) {
   EXPECT_THAT(l->describe(), AllOf(HasSubstr("indexed " + prefix() +
                                              " (4 documents, 14 tokens, "
                                              "uint16, 3 samples of 4+1 per epoch)")));
+}
+
+// A blend of 11 samples asks each dataset for its share and a 0.5% surplus, which decides the
+// dataset's epochs: Megatron-LM ceil(ceil(11·w)·1.005) = 5 and 9 (both epochs shuffled
+// together), Megatron-DeepSpeed ceil(11·w·1.005) = 4 and 8 (final epochs apart). Expected
+// samples from a pure-Python BlendedDataset over GPTDataset, seed 5, T 4.
+TEST_F(IndexedLoaderTest, BlendSizesFollowTheBuilder) {
+  write_dataset(prefix("a"), kHand);
+  write_dataset(
+      prefix("b"),
+      {{500, 501, 502, 503, 504, 505, 506}, {600, 601, 602}, {700, 701, 702, 703, 704, 705}});
+  const std::vector<std::vector<int32_t>> lm = {
+      {602, 700, 701, 702, 703}, {203, 204, 300, 301, 400}, {503, 504, 505, 506, 700},
+      {704, 705, 500, 501, 502}, {300, 301, 100, 101, 102}, {703, 704, 705, 600, 601},
+      {502, 503, 504, 505, 506}, {102, 200, 201, 202, 203}, {602, 500, 501, 502, 503},
+      {704, 705, 600, 601, 602}, {102, 200, 201, 202, 203}};
+  const std::vector<std::vector<int32_t>> ds = {
+      {502, 503, 504, 505, 506}, {300, 301, 400, 401, 402}, {702, 703, 704, 705, 600},
+      {704, 705, 700, 701, 702}, {201, 202, 203, 204, 300}, {600, 601, 602, 600, 601},
+      {601, 602, 500, 501, 502}, {100, 101, 102, 200, 201}, {506, 500, 501, 502, 503},
+      {700, 701, 702, 703, 704}, {402, 403, 100, 101, 102}};
+  for (const auto& [builder, want] : {std::pair{"megatron-lm", lm}, {"megatron-deepspeed", ds}}) {
+    DataConfig d = indexed("");
+    d.path_list = {"0.3", prefix("a"), "0.7", prefix("b")};
+    d.builder = builder;
+    ModelConfig m;
+    m.vocab_size = 1000;
+    m.seq_length = 4;
+    auto l = make_data_loader(d, m, 1, 1, 5, 0, 1, DataPart::train, 11);
+    std::vector<int32_t> in(4), tg(4);
+    for (int n = 0; n < 11; ++n) {
+      l->micro_batch(n, 0, in.data(), tg.data());
+      in.push_back(tg.back());
+      EXPECT_EQ(in, want[size_t(n)]) << builder << " sample " << n;
+      in.resize(4);
+    }
+  }
 }
 
 TEST_F(IndexedLoaderTest, DataParallelRanksSplitTheSameGlobalBatch) {

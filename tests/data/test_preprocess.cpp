@@ -22,6 +22,7 @@ namespace triad {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -171,12 +172,19 @@ TEST_F(Preprocess, AnExistingDatasetIsReplacedOnlyWithOverwrite) {
   EXPECT_EQ(documents(out()), expected({"second"}));
 }
 
-TEST_F(Preprocess, EmptyDocumentsAreSkippedAndCounted) {
-  const Result r = run("-i " + in("e.txt", "") + " " + in("e.jsonl", "{\"text\": \"\"}\n") + " " +
-                       in("f.txt", "x") + " -o " + quote(out()));
+// Megatron's builder records an empty document as one of no sequence: the document index of
+// documents "x", "", "y" is [0, 1, 1, 2], and the .idx the same bytes.
+TEST_F(Preprocess, EmptyDocumentsAreKeptAsMegatronKeepsThem) {
+  const Result r = run("-i " + in("f.txt", "x") + " " + in("e.jsonl", "{\"text\": \"\"}\n") + " " +
+                       in("g.txt", "y") + " -o " + quote(out()));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(documents(out()), expected({"x"}));
-  EXPECT_THAT(r.out, HasSubstr("1 documents (2 empty ones skipped)"));
+  EXPECT_THAT(r.out, HasSubstr("2 documents (and 1 empty ones, kept without a sequence"));
+  const IndexedDataset ds(out());
+  EXPECT_EQ(ds.num_sequences(), 2);
+  EXPECT_EQ(ds.num_documents(), 3);
+  std::vector<int64_t> index;
+  for (int64_t k = 0; k <= ds.num_documents(); ++k) index.push_back(ds.document_index(k));
+  EXPECT_THAT(index, ElementsAre(0, 1, 1, 2));
 }
 
 // Inputs with no document at all make a dataset the launcher would refuse: one line, nothing
@@ -185,7 +193,7 @@ TEST_F(Preprocess, NoDocumentsIsOneLineAndNothingWritten) {
   const Result r = run(
       "-i " + in("e.txt", "") + " " + in("e.jsonl", "{\"text\": \"\"}\n") + " -o " + quote(out()),
       "1000");
-  expect_one_line(r, "the inputs hold no documents (2 empty ones skipped); nothing was written");
+  expect_one_line(r, "the inputs hold no documents (2 empty ones); nothing was written");
   EXPECT_TRUE(outputs().empty());
 }
 

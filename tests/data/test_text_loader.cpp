@@ -269,9 +269,9 @@ TEST_F(TextLoader, ShortestPossibleFileHasOneWindow) {
 namespace triad {
 namespace {
 
-// Megatron's get_split_indices: round(w/sum · n) per part, Python's rounding, the parts moved
-// so that they end at n.
-TEST(DataSplit, MegatronRule) {
+// Megatron-DeepSpeed's get_train_valid_test_split_ (data.builder megatron-deepspeed, the
+// default): round(w/sum · n) per part, Python's rounding, the parts moved so that they end at n.
+TEST(DataSplit, MegatronDeepSpeedRule) {
   using P = std::pair<int64_t, int64_t>;
   EXPECT_EQ(split_range("969,30,1", 1000, DataPart::train), P(0, 969));
   EXPECT_EQ(split_range("969,30,1", 1000, DataPart::valid), P(969, 999));
@@ -292,6 +292,25 @@ TEST(DataSplit, MegatronRule) {
     EXPECT_THAT(user_error([&] { split_range(bad, 10, DataPart::train); }),
                 HasSubstr("data.split '" + std::string(bad) + "'"))
         << bad;
+}
+
+// Megatron-LM core (data.builder megatron-lm): round(c · n) of each cumulative boundary c
+// (convert_split_vector_to_split_matrix, _build_megatron_dataset_splits); values from a
+// pure-Python copy of both rules.
+TEST(DataSplit, MegatronLmRule) {
+  using P = std::pair<int64_t, int64_t>;
+  const std::string lm = "megatron-lm";
+  // 10/3 = 3.33 → 3, 20/3 = 6.67 → 7: the boundaries round, nothing moves.
+  EXPECT_EQ(split_range("1,1,1", 10, DataPart::train, lm), P(0, 3));
+  EXPECT_EQ(split_range("1,1,1", 10, DataPart::valid, lm), P(3, 7));
+  EXPECT_EQ(split_range("1,1,1", 10, DataPart::test, lm), P(7, 10));
+  EXPECT_EQ(split_range("98,1,1", 250, DataPart::train, lm), P(0, 245));  // DeepSpeed: 246
+  EXPECT_EQ(split_range("98,1,1", 250, DataPart::train), P(0, 246));
+  EXPECT_EQ(split_range("98,1,1", 250, DataPart::valid, lm), P(245, 248));
+  EXPECT_EQ(split_range("1,1", 5, DataPart::train, lm), P(0, 2));  // 2.5 → 2
+  EXPECT_EQ(split_range("1,1", 5, DataPart::valid, lm), P(2, 5));
+  EXPECT_EQ(split_range("969,30,1", 124, DataPart::valid, lm), P(120, 124));
+  EXPECT_EQ(split_range("969,30,1", 124, DataPart::test, lm), P(124, 124));
 }
 
 // Training and validation read disjoint windows that together are the file's.

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
     // The batches train() will see, from a loader built as the engine builds it.
     const int B = t.micro_batch_size, T = m.seq_length, accum = t.gradient_accumulation_steps;
     auto data = make_data_loader(cfg.data, m, B, t.global_batch_size,
-                                 cfg.data.seed ? cfg.data.seed : t.seed, 0, 1);
+                                 cfg.data.seed ? cfg.data.seed : t.seed, 0, 1, DataPart::train,
+                                 megatron_num_samples(t, DataPart::train));
     const size_t per = size_t(B) * T;
     std::vector<float> fin(size_t(t.train_iters) * accum * per), ftg(fin.size());
     std::vector<int32_t> in(per), tg(per);

@@ -84,6 +84,12 @@ has gpt_350m_zero2 '^#   --deepspeed: no effect in Triad'
 # Under --deepspeed, Megatron-DeepSpeed hands DeepSpeed Megatron's optimizer: the JSON clips.
 has gpt_350m_zero2 '^  clip_grad: 1 +# ds_zero2.json: gradient_clipping$'
 has gpt_350m_zero2 '^#   --clip-grad 1.0: no effect under --deepspeed'
+# Megatron's GPTDataset always shuffles; the builder (its --split rounding and blend sizes) is
+# Megatron-LM's unless --deepspeed says Megatron-DeepSpeed.
+has gpt_125m '^  shuffle: true +# .no argument: Megatron.s GPTDataset always shuffles.$'
+has gpt_125m '^  builder: megatron-lm +# .no --deepspeed: Megatron-LM.s --split rounding'
+has gpt_1_3b '^  shuffle: true +# '
+has gpt_350m_zero2 '^  builder: megatron-deepspeed +# --deepspeed .Megatron-DeepSpeed.s --split'
 
 # refused WANT ARGS...: exit 2, one stderr line "triad-config: error: ..." holding WANT, no stdout.
 refused() {
@@ -125,6 +131,11 @@ refused "lr_decay_style is one of" from-megatron -- "${M[@]}" --lr 1e-3 --train-
   --lr-decay-style WSD
 refused '--train-iters and --lr-decay-samples mix iteration- and sample-based counts' \
   from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --lr-decay-samples 40
+# Megatron-LM asserts a single data source.
+for other in --train-data-path --valid-data-path --test-data-path; do
+  refused "\-\-data-path and $other are both given; Megatron takes a single data source" \
+    from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --data-path d/a $other d/b
+done
 refused '--train-samples and --lr-warmup-iters mix' from-megatron -- "${M[@]}" --lr 1e-3 \
   --train-samples 40 --lr-warmup-iters 2
 refused '--train-samples 40 needs --global-batch-size' from-megatron -- --num-layers 2 \
@@ -176,6 +187,12 @@ if grep -q "^#   --deepspeed_config ds_zero2.json: no effect without --deepspeed
   grep -q "^#   --normalization layernorm: no effect in Triad" "$WORK/nods.yaml"; then
   pass "--deepspeed_config without --deepspeed is not read"
 else fail "without --deepspeed: $(cat "$WORK/nods.yaml" "$WORK/err.txt")"; fi
+# --test-data-path alone: known, not carried over (Triad evaluates no test split).
+"$BIN/triad-config" from-megatron -- "${M[@]}" --lr 1e-3 --train-iters 10 --train-data-path d/a \
+  --valid-data-path d/v --test-data-path d/t >"$WORK/tdp.yaml" 2>"$WORK/err.txt"
+if grep -q "^#   --test-data-path d/t: Triad does not evaluate a test split" "$WORK/tdp.yaml"; then
+  pass "--test-data-path is listed as not carried over"
+else fail "--test-data-path: $(grep -i test "$WORK/tdp.yaml" "$WORK/err.txt")"; fi
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

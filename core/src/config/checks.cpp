@@ -132,6 +132,14 @@ void check_training(const Config& c, const Checker& k) {
     fail("data.path is required for data.kind '" + d.kind + "' (" + k.at("data.kind") +
          "); give the file to read, e.g. data: {kind: " + d.kind + ", path: " +
          (d.kind == "text" ? "corpus.txt" : "train.bin") + "}, or use kind: synthetic");
+  // Megatron shuffles its indices with numpy.random.RandomState(seed), which refuses seeds of
+  // 2^32 and more; reducing them would train another order than the job's.
+  const uint64_t shuffle_seed = d.seed != 0 ? d.seed : c.training.seed;
+  const char* seed_key = d.seed != 0 ? "data.seed" : "training.seed";
+  if (d.kind == "indexed" && d.shuffle && shuffle_seed > 0xffffffffULL)
+    fail(std::string(seed_key) + " " + std::to_string(shuffle_seed) + " (" + k.at(seed_key) +
+         ") shuffles Megatron's indices with numpy's RandomState, which takes seeds below 2^32 "
+         "(4294967296) only; choose a seed below 4294967296");
   if (d.tokenizer == "gpt2" && d.kind != "text")
     fail("data.tokenizer gpt2 (" + k.at("data.tokenizer") + ") tokenizes data.kind text, but " +
          "data.kind is " + d.kind + " (already tokens); drop data.tokenizer or use kind text");

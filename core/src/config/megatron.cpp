@@ -95,6 +95,7 @@ const std::vector<std::string_view>& special_names() {
                                                   "--train-data-path",
                                                   "--load",
                                                   "--valid-data-path",
+                                                  "--test-data-path",
                                                   "--tokenizer-type",
                                                   "--vocab-size",
                                                   "--use-flash-attn",
@@ -154,6 +155,7 @@ class MegatronReader {
     if (out_.deepspeed)
       set("logging.tensorboard_tags", YAML::Node("megatron-deepspeed"),
           "--deepspeed (Megatron-DeepSpeed's grouped TensorBoard tags)");
+    if (keys_.count("data.path")) data_source();
     derive();
     if (out_.deepspeed && !out_.deepspeed_config.empty()) deepspeed_owns();
     for (const auto& [key, k] : keys_) out_.keys.push_back(k);
@@ -289,6 +291,24 @@ class MegatronReader {
     }
   }
 
+  // What every imported dataset gets from Megatron's builder (GPTDataset always shuffles), and
+  // which builder: Megatron-DeepSpeed's (legacy megatron/data) under --deepspeed, Megatron-LM's
+  // (megatron/core/datasets) otherwise.
+  void data_source() {
+    for (const char* other : {"--train-data-path", "--valid-data-path", "--test-data-path"})
+      if (given_.count("--data-path") && given_.count(other))
+        throw UserError("Megatron arguments --data-path and " + std::string(other) +
+                        " are both given; Megatron takes a single data source: give --data-path "
+                        "(its parts by --split) or --train-data-path with --valid-data-path");
+    set("data.shuffle", YAML::Node("true"), "(no argument: Megatron's GPTDataset always shuffles)");
+    if (out_.deepspeed)
+      set("data.builder", YAML::Node("megatron-deepspeed"),
+          "--deepspeed (Megatron-DeepSpeed's --split rounding and blend sizes)");
+    else
+      set("data.builder", YAML::Node("megatron-lm"),
+          "(no --deepspeed: Megatron-LM's --split rounding and blend sizes)");
+  }
+
   bool special(const std::string& arg, const std::vector<std::string>& values);
   bool derived_later(const std::string& arg, const std::vector<std::string>& values);
   void derive();
@@ -324,6 +344,8 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
         src + " (continues from it when it holds a checkpoint, starts afresh when not)");
   } else if (arg == "--valid-data-path") {
     set("data.valid_path", YAML::Node(value_of(arg, values)), src);
+  } else if (arg == "--test-data-path") {
+    not_carried(arg, values, "Triad does not evaluate a test split");
   } else if (arg == "--tokenizer-type") {
     if (value_of(arg, values) != "GPT2BPETokenizer")
       not_carried(arg, values, "give model.vocab_size for this tokenizer's vocabulary");

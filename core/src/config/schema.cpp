@@ -86,6 +86,7 @@ std::vector<Section> training_sections() {
            F("seed", TRIAD_SLOT(data.seed)),
            F("split", TRIAD_SLOT(data.split)),
            F("valid_path", TRIAD_SLOT(data.valid_path)).aka({"valid_data_path"}),
+           F("builder", TRIAD_SLOT(data.builder)).one_of({"megatron-deepspeed", "megatron-lm"}),
            F("tokenizer", TRIAD_SLOT(data.tokenizer)).one_of({"bytes", "gpt2"}),
            F("vocab_file", TRIAD_SLOT(data.vocab_file)),
            F("merge_file", TRIAD_SLOT(data.merge_file)),

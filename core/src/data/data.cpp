@@ -128,7 +128,7 @@ void require_one_window(int64_t count, int T, const std::string& what) {
 std::pair<int64_t, int64_t> part_windows(const DataConfig& d, int64_t count, int T, DataPart part,
                                          const std::string& what) {
   const int64_t all = (count - 1) / T;
-  const auto r = split_range(d.split, all, part);
+  const auto r = split_range(d.split, all, part, d.builder);
   if (r.second <= r.first)
     throw UserError("data.split '" + d.split + "' leaves the " + part_name(part) + " part of " +
                     what + " no sample (its " + std::to_string(all) + " windows of " +
@@ -234,14 +234,26 @@ class IndexedLoader final : public DataLoader {
   std::unique_ptr<data::BlendOrder> blend_;
 };
 
+// The samples a blend asks of a dataset of normalized weight w when the run draws n (each
+// dataset's epochs follow from them): Megatron-LM's _get_size_per_split_per_dataset
+// ceil(ceil(n·w)·1.005), Megatron-DeepSpeed's ceil(n·w·1.005).
+int64_t blend_share(int64_t n, double w, const std::string& builder) {
+  const double x = double(n) * w;
+  return int64_t(std::ceil(builder == "megatron-lm" ? std::ceil(x) * 1.005 : x * 1.005));
+}
+
 std::unique_ptr<DataLoader> make_indexed(const DataConfig& d, const ModelConfig& m,
-                                         BatchLayout layout, uint64_t seed, DataPart part) {
+                                         BatchLayout layout, uint64_t seed, DataPart part,
+                                         int64_t num_samples) {
   std::vector<data::BlendEntry> entries;
   if (d.path_list.empty()) {
     entries.push_back({0.0, d.path});
   } else if (const data::BlendProblem bad = data::parse_blend(d.path_list, entries); !bad.ok()) {
     throw UserError(bad.message(""));
   }
+  // Megatron normalizes the weights given (numpy's float64 sum, in order).
+  double given = 0;
+  for (const data::BlendEntry& e : entries) given += e.weight;
   std::vector<IndexedLoader::Source> sources;
   for (const data::BlendEntry& e : entries) {
     IndexedLoader::Source s;
@@ -267,7 +279,7 @@ std::unique_ptr<DataLoader> make_indexed(const DataConfig& d, const ModelConfig&
                       " (GPT-2's tokenizer needs 50257) or use a dataset from a matching "
                       "tokenizer");
     // Megatron splits each dataset's documents; this part's must hold one sample.
-    const auto [first, end] = split_range(d.split, ds.num_sequences(), part);
+    const auto [first, end] = split_range(d.split, ds.num_sequences(), part, d.builder);
     int64_t tokens = 0;
     for (int64_t k = first; k < end; ++k) tokens += ds.sequence_length(k);
     if (tokens < int64_t{m.seq_length} + 1)
@@ -276,7 +288,13 @@ std::unique_ptr<DataLoader> make_indexed(const DataConfig& d, const ModelConfig&
                       std::to_string(tokens) + " tokens, fewer than one sample of " +
                       std::to_string(m.seq_length + 1) + "; give the " + part_name(part) +
                       " part a larger share");
-    s.samples = std::make_unique<data::GptSamples>(ds, m.seq_length, d.shuffle, seed, first, end);
+    // One dataset draws the run's samples; a weighted blend its share and a surplus; prefixes
+    // without weights one epoch each (Megatron builds them with num_samples None).
+    const int64_t wanted = entries.size() == 1 ? num_samples
+                           : e.weight > 0 ? blend_share(num_samples, e.weight / given, d.builder)
+                                          : 0;
+    s.samples =
+        std::make_unique<data::GptSamples>(ds, m.seq_length, d.shuffle, seed, first, end, wanted);
     // Prefixes without weights blend in proportion to their size, as Megatron's do.
     s.weight = e.weight > 0 ? e.weight : double(s.samples->samples_per_epoch());
     sources.push_back(std::move(s));
@@ -289,10 +307,25 @@ std::unique_ptr<DataLoader> make_indexed(const DataConfig& d, const ModelConfig&
 
 }  // namespace
 
+int64_t megatron_num_samples(const TrainingConfig& t, DataPart part) {
+  const int64_t batch = t.global_batch_size;
+  switch (part) {
+    case DataPart::train:
+      return int64_t{t.train_iters} * batch;
+    case DataPart::valid:
+      return t.eval_interval > 0
+                 ? (int64_t{t.train_iters} / t.eval_interval + 1) * t.eval_iters * batch
+                 : 0;
+    case DataPart::test:
+      return int64_t{t.eval_iters} * batch;
+  }
+  return 0;
+}
+
 std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const ModelConfig& model,
                                              int micro_batch_size, int global_batch_size,
-                                             uint64_t seed, int dp_rank, int dp_size,
-                                             DataPart part) {
+                                             uint64_t seed, int dp_rank, int dp_size, DataPart part,
+                                             int64_t num_samples) {
   if (model.seq_length < 1)
     throw UserError("model.seq_length is " + std::to_string(model.seq_length) +
                     "; set it to at least 1");
@@ -315,7 +348,7 @@ std::unique_ptr<DataLoader> make_data_loader(const DataConfig& data, const Model
                      : data.kind == "tokens" ? "uint16 token file"
                                              : "prefix of the .bin/.idx pair") +
                     " to train on");
-  if (data.kind == "indexed") return make_indexed(data, model, layout, s, part);
+  if (data.kind == "indexed") return make_indexed(data, model, layout, s, part, num_samples);
   if (!data.path_list.empty())
     throw UserError(
         "data.path is a list, which only data.kind indexed takes (a blend of "

@@ -6,13 +6,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "sample_order.hpp"
 #include "triad/core/error.hpp"
 
 namespace triad::data {
 
 GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed,
-                       int64_t first_doc, int64_t end_doc)
+                       int64_t first_doc, int64_t end_doc, int64_t num_samples)
     : ds_(&ds),
       first_doc_(first_doc),
       end_doc_(end_doc < 0 ? ds.num_sequences() : end_doc),
@@ -20,6 +19,7 @@ GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, u
       shuffle_(shuffle),
       seed_(seed) {
   if (T_ < 1) throw std::invalid_argument("GptSamples: seq_length must be at least 1");
+  if (num_samples < 0) throw std::invalid_argument("GptSamples: negative num_samples");
   if (ds.num_sequences() > std::numeric_limits<int32_t>::max())
     throw UserError("indexed dataset '" + ds.prefix() + "' has " +
                     std::to_string(ds.num_sequences()) +
@@ -33,28 +33,55 @@ GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, u
   } else {
     for (int64_t d = first_doc_; d < end_doc_; ++d) E_ += ds.sequence_length(d);
   }
-  S_ = E_ > 0 ? (E_ - 1) / T_ : 0;
-  if (S_ < 1) throw std::invalid_argument("GptSamples: the dataset is shorter than one sample");
+  if (E_ < int64_t{T_} + 1)
+    throw std::invalid_argument("GptSamples: the dataset is shorter than one sample");
+  build(num_samples);
 }
 
-GptSamples::Epoch GptSamples::epoch(int64_t e) const {
-  Epoch out;
-  build(e, out);
-  return out;
-}
-
-void GptSamples::build(int64_t e, Epoch& out) const {
+void GptSamples::build(int64_t num_samples) {
+  // _get_num_epochs: enough epochs for num_samples samples of T tokens and the extra one.
+  const int64_t want = num_samples * T_ + 1;
+  epochs_ = want <= E_ ? 1 : (want + E_ - 1) / E_;
+  const int64_t per_epoch = (E_ - 1) / T_;
+  if (epochs_ > 1) {
+    // separate_final_epoch: a final epoch that gives under 80% of an epoch's samples is
+    // shuffled apart, so that its few samples are not all drawn from early documents.
+    const int64_t before_final = ((epochs_ - 1) * E_ - 1) / T_;
+    separate_ = num_samples - before_final < int64_t(0.80 * double(per_epoch));
+  }
+  // _build_document_index: numpy.random.RandomState(seed) is MT19937 with Knuth's 32-bit
+  // initialisation; the first P (or P - 1) epochs shuffled together, then the final one.
+  std::mt19937 rng(static_cast<uint32_t>(seed_));
   const int64_t N = end_doc_ - first_doc_;
-  // Epoch 0 is numpy.random.RandomState(seed): MT19937 with Knuth's 32-bit initialisation.
-  std::mt19937 rng(static_cast<uint32_t>(e == 0 ? seed_ : mix(seed_, static_cast<uint64_t>(e))));
-  out.document_index.resize(static_cast<size_t>(N));
-  // Megatron's documents of the split part, numpy.arange(first, end), in order or shuffled.
-  std::iota(out.document_index.begin(), out.document_index.end(), int32_t(first_doc_));
-  if (shuffle_) numpy_shuffle(out.document_index, rng);
+  std::vector<int32_t>& doc = idx_.document_index;
+  doc.resize(static_cast<size_t>(N * epochs_));
+  for (int64_t e = 0; e < epochs_; ++e)
+    std::iota(doc.begin() + e * N, doc.begin() + (e + 1) * N, int32_t(first_doc_));
+  const int64_t together = separate_ ? N * (epochs_ - 1) : N * epochs_;
+  if (shuffle_) {
+    numpy_shuffle(doc.data(), size_t(together), rng);
+    numpy_shuffle(doc.data() + together, doc.size() - size_t(together), rng);
+  }
+  S_ = (epochs_ * E_ - 1) / T_;
+  build_sample_index();
+  // _build_shuffle_index: arange(S) shuffled, or the samples before the final epoch and the
+  // rest each shuffled on their own.
+  idx_.shuffle_index.clear();
+  if (shuffle_) {
+    idx_.shuffle_index.resize(static_cast<size_t>(S_));
+    std::iota(idx_.shuffle_index.begin(), idx_.shuffle_index.end(), int64_t{0});
+    const int64_t together_samples = separate_ ? ((epochs_ - 1) * E_ - 1) / T_ : S_;
+    numpy_shuffle(idx_.shuffle_index.data(), size_t(together_samples), rng);
+    numpy_shuffle(idx_.shuffle_index.data() + together_samples, size_t(S_ - together_samples), rng);
+  }
+}
 
-  // helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1.
-  const std::vector<int32_t>& doc = out.document_index;
-  out.sample_index.assign(static_cast<size_t>(2 * (S_ + 1)), 0);
+// helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1.
+void GptSamples::build_sample_index() {
+  const std::vector<int32_t>& doc = idx_.document_index;
+  const auto docs = static_cast<int64_t>(doc.size());
+  std::vector<int64_t>& si = idx_.sample_index;
+  si.assign(static_cast<size_t>(2 * (S_ + 1)), 0);
   int64_t pos = 0, off = 0;
   for (int64_t k = 1; k <= S_; ++k) {
     int64_t remaining = int64_t{T_} + 1;
@@ -65,31 +92,20 @@ void GptSamples::build(int64_t e, Epoch& out) const {
         off += remaining + len - 1;  // sample k-1's last token, sample k's first
         break;
       }
-      if (++pos == N) throw std::logic_error("GptSamples: ran past the epoch's last document");
+      if (++pos == docs) throw std::logic_error("GptSamples: ran past the last document");
       off = 0;
     }
-    out.sample_index[static_cast<size_t>(2 * k)] = pos;
-    out.sample_index[static_cast<size_t>(2 * k + 1)] = off;
-  }
-
-  out.shuffle_index.clear();
-  if (shuffle_) {
-    out.shuffle_index.resize(static_cast<size_t>(S_));
-    std::iota(out.shuffle_index.begin(), out.shuffle_index.end(), int64_t{0});
-    numpy_shuffle(out.shuffle_index, rng);
+    si[static_cast<size_t>(2 * k)] = pos;
+    si[static_cast<size_t>(2 * k + 1)] = off;
   }
 }
 
-void GptSamples::sample(int64_t n, int32_t* out) {
+void GptSamples::sample(int64_t n, int32_t* out) const {
   if (n < 0) throw std::out_of_range("GptSamples: negative sample " + std::to_string(n));
-  const int64_t e = n / S_, i = n % S_;
-  if (e != cached_) {
-    build(e, cache_);
-    cached_ = e;
-  }
-  const int64_t j = shuffle_ ? cache_.shuffle_index[static_cast<size_t>(i)] : i;
-  const std::vector<int64_t>& si = cache_.sample_index;
-  const std::vector<int32_t>& doc = cache_.document_index;
+  const int64_t i = n % S_;
+  const int64_t j = shuffle_ ? idx_.shuffle_index[static_cast<size_t>(i)] : i;
+  const std::vector<int64_t>& si = idx_.sample_index;
+  const std::vector<int32_t>& doc = idx_.document_index;
   const int64_t pb = si[size_t(2 * j)], ob = si[size_t(2 * j + 1)];
   const int64_t pe = si[size_t(2 * j + 2)], oe = si[size_t(2 * j + 3)];
   // GPTDataset._query_document_sample_shuffle_indices: the first document from its offset,

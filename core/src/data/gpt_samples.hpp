@@ -2,25 +2,28 @@
 // (megatron/core/datasets/gpt_dataset.py and helpers.cpp), and Megatron's blend of several
 // datasets (BlendedDataset, helpers.cpp build_blending_indices).
 //
-// One epoch is every sequence of the dataset once (Megatron's GPT "documents" are the index's
-// sequences; all of them, as Megatron's --split 100,0,0). With E tokens in the epoch and samples
-// of T+1 tokens (inputs and targets overlap by T), the epoch has S = (E - 1) / T samples:
-//   document index  the sequences in epoch order (shuffled, or 0..N-1 without shuffle)
-//   sample index    S + 1 entries (position in the document index, token offset): sample k
-//                   starts at token k*T of the epoch's concatenated stream and runs T+1 tokens,
-//                   across document boundaries (entry k+1 is where sample k's last token is)
-//   shuffle index   the order the S samples are drawn in (a permutation, or 0..S-1)
-// Sample n of the run is shuffle-index entry n mod S of epoch n / S.
+// One epoch is every sequence of the dataset's part once (Megatron's GPT "documents" are the
+// index's sequences). With E tokens in an epoch, samples of T+1 tokens (inputs and targets overlap
+// by T) and a run that draws `num_samples` samples, Megatron builds every epoch the run needs at
+// once (core gpt_dataset.py _build_document_sample_shuffle_indices; Megatron-DeepSpeed's
+// megatron/data/gpt_dataset.py _build_index_mappings is the same algorithm):
+//   epochs          the fewest P with P·E ≥ num_samples·T + 1 (_get_num_epochs)
+//   document index  the documents P times over, shuffled together; when P > 1 and the final
+//                   epoch gives fewer than 80% of an epoch's (E - 1) / T samples, the first P - 1
+//                   epochs are shuffled together and the final one apart (separate_final_epoch)
+//   sample index    S + 1 entries, S = (P·E - 1) / T, (position in the document index, token
+//                   offset): sample k starts at token k·T of the concatenated stream and runs T+1
+//                   tokens, across document and epoch boundaries (helpers.cpp build_sample_idx)
+//   shuffle index   the order the S samples are drawn in: one permutation, or (final epoch
+//                   apart) one of the samples before the final epoch then one of the rest
+// Sample n of the run is shuffle-index entry n mod S (a run past num_samples starts over).
 //
-// Randomness: with shuffle, epoch 0 uses MT19937 seeded with (seed mod 2^32) and NumPy's legacy
-// RandomState.shuffle algorithm, first over the document index, then over the shuffle index,
-// exactly as GPTDataset does with numpy.random.RandomState(seed): for a run within one epoch the
-// order is Megatron's sample for sample (tests/data/indexed_interop.py checks it against NumPy).
-// Beyond one epoch Triad differs from Megatron, which knows the run's length and builds all its
-// epochs at once (one document index over every epoch, shuffled together unless the final epoch
-// is short, one shuffle over every sample, samples straddling epoch boundaries): Triad builds
-// each epoch alone, epoch e > 0 seeded with the low 32 bits of mix(seed, e), and drops each
-// epoch's last (E - 1) mod T tokens rather than only the last epoch's.
+// Randomness: with shuffle, MT19937 seeded with the seed (below 2^32, as numpy's RandomState
+// requires; the config check refuses larger ones) and NumPy's legacy RandomState.shuffle, first
+// over the document index(es), then over the shuffle index(es), exactly as GPTDataset does with
+// numpy.random.RandomState(seed): the order is Megatron's sample for sample for any run length
+// (tests/data/indexed_interop.py and test_indexed_dataset's MultiEpoch tests check it).
+// Without shuffle the document index is 0..N-1 repeated and the shuffle index the identity.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +37,8 @@ namespace triad::data {
 // NumPy's legacy RandomState.shuffle (mtrand.pyx _shuffle_raw with random_interval) driven by a
 // std::mt19937, whose seeding and output equal RandomState(seed)'s for a 32-bit seed.
 template <typename T>
-void numpy_shuffle(std::vector<T>& v, std::mt19937& rng) {
-  for (size_t i = v.size() > 0 ? v.size() - 1 : 0; i > 0; --i) {
+void numpy_shuffle(T* v, size_t size, std::mt19937& rng) {
+  for (size_t i = size > 0 ? size - 1 : 0; i > 0; --i) {
     uint64_t mask = i;  // the smallest all-ones mask >= i
     mask |= mask >> 1;
     mask |= mask >> 2;
@@ -56,40 +59,49 @@ void numpy_shuffle(std::vector<T>& v, std::mt19937& rng) {
     std::swap(v[i], v[j]);
   }
 }
+template <typename T>
+void numpy_shuffle(std::vector<T>& v, std::mt19937& rng) {
+  numpy_shuffle(v.data(), v.size(), rng);
+}
 
 class GptSamples {
  public:
   // The dataset must outlive this object, and its documents [first_doc, end_doc) (all of them
   // by default; a part of Megatron's --split otherwise) hold at least T+1 tokens (the caller
-  // checks, with a message naming the file).
+  // checks, with a message naming the file). num_samples: the samples the run will draw (0: not
+  // known, one epoch).
   GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed,
-             int64_t first_doc = 0, int64_t end_doc = -1);
+             int64_t first_doc = 0, int64_t end_doc = -1, int64_t num_samples = 0);
 
-  int64_t samples_per_epoch() const { return S_; }
+  int64_t samples_per_epoch() const { return (E_ - 1) / T_; }
   int64_t tokens_per_epoch() const { return E_; }
-  // The T+1 tokens of sample n (n counts on through the epochs).
-  void sample(int64_t n, int32_t* out);
+  int64_t num_epochs() const { return epochs_; }
+  bool separate_final_epoch() const { return separate_; }
+  int64_t size() const { return S_; }  // samples built, over every epoch
+  // The T+1 tokens of sample n (n counts on; past size() the order starts over).
+  void sample(int64_t n, int32_t* out) const;
 
-  // The indices of epoch e, as Megatron names them (for tests): the document index (sequence
-  // numbers), the sample index (S+1 pairs, flattened) and the shuffle index.
-  struct Epoch {
+  // The indices as Megatron names them (for tests): the document index (sequence numbers), the
+  // sample index (S+1 pairs, flattened) and the shuffle index (empty without shuffle).
+  struct Indices {
     std::vector<int32_t> document_index;
     std::vector<int64_t> sample_index;
     std::vector<int64_t> shuffle_index;
   };
-  Epoch epoch(int64_t e) const;
+  const Indices& indices() const { return idx_; }
 
  private:
-  void build(int64_t e, Epoch& out) const;
+  void build(int64_t num_samples);
+  void build_sample_index();
 
   const IndexedDataset* ds_;
   int64_t first_doc_ = 0, end_doc_ = 0;
   int T_;
   bool shuffle_;
   uint64_t seed_;
-  int64_t E_ = 0, S_ = 0;
-  int64_t cached_ = -1;  // the epoch held in cache_
-  Epoch cache_;
+  int64_t E_ = 0, S_ = 0, epochs_ = 1;
+  bool separate_ = false;
+  Indices idx_;
 };
 
 // Megatron's blend: sample i of the run comes from the dataset whose share so far lags its

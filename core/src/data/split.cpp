@@ -14,7 +14,8 @@ const char* part_name(DataPart p) {
   return p == DataPart::train ? "training" : p == DataPart::valid ? "validation" : "test";
 }
 
-std::pair<int64_t, int64_t> split_range(const std::string& split, int64_t n, DataPart part) {
+std::pair<int64_t, int64_t> split_range(const std::string& split, int64_t n, DataPart part,
+                                        const std::string& builder) {
   std::vector<double> w;
   if (split.empty()) {
     w = {1, 0, 0};
@@ -44,11 +45,26 @@ std::pair<int64_t, int64_t> split_range(const std::string& split, int64_t n, Dat
   }
   const double sum = w[0] + w[1] + w[2];
   if (!(sum > 0)) throw UserError("data.split '" + split + "' gives every part weight 0");
-  // megatron/core/datasets/utils.py get_split_indices (Python's round: half to even).
   int64_t index[4] = {0, 0, 0, 0};
-  for (int k = 0; k < 3; ++k) index[k + 1] = index[k] + int64_t(std::nearbyint(w[k] / sum * n));
-  const int64_t diff = index[3] - n;
-  for (int k = 1; k < 4; ++k) index[k] -= diff;
+  if (builder == "megatron-lm") {
+    // megatron/core/datasets/utils.py normalize + blended_megatron_dataset_config.py
+    // convert_split_vector_to_split_matrix, then blended_megatron_dataset_builder.py
+    // _build_megatron_dataset_splits: the cumulative boundaries, each round(c·n) (Python's round:
+    // half to even); a part of weight 0 is empty.
+    double cum = 0;
+    for (int k = 0; k < 3; ++k) {
+      const double next = cum + w[k] / sum;
+      index[k + 1] = int64_t(std::nearbyint(next * double(n)));
+      cum = next;
+    }
+  } else {
+    // Megatron-DeepSpeed's megatron/data/dataset_utils.py get_train_valid_test_split_: each part
+    // round(w·n) items (Python's round: half to even), all shifted so that they end at n.
+    for (int k = 0; k < 3; ++k)
+      index[k + 1] = index[k] + int64_t(std::nearbyint(w[k] / sum * double(n)));
+    const int64_t diff = index[3] - n;
+    for (int k = 1; k < 4; ++k) index[k] -= diff;
+  }
   const int p = int(part);
   return {std::clamp<int64_t>(index[p], 0, n), std::clamp<int64_t>(index[p + 1], 0, n)};
 }

@@ -359,7 +359,7 @@ void Run::open_data() {
   const auto& t = cfg.training;
   const uint64_t seed = cfg.data.seed ? cfg.data.seed : t.seed;
   data = make_data_loader(cfg.data, cfg.model, t.micro_batch_size, t.global_batch_size, seed, me.dp,
-                          dp());
+                          dp(), DataPart::train, megatron_num_samples(t, DataPart::train));
   if (t.eval_interval <= 0) return;
   DataConfig vd = cfg.data;
   DataPart part = DataPart::valid;
@@ -370,7 +370,7 @@ void Run::open_data() {
     part = DataPart::train;  // the whole file
   }
   valid = make_data_loader(vd, cfg.model, t.micro_batch_size, t.global_batch_size, seed, me.dp,
-                           dp(), part);
+                           dp(), part, megatron_num_samples(t, DataPart::valid));
 }
 
 // The model chunks over one ModelState, their weights (a checkpoint, a Hugging Face folder or

@@ -42,6 +42,11 @@ struct DataConfig {
   std::string split;
   // A separate validation set of the same kind (Megatron's --valid-data-path); used whole.
   std::string valid_path;
+  // Whose dataset builder the samples follow where the two differ: megatron-deepspeed (legacy
+  // megatron/data: --split rounds each part, a blend asks each dataset for ceil(N·w·1.005)
+  // samples) or megatron-lm (megatron/core/datasets: --split rounds the cumulative boundaries,
+  // ceil(ceil(N·w)·1.005)).
+  std::string builder = "megatron-deepspeed";
   // data.kind text: bytes (one token per byte) or gpt2 (GPT-2's BPE, read from vocab_file and
   // merge_file; empty = the files tools/bootstrap installs). Megatron's --tokenizer-type,
   // --vocab-file, --merge-file.
