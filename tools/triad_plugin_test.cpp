@@ -4,11 +4,18 @@
 // failed, nothing ran or the counts differ from --expect-pass / --expect-skip, 2 if the file
 // cannot be used (missing, not a Triad plugin, wrong kind, bad parameter), 77 if every case was
 // skipped (ctest's usual "skipped" code: a suite that checked nothing is never a pass).
+#include <unistd.h>
+
 #include <chrono>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -61,8 +68,84 @@ int verdict(const triad::conformance::Summary& s, int expect_pass, int expect_sk
   return rc;
 }
 
+// A plugin that crashes or hangs ends the run with a FAIL line naming the last case that
+// finished, not a bare signal or a wait without end. The crash handler is this process's only
+// (forked ranks re-raise the signal, so their suites report them as before); the watchdog ends
+// the run when no case has finished for `case_timeout` seconds.
+namespace guard {
+char last[512] = "none";
+pid_t owner = 0;
+// Never destroyed: the watchdog thread waits on them while exit() runs the destructors.
+std::mutex& mu = *new std::mutex;
+std::condition_variable& progress = *new std::condition_variable;
+long finished = 0;
+
+void write_all(const char* text) {
+  for (size_t n = std::strlen(text); n > 0;) {
+    const ssize_t w = ::write(STDOUT_FILENO, text, n);
+    if (w <= 0) return;
+    text += w;
+    n -= size_t(w);
+  }
+}
+
+void on_crash(int sig) {
+  if (::getpid() != owner) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  write_all("FAIL plugin crashed: signal ");
+  char num[16] = {0};
+  int k = 14;
+  for (int v = sig; v > 0 && k >= 0; v /= 10) num[k--] = char('0' + v % 10);
+  write_all(num + k + 1);
+  write_all(" (");
+  write_all(sig == SIGSEGV   ? "SIGSEGV"
+            : sig == SIGABRT ? "SIGABRT"
+            : sig == SIGBUS  ? "SIGBUS"
+            : sig == SIGFPE  ? "SIGFPE"
+                             : "SIGILL");
+  write_all("); the last case that finished: ");
+  write_all(last);
+  write_all("\ntriad-plugin-test: the plugin crashed; the harness could not finish its suite\n");
+  ::_exit(1);
+}
+
+void note(const std::string& name) {
+  const std::string text = "'" + name + "'";
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    std::snprintf(last, sizeof last, "%s", text.c_str());
+    ++finished;
+  }
+  progress.notify_all();
+}
+
+void start(bool catch_crashes, int case_timeout_s) {
+  owner = ::getpid();
+  if (catch_crashes)
+    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, on_crash);
+  std::thread([case_timeout_s] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      const long seen = finished;
+      if (!progress.wait_for(lock, std::chrono::seconds(case_timeout_s),
+                             [seen] { return finished != seen; })) {
+        std::cout << "FAIL plugin hangs: no case finished within " << case_timeout_s
+                  << " s; the last case that finished: " << last
+                  << "\ntriad-plugin-test: the plugin hangs (--case-timeout " << case_timeout_s
+                  << " s); the harness could not finish its suite" << std::endl;
+        ::_exit(1);
+      }
+    }
+  }).detach();
+}
+}  // namespace guard
+
 void print_case(const triad::conformance::CaseResult& r) {
   std::cout << triad::conformance::format_case(r) << std::endl;
+  guard::note(r.name);
 }
 
 // Runs a suite, then prints how long it took and its counts.
@@ -170,8 +253,15 @@ int main(int argc, char** argv) {
       ->check(triad::cli::at_least(0));
   app.add_option("--expect-skip", expect_skip, "fail unless exactly N cases are skipped")
       ->check(triad::cli::at_least(0));
+  int case_timeout = 600;
+  app.add_option("--case-timeout", case_timeout,
+                 "seconds without a finished case before the plugin is called hung (default 600)")
+      ->check(triad::cli::in_range(1, 86400));
   return triad::cli::run_main("triad-plugin-test", app, [&] {
     triad::cli::parse(app, argc, argv);
+    // Transport and tensor ranks run in processes of their own, whose crashes and hangs their
+    // suites already report by rank.
+    guard::start(kind != "transport" && kind != "tensor", case_timeout);
     return verdict(run(kind, path, quick, threads, params), expect_pass, expect_skip);
   });
 }

@@ -1,9 +1,12 @@
 // A test-only attention plugin, correct with `bug: none`, and with one planted defect per
 // other value of `bug`, to prove the conformance suite catches each. Built with
 // -fno-gnu-unique so that dlclose really unmaps it (the lifetime test checks that).
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "triad/sdk/attention.hpp"
@@ -14,7 +17,8 @@ using triad::sdk::View4;
 
 const triad_param_spec_v1 kParams[] = {
     {"bug", TRIAD_PARAM_STRING, "none",
-     "none | accumulate | no_scale | ignore_causal | no_lse | ws_overrun | no_checks | caps_d64"},
+     "none | accumulate | no_scale | ignore_causal | no_lse | ws_overrun | no_checks | caps_d64 | "
+     "abort | hang"},
 };
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -26,8 +30,8 @@ float dot(const float* a, const float* b, int64_t n) {
 class BuggyAttention : public triad::sdk::AttentionPlugin {
  public:
   BuggyAttention(triad::sdk::Services, triad::sdk::Params p) : bug_(p.get_string("bug")) {
-    static const char* known[] = {"none",   "accumulate", "no_scale",  "ignore_causal",
-                                  "no_lse", "ws_overrun", "no_checks", "caps_d64"};
+    static const char* known[] = {"none",       "accumulate", "no_scale", "ignore_causal", "no_lse",
+                                  "ws_overrun", "no_checks",  "caps_d64", "abort",         "hang"};
     for (const char* k : known)
       if (bug_ == k) return;
     throw triad::sdk::invalid("unknown bug '" + bug_ + "'");
@@ -50,6 +54,9 @@ class BuggyAttention : public triad::sdk::AttentionPlugin {
   }
 
   void forward(const triad_attention_fwd_args_v1& a) override {
+    // A plugin that crashes, or never returns, in its forward.
+    if (bug_ == "abort") std::abort();
+    while (bug_ == "hang") std::this_thread::sleep_for(std::chrono::seconds(1));
     auto q = view(a.q, "q"), k = view(a.k, "k"), v = view(a.v, "v");
     auto o = triad::sdk::view4<float>(a.out, "out");
     if (bug_ != "no_checks") {
