@@ -186,8 +186,8 @@ std::optional<int> parse_args(int argc, char** argv, LaunchArgs& a) {
                "train into an output.dir that already holds a run, replacing its metrics "
                "(output.overwrite)");
   app.add_option("--stop-grace", a.stop_grace_s,
-                 "seconds the ranks get after a SIGTERM/SIGINT passed on to them (to finish the "
-                 "step and save a checkpoint) before SIGKILL")
+                 "seconds the ranks (or the one process) get after a SIGTERM/SIGINT to finish "
+                 "the step and save a checkpoint before they are killed")
       ->capture_default_str()
       ->check(seconds(true));
   app.add_flag("--no-prefix", a.no_prefix, "do not prefix output lines with '[rank N] '");

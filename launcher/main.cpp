@@ -63,7 +63,8 @@ int run(int argc, char** argv) {
       return 0;
     }
     if (plan.world_size == 1) {
-      triad::take_stop_signals();
+      // In one process nobody sends SIGKILL after the grace: the process keeps it itself.
+      triad::take_stop_signals(ms(a.stop_grace_s));
       return train_in_process(a);
     }
     // Checked here once, rather than failing the same way in every rank. Rank 0 alone writes

@@ -173,6 +173,25 @@ section_resume() {
     { cat term.log; fail "no stop line"; }
   "$CKPT" verify run3/ckpt >/dev/null || fail "the SIGTERM checkpoint does not verify"
   pass "SIGTERM: saved step $last, exit 143"
+
+  # One process keeps the stop grace itself: a step longer than --stop-grace (here 400
+  # micro-batches against 0.3 s) is not waited for without end; the run ends with 143 and says
+  # why. Signalled as soon as a step is logged, so the next one has just begun.
+  "$LAUNCH" "$CFG" --nproc-per-node 1 "${common[@]}" --stop-grace 0.3 \
+    --set training.train_iters=100000 --set training.global_batch_size=0 \
+    --set training.gradient_accumulation_steps=400 --set output.dir=run4 >grace.log 2>&1 &
+  job=$!
+  for i in $(seq 1200); do
+    [[ $(wc -l <run4/metrics.jsonl 2>/dev/null || echo 0) -ge 2 ]] && break
+    sleep 0.05
+  done
+  kill -TERM "$job"
+  wait "$job"
+  rc=$?
+  [[ $rc -eq 143 ]] || { cat grace.log; fail "SIGTERM past the grace: exit $rc, want 143"; }
+  grep -q "did not end within the stop grace (--stop-grace) of SIGTERM" grace.log ||
+    { cat grace.log; fail "no grace line"; }
+  pass "SIGTERM in one process: a step past --stop-grace ends the run (143)"
 }
 
 section_reshard() {

@@ -2,9 +2,14 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <ctime>
 #include <thread>
 
 namespace triad {
@@ -33,16 +38,38 @@ sigset_t stop_set() {
 
 }  // namespace
 
-void take_stop_signals() {
+void take_stop_signals(std::chrono::milliseconds grace) {
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return;
   const sigset_t set = stop_set();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set] {
+  std::thread([set, grace] {
     std::chrono::steady_clock::time_point first{};
     for (;;) {
       int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
+      // With a grace and a request taken, wait no longer than its end: a run that has not
+      // stopped by then (a step that never ends) ends as the signal's default action would.
+      const int taken = g_signal.load();
+      if (grace.count() > 0 && taken != 0 && g_armed.load()) {
+        const auto left = first + grace - std::chrono::steady_clock::now();
+        const long long ns = std::max<long long>(
+            0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+        const timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+        sig = sigtimedwait(&set, nullptr, &ts);
+        if (sig < 0) {
+          if (errno != EAGAIN) continue;
+          if (!g_armed.load()) continue;  // the loop ended in time; its save is not cut short
+          const char* text =
+              taken == SIGINT ? "triad-launch: the step in progress did not end within the stop "
+                                "grace (--stop-grace) of SIGINT; stopping without a checkpoint\n"
+                              : "triad-launch: the step in progress did not end within the stop "
+                                "grace (--stop-grace) of SIGTERM; stopping without a checkpoint\n";
+          [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, text, std::strlen(text));
+          die_of(taken);
+        }
+      } else if (sigwait(&set, &sig) != 0) {
+        continue;
+      }
       int none = 0;
       const auto now = std::chrono::steady_clock::now();
       if (g_armed.load() && g_signal.compare_exchange_strong(none, sig)) {

@@ -12,8 +12,10 @@ namespace triad {
 // Call first in a process that trains, before any other thread exists (threads inherit the
 // blocked mask). Until a training loop arms it, and after, a signal ends the process as its
 // default action would; a second signal does, unless it is the same signal within
-// kRepeatWindow of the first (one request delivered twice, as `timeout` delivers it).
-void take_stop_signals();
+// kRepeatWindow of the first (one request delivered twice, as `timeout` delivers it). With a
+// grace above zero, a run still armed that long after the first signal (a step that does not
+// end) ends as the signal's default action would, with one line on stderr.
+void take_stop_signals(std::chrono::milliseconds grace = std::chrono::milliseconds{0});
 
 inline constexpr std::chrono::milliseconds kRepeatWindow{1000};
 
