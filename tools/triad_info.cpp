@@ -73,7 +73,9 @@ void print_plugin(const std::shared_ptr<const triad::LoadedPlugin>& p, const tri
     std::cout << "  parameters:   none\n";
     return;
   }
-  std::cout << "  parameters:   (YAML: " << d.kind << ": {name: " << d.name
+  // The config key of each kind is its name, but for data plugins: `data:` is the dataset's.
+  const std::string key = std::string(d.kind) == "data" ? "data_parallel" : d.kind;
+  std::cout << "  parameters:   (YAML: " << key << ": {name: " << d.name
             << ", <param>: <value>})\n";
   size_t w = 4;
   for (size_t i = 0; i < d.num_params; ++i) w = std::max(w, std::string(d.params[i].name).size());

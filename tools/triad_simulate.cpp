@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,7 @@ int run(const Options& o) {
   const int world = o.world > 0 ? o.world : o.nodes * mc.devices_per_node;
   check_grid_keys(o, grid, world);
   std::vector<Row> rows;
+  std::set<std::string> unmeasured;  // attention plugins the machine has neither curve nor block of
   for (Case c : cases(grid, world, o.nodes)) {
     if (c.world == world && o.world == 0) c.world = c.nodes * mc.devices_per_node;
     Row r{c, "", {}};
@@ -249,6 +251,8 @@ int run(const Options& o) {
     try {
       const triad::Config cfg = triad::load_config(o.config, sets, c.world);
       r.p = triad::predict(cfg, c.world, c.nodes, mc);
+      const std::string& a = cfg.attention.name;
+      if (!mc.attention.count(a) && !mc.blocks.count(a)) unmeasured.insert(a);
     } catch (const triad::UserError& e) {
       r.refused = e.what();
     }
@@ -256,6 +260,10 @@ int run(const Options& o) {
   }
   if (std::all_of(rows.begin(), rows.end(), [](const Row& r) { return !r.refused.empty(); }))
     throw triad::UserError(rows.front().refused);
+  for (const std::string& a : unmeasured)
+    std::cerr << kTool << ": note: " << mc.name << " has no measurements of attention plugin '" << a
+              << "'; its products are priced on the matrix-product curve (measure it: " << kTool
+              << " calibrate with the plugin installed)\n";
   nlohmann::json j = {{"machine", mc.name},
                       {"source", mc.source},
                       {"config", o.config},

@@ -46,6 +46,10 @@ unset TRIAD_PLUGIN_PATH TRIAD_PLUGIN_OVERRIDE
 # The build tree's executables see the build's plugins, said to come from the build tree.
 run build_info 0 "$bin/triad-info" --kind pipeline
 has build_info out "origin:       build tree ($build_plugins)"
+# A data plugin's parameters go under data_parallel: (data: is the dataset's section).
+run build_info_data 0 "$bin/triad-info" --kind data
+has build_info_data out "(YAML: data_parallel: {name: zero,"
+lacks build_info_data out "(YAML: data: "
 
 # Installed with no plugins: the build's gpipe is not found, nor is the build folder searched.
 run installed_empty 0 "$prefix/bin/triad-info"

@@ -36,6 +36,13 @@ rc, out, err = run([SIM, CONFIG, "--machine", machine], d)
 check(rc == 0 and "step:" in out and "where the step goes" in out,
       f"one layout's report (rc {rc}: {err.strip()})")
 
+# A plugin the description has not measured is priced on the GEMM curve, and said so.
+rc, out, err = run([SIM, CONFIG, "--machine", machine, "--set", "attention=flash1"], d)
+check(rc == 0 and "no measurements of attention plugin 'flash1'" in err,
+      f"an unmeasured attention plugin is noted (rc {rc}: {err.strip()})")
+rc, out, err = run([SIM, CONFIG, "--machine", machine, "--set", "attention=flash2"], d)
+check(rc == 0 and "no measurements" not in err, f"a measured one is not (rc {rc}: {err.strip()})")
+
 grid = ["--world", "2", "--grid", "zero_optimization.stage=0,3",
         "--grid", "parallel.pipeline_model_parallel_size=1,2,3"]
 rc, out, err = run([SIM, CONFIG, "--machine", machine] + grid, d)
