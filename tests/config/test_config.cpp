@@ -200,6 +200,17 @@ TEST_F(ConfigTest, ShuffleSeedsBeyondNumpyAreRefused) {
                {"data.seed 18446744073709551615", "below 4294967296"});
 }
 
+// Megatron's --train-samples: what the training data is built for, at least what the run draws.
+TEST_F(ConfigTest, TrainSamplesCoverTheRun) {
+  const std::string t = "training:\n  train_iters: 10\n  micro_batch_size: 4\n";
+  expect_error(t + "  train_samples: 39\n",
+               {"training.train_samples 39 ($F:4:18)", "fewer than the run draws",
+                "train_iters 10 x global batch 4 = 40", "at least 40"});
+  EXPECT_EQ(error_of(t + "  train_samples: 43\n"), "");
+  EXPECT_EQ(load_config(path_, {}, 1).training.train_samples, 43);
+  EXPECT_EQ(error_of(t), "");
+}
+
 TEST_F(ConfigTest, WrongTypes) {
   expect_error("model:\n  hidden_size: 64\n  num_layers: four\n",
                {"model.num_layers: 'four' is not an integer ($F:3:15)", "e.g. 4"});

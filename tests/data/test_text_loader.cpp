@@ -297,6 +297,22 @@ TEST(DataSplit, MegatronDeepSpeedRule) {
 // Megatron-LM core (data.builder megatron-lm): round(c · n) of each cumulative boundary c
 // (convert_split_vector_to_split_matrix, _build_megatron_dataset_splits); values from a
 // pure-Python copy of both rules.
+// The samples each part's indices are built for, as Megatron's
+// get_train_valid_test_num_samples counts them: --train-samples itself when given.
+TEST(DataSplit, MegatronSampleCounts) {
+  TrainingConfig t;
+  t.train_iters = 10;
+  t.global_batch_size = 4;
+  t.eval_interval = 3;
+  t.eval_iters = 2;
+  EXPECT_EQ(megatron_num_samples(t, DataPart::train), 40);
+  EXPECT_EQ(megatron_num_samples(t, DataPart::valid), (10 / 3 + 1) * 2 * 4);
+  EXPECT_EQ(megatron_num_samples(t, DataPart::test), 8);
+  t.train_samples = 43;
+  EXPECT_EQ(megatron_num_samples(t, DataPart::train), 43);
+  EXPECT_EQ(megatron_num_samples(t, DataPart::valid), (10 / 3 + 1) * 2 * 4);
+}
+
 TEST(DataSplit, MegatronLmRule) {
   using P = std::pair<int64_t, int64_t>;
   const std::string lm = "megatron-lm";

@@ -66,6 +66,8 @@ has gpt_1_3b '^  path: \[0.3, data/arxiv_text_document, 0.7, data/pile_text_docu
 # Both counts given: Megatron's --train-samples // 512 (286102) ends the run before the step that
 # reaches --train-tokens (286103).
 has gpt_1_3b '^  train_iters: 286102 +# --train-samples 146484375 / 512 per step'
+# ... and its training data is built for the samples themselves, as Megatron's is.
+has gpt_1_3b '^  train_samples: 146484375 +# --train-samples 146484375 .the samples Megatron builds'
 # The schedule's phases stay in samples, as Megatron counts them (tokens / seq_length).
 has gpt_1_3b '^  lr_decay_samples: 146484375.0 +# --lr-decay-tokens 300000000000 / 2048 tokens'
 has gpt_1_3b '^  lr_warmup_samples: 183105.46875 +# --lr-warmup-tokens 375000000 / 2048 tokens'

@@ -505,6 +505,14 @@ void check_config(Config& c, const Given& given, const Locator& loc, int world_s
   check_context_parallel(c, k);
   resolve_batch_sizes(c.training, c.parallel, world_size, batch_source(k, loc));
   check_lr_phases(c, k);
+  const TrainingConfig& t = c.training;
+  const int64_t draws = int64_t{t.train_iters} * t.global_batch_size;
+  if (t.train_samples > 0 && t.train_samples < draws)
+    fail("training.train_samples " + std::to_string(t.train_samples) + " (" +
+         k.at("training.train_samples") + ") is fewer than the run draws (train_iters " +
+         std::to_string(t.train_iters) + " x global batch " + std::to_string(t.global_batch_size) +
+         " = " + std::to_string(draws) + "); raise it to at least " + std::to_string(draws) +
+         " or drop it (0: the run's own count)");
 }
 
 }  // namespace triad::config_detail

@@ -512,6 +512,12 @@ void MegatronReader::derive() {
         src + " / " + count_text(per_step) + " per step");
   };
   run_steps("--train-samples", gbs, true);
+  // Megatron builds the training data for --train-samples itself, not for its whole steps.
+  if (auto it = later_.find("--train-samples"); it != later_.end())
+    set("training.train_samples",
+        YAML::Node(
+            std::to_string(static_cast<long long>(to_number(it->second.second, it->second.first)))),
+        it->second.second + " (the samples Megatron builds the training data for)");
   run_steps("--train-tokens", gbs * seq, false);
   // The schedule's phases stay in samples, as Megatron counts them: a phase may end inside a
   // step (lr_schedule.lr_warmup_samples, lr_decay_samples); tokens are samples of seq_length.

@@ -94,6 +94,9 @@ std::vector<Section> training_sections() {
       {"training",
        {
            F("train_iters", TRIAD_SLOT(training.train_iters)).aka({"iters", "max_steps"}).min(1),
+           // The samples the training data is built for (Megatron's --train-samples); 0 = the
+           // run's.
+           F("train_samples", TRIAD_SLOT(training.train_samples)).min(0),
            // Batch sizes: 0 = not given, derived from the other two.
            F("micro_batch_size", TRIAD_SLOT(training.micro_batch_size))
                .aka({"train_micro_batch_size_per_gpu"})

@@ -311,7 +311,7 @@ int64_t megatron_num_samples(const TrainingConfig& t, DataPart part) {
   const int64_t batch = t.global_batch_size;
   switch (part) {
     case DataPart::train:
-      return int64_t{t.train_iters} * batch;
+      return t.train_samples > 0 ? t.train_samples : int64_t{t.train_iters} * batch;
     case DataPart::valid:
       return t.eval_interval > 0
                  ? (int64_t{t.train_iters} / t.eval_interval + 1) * t.eval_iters * batch

@@ -56,6 +56,10 @@ struct DataConfig {
 
 struct TrainingConfig {
   int train_iters = 100;
+  // Megatron's --train-samples: the samples the training dataset's indices are built for (their
+  // epochs, and so the order); 0 = train_iters × global batch. Megatron trains
+  // train_samples // global batch steps, so it is at least what the run draws.
+  int64_t train_samples = 0;
   // Batch sizes (samples). Any two given derive the third; 0 = not given.
   int micro_batch_size = 0;             // train_micro_batch_size_per_gpu / micro_batch_size
   int gradient_accumulation_steps = 0;  // gradient_accumulation_steps
