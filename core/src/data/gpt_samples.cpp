@@ -100,6 +100,12 @@ void GptSamples::build_sample_index() {
   }
 }
 
+int64_t GptSamples::index_bytes() const {
+  return int64_t(idx_.document_index.size() * sizeof(int32_t) +
+                 idx_.sample_index.size() * sizeof(int64_t) +
+                 idx_.shuffle_index.size() * sizeof(int64_t));
+}
+
 void GptSamples::sample(int64_t n, int32_t* out) const {
   if (n < 0) throw std::out_of_range("GptSamples: negative sample " + std::to_string(n));
   const int64_t i = n % S_;

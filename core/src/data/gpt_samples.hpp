@@ -89,6 +89,8 @@ class GptSamples {
     std::vector<int64_t> shuffle_index;
   };
   const Indices& indices() const { return idx_; }
+  // The bytes the three indices hold in memory (every rank holds its own).
+  int64_t index_bytes() const;
 
  private:
   void build(int64_t num_samples);
