@@ -7,11 +7,17 @@
 //   indexed_probe indices PREFIX T SEED SHUFFLE NUM_SAMPLES
 //                                              prints the document, sample and shuffle indices
 //                                              of a run of NUM_SAMPLES samples as JSON
+//   indexed_probe footprint PREFIX T SEED NUM_SAMPLES
+//                                              builds the shuffled indices of a run of
+//                                              NUM_SAMPLES samples and prints their bytes and
+//                                              the process's peak RSS as JSON
 //   indexed_probe samples T SEED SHUFFLE COUNT PATH...
 //                                              prints the first COUNT samples (T+1 tokens
 //                                              each) of data.kind indexed with data.path PATH,
 //                                              or the list PATH... when there are several
 // Exit 2 with the message on a UserError.
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -34,7 +40,8 @@ triad::IndexedDType dtype_of(const std::string& name) {
 
 int usage() {
   std::cerr << "usage: indexed_probe read PREFIX | write PREFIX DTYPE | indices PREFIX T SEED "
-               "SHUFFLE NUM_SAMPLES | samples T SEED SHUFFLE COUNT PATH...\n";
+               "SHUFFLE NUM_SAMPLES | footprint PREFIX T SEED NUM_SAMPLES | samples T SEED SHUFFLE "
+               "COUNT PATH...\n";
   return 1;
 }
 
@@ -80,6 +87,21 @@ int main(int argc, char** argv) {
       std::cout << nlohmann::json{{"document_index", e.document_index},
                                   {"sample_index", e.sample_index},
                                   {"shuffle_index", e.shuffle_index}}
+                       .dump()
+                << "\n";
+      return 0;
+    }
+    if (mode == "footprint" && argc == 6) {
+      const triad::IndexedDataset ds(argv[2]);
+      const triad::data::GptSamples s(ds, std::atoi(argv[3]), true,
+                                      std::strtoull(argv[4], nullptr, 10), 0, -1,
+                                      std::atoll(argv[5]));
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      std::cout << nlohmann::json{{"samples", s.size()},
+                                  {"epochs", s.num_epochs()},
+                                  {"index_bytes", s.index_bytes()},
+                                  {"peak_rss_bytes", int64_t{usage.ru_maxrss} * 1024}}
                        .dump()
                 << "\n";
       return 0;

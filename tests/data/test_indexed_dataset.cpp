@@ -375,6 +375,33 @@ TEST_F(GptSampleIndices, MultiEpochSplitPartAsMegatron) {
   }
 }
 
+// The indices are kept narrow (int32 sample pairs, uint32 shuffle index) while the values fit, as
+// Megatron keeps them; the wide ones (int64, past 2^31 document positions or 2^32 - 1 samples)
+// give the same samples, and past the samples built both start over.
+TEST_F(GptSampleIndices, WideIndicesGiveTheSameSamples) {
+  IndexedDataset ds(prefix());
+  for (int64_t run : {5, 7}) {  // epochs shuffled together; the final one apart
+    SCOPED_TRACE(run);
+    const data::GptSamples narrow(ds, 4, true, 3, 0, -1, run);
+    data::GptSamples::force_wide_indices = true;
+    const data::GptSamples wide(ds, 4, true, 3, 0, -1, run);
+    data::GptSamples::force_wide_indices = false;
+    const int64_t docs = int64_t(narrow.indices().document_index.size()), S = narrow.size();
+    EXPECT_EQ(narrow.index_bytes(), docs * 4 + 2 * (S + 1) * 4 + S * 4);
+    EXPECT_EQ(wide.index_bytes(), docs * 4 + 2 * (S + 1) * 8 + S * 8);
+    EXPECT_EQ(wide.indices().sample_index, narrow.indices().sample_index);
+    EXPECT_EQ(wide.indices().shuffle_index, narrow.indices().shuffle_index);
+    std::vector<int32_t> a(5), b(5), again(5);
+    for (int64_t n = 0; n < 3 * S; ++n) {
+      narrow.sample(n, a.data());
+      wide.sample(n, b.data());
+      narrow.sample(n % S, again.data());
+      EXPECT_EQ(a, b) << "sample " << n;
+      EXPECT_EQ(a, again) << "sample " << n;
+    }
+  }
+}
+
 TEST_F(GptSampleIndices, EmptyDocumentsAreSkipped) {
   write_dataset(prefix("gaps"), {{}, {1, 2}, {}, {}, {3, 4, 5}, {}});
   IndexedDataset ds(prefix("gaps"));

@@ -5,10 +5,39 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "triad/core/error.hpp"
 
 namespace triad::data {
+namespace {
+
+// helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1: the
+// S + 1 (position, offset) pairs, flattened into si (2·(S+1) values).
+template <typename T>
+void build_sample_index(const IndexedDataset& ds, const std::vector<int32_t>& doc, int seq_length,
+                        std::vector<T>& si) {
+  const auto docs = static_cast<int64_t>(doc.size());
+  const auto samples = static_cast<int64_t>(si.size() / 2) - 1;
+  int64_t pos = 0, off = 0;
+  for (int64_t k = 1; k <= samples; ++k) {
+    int64_t remaining = int64_t{seq_length} + 1;
+    for (;;) {
+      const int64_t len = ds.sequence_length(doc[static_cast<size_t>(pos)]) - off;
+      remaining -= len;
+      if (remaining <= 0) {
+        off += remaining + len - 1;  // sample k-1's last token, sample k's first
+        break;
+      }
+      if (++pos == docs) throw std::logic_error("GptSamples: ran past the last document");
+      off = 0;
+    }
+    si[static_cast<size_t>(2 * k)] = static_cast<T>(pos);
+    si[static_cast<size_t>(2 * k + 1)] = static_cast<T>(off);
+  }
+}
+
+}  // namespace
 
 GptSamples::GptSamples(const IndexedDataset& ds, int seq_length, bool shuffle, uint64_t seed,
                        int64_t first_doc, int64_t end_doc, int64_t num_samples)
@@ -53,7 +82,7 @@ void GptSamples::build(int64_t num_samples) {
   // initialisation; the first P (or P - 1) epochs shuffled together, then the final one.
   std::mt19937 rng(static_cast<uint32_t>(seed_));
   const int64_t N = end_doc_ - first_doc_;
-  std::vector<int32_t>& doc = idx_.document_index;
+  std::vector<int32_t>& doc = document_index_;
   doc.resize(static_cast<size_t>(N * epochs_));
   for (int64_t e = 0; e < epochs_; ++e)
     std::iota(doc.begin() + e * N, doc.begin() + (e + 1) * N, int32_t(first_doc_));
@@ -63,49 +92,41 @@ void GptSamples::build(int64_t num_samples) {
     numpy_shuffle(doc.data() + together, doc.size() - size_t(together), rng);
   }
   S_ = (epochs_ * E_ - 1) / T_;
-  build_sample_index();
-  // _build_shuffle_index: arange(S) shuffled, or the samples before the final epoch and the
-  // rest each shuffled on their own.
-  idx_.shuffle_index.clear();
+  // Offsets are below a sequence's length (int32); positions below the document index's size.
+  const bool wide_positions =
+      force_wide_indices || doc.size() > size_t(std::numeric_limits<int32_t>::max());
+  sample_index_.assign(static_cast<size_t>(2 * (S_ + 1)), wide_positions);
+  sample_index_.visit([&](auto& si) { build_sample_index(*ds_, doc, T_, si); });
+  // _build_shuffle_index: arange(S) (uint32 below 2^32 - 1 samples, int64 from there) shuffled,
+  // or the samples before the final epoch and the rest each shuffled on their own.
+  const bool wide_samples =
+      force_wide_indices || S_ >= int64_t{std::numeric_limits<uint32_t>::max()} - 1;
+  shuffle_index_.assign(shuffle_ ? static_cast<size_t>(S_) : 0, wide_samples);
   if (shuffle_) {
-    idx_.shuffle_index.resize(static_cast<size_t>(S_));
-    std::iota(idx_.shuffle_index.begin(), idx_.shuffle_index.end(), int64_t{0});
     const int64_t together_samples = separate_ ? ((epochs_ - 1) * E_ - 1) / T_ : S_;
-    numpy_shuffle(idx_.shuffle_index.data(), size_t(together_samples), rng);
-    numpy_shuffle(idx_.shuffle_index.data() + together_samples, size_t(S_ - together_samples), rng);
+    shuffle_index_.visit([&](auto& v) {
+      std::iota(v.begin(), v.end(), typename std::decay_t<decltype(v)>::value_type{0});
+      numpy_shuffle(v.data(), size_t(together_samples), rng);
+      numpy_shuffle(v.data() + together_samples, size_t(S_ - together_samples), rng);
+    });
   }
 }
 
-// helpers.cpp build_sample_idx, drop_last_partial_sequence, add_extra_token_to_sequence 1.
-void GptSamples::build_sample_index() {
-  const std::vector<int32_t>& doc = idx_.document_index;
-  const auto docs = static_cast<int64_t>(doc.size());
-  std::vector<int64_t>& si = idx_.sample_index;
-  si.assign(static_cast<size_t>(2 * (S_ + 1)), 0);
-  int64_t pos = 0, off = 0;
-  for (int64_t k = 1; k <= S_; ++k) {
-    int64_t remaining = int64_t{T_} + 1;
-    for (;;) {
-      const int64_t len = ds_->sequence_length(doc[static_cast<size_t>(pos)]) - off;
-      remaining -= len;
-      if (remaining <= 0) {
-        off += remaining + len - 1;  // sample k-1's last token, sample k's first
-        break;
-      }
-      if (++pos == docs) throw std::logic_error("GptSamples: ran past the last document");
-      off = 0;
-    }
-    si[static_cast<size_t>(2 * k)] = pos;
-    si[static_cast<size_t>(2 * k + 1)] = off;
-  }
+GptSamples::Indices GptSamples::indices() const {
+  return {document_index_, sample_index_.widened(), shuffle_index_.widened()};
+}
+
+int64_t GptSamples::index_bytes() const {
+  return int64_t(document_index_.size() * sizeof(int32_t)) + sample_index_.bytes() +
+         shuffle_index_.bytes();
 }
 
 void GptSamples::sample(int64_t n, int32_t* out) const {
   if (n < 0) throw std::out_of_range("GptSamples: negative sample " + std::to_string(n));
   const int64_t i = n % S_;
-  const int64_t j = shuffle_ ? idx_.shuffle_index[static_cast<size_t>(i)] : i;
-  const std::vector<int64_t>& si = idx_.sample_index;
-  const std::vector<int32_t>& doc = idx_.document_index;
+  const int64_t j = shuffle_ ? shuffle_index_[static_cast<size_t>(i)] : i;
+  const auto& si = sample_index_;
+  const std::vector<int32_t>& doc = document_index_;
   const int64_t pb = si[size_t(2 * j)], ob = si[size_t(2 * j + 1)];
   const int64_t pe = si[size_t(2 * j + 2)], oe = si[size_t(2 * j + 3)];
   // GPTDataset._query_document_sample_shuffle_indices: the first document from its offset,

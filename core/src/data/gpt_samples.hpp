@@ -16,6 +16,9 @@
 //                   tokens, across document and epoch boundaries (helpers.cpp build_sample_idx)
 //   shuffle index   the order the S samples are drawn in: one permutation, or (final epoch
 //                   apart) one of the samples before the final epoch then one of the rest
+// In memory, as Megatron keeps them: the document index int32, the sample index int32 pairs
+// while the positions fit (int64 otherwise), the shuffle index uint32 while S < 2^32 - 1 (int64
+// otherwise): 4 bytes a document of every epoch, 8 + 4 a sample (16 + 8 when wide).
 // Sample n of the run is shuffle-index entry n mod S (a run past num_samples starts over).
 //
 // Randomness: with shuffle, MT19937 seeded with the seed (below 2^32, as numpy's RandomState
@@ -64,6 +67,44 @@ void numpy_shuffle(std::vector<T>& v, std::mt19937& rng) {
   numpy_shuffle(v.data(), v.size(), rng);
 }
 
+// Non-negative integers held as Narrow while the values fit, as Wide otherwise, chosen once by
+// assign: Megatron keeps its sample index in int32 and its shuffle index in uint32 when they fit,
+// which at a run's length (a few bytes a sample, every epoch, on every rank) matters.
+template <typename Narrow, typename Wide>
+class CompactIndex {
+ public:
+  void assign(size_t size, bool wide) {
+    wide_ = wide;
+    narrow_ = wide ? std::vector<Narrow>() : std::vector<Narrow>(size);
+    wide_values_ = wide ? std::vector<Wide>(size) : std::vector<Wide>();
+  }
+  int64_t operator[](size_t i) const {
+    return wide_ ? int64_t(wide_values_[i]) : int64_t(narrow_[i]);
+  }
+  size_t size() const { return wide_ ? wide_values_.size() : narrow_.size(); }
+  int64_t bytes() const {
+    return int64_t(narrow_.size() * sizeof(Narrow) + wide_values_.size() * sizeof(Wide));
+  }
+  // f(v) on the vector in use, a std::vector<Narrow> or std::vector<Wide>.
+  template <typename F>
+  void visit(F&& f) {
+    if (wide_)
+      f(wide_values_);
+    else
+      f(narrow_);
+  }
+  std::vector<int64_t> widened() const {
+    std::vector<int64_t> out(size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = (*this)[i];
+    return out;
+  }
+
+ private:
+  bool wide_ = false;
+  std::vector<Narrow> narrow_;
+  std::vector<Wide> wide_values_;
+};
+
 class GptSamples {
  public:
   // The dataset must outlive this object, and its documents [first_doc, end_doc) (all of them
@@ -81,18 +122,22 @@ class GptSamples {
   // The T+1 tokens of sample n (n counts on; past size() the order starts over).
   void sample(int64_t n, int32_t* out) const;
 
-  // The indices as Megatron names them (for tests): the document index (sequence numbers), the
-  // sample index (S+1 pairs, flattened) and the shuffle index (empty without shuffle).
+  // The indices as Megatron names them, widened to int64 (a copy, for tests): the document index
+  // (sequence numbers), the sample index (S+1 pairs, flattened) and the shuffle index (empty
+  // without shuffle).
   struct Indices {
     std::vector<int32_t> document_index;
     std::vector<int64_t> sample_index;
     std::vector<int64_t> shuffle_index;
   };
-  const Indices& indices() const { return idx_; }
+  Indices indices() const;
+  // The bytes the three indices hold in memory (every rank holds its own).
+  int64_t index_bytes() const;
+  // Tests only: build the wide (int64) sample and shuffle indices whatever the run's size.
+  static inline bool force_wide_indices = false;
 
  private:
   void build(int64_t num_samples);
-  void build_sample_index();
 
   const IndexedDataset* ds_;
   int64_t first_doc_ = 0, end_doc_ = 0;
@@ -101,7 +146,9 @@ class GptSamples {
   uint64_t seed_;
   int64_t E_ = 0, S_ = 0, epochs_ = 1;
   bool separate_ = false;
-  Indices idx_;
+  std::vector<int32_t> document_index_;
+  CompactIndex<int32_t, int64_t> sample_index_;    // narrow: positions below 2^31 (offsets are)
+  CompactIndex<uint32_t, int64_t> shuffle_index_;  // narrow: S below 2^32 - 1, as Megatron
 };
 
 // Megatron's blend: sample i of the run comes from the dataset whose share so far lags its
