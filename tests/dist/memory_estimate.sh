@@ -2,8 +2,9 @@
 # The memory estimator (triad-estimate, triad/core/model/memory_plan.hpp) against the peaks the engine
 # measures: a matrix of 2-step runs of a 4-layer gpt-tiny over ucx (ZeRO stages 0-3 on dp 2;
 # dp 4; accumulation 4; tp 2 with sequence parallelism; pp 2 with 1f1b, gpipe and interleaved
-# chunks; tp 2 plans keeping attention + embedding or the MLP whole; optimizer offload;
-# activation recomputation, full and selective, also under tp 2 and pp 2; flash2; context
+# chunks; pp 4 with full recomputation under 1f1b, zb-h1 and interleaved chunks (the
+# stage-boundary slots); tp 2 plans keeping attention + embedding or the MLP whole; optimizer
+# offload; activation recomputation, full and selective, also under tp 2 and pp 2; flash2; context
 # parallelism, ring and ulysses, with ZeRO-3; T 512), each checked
 # against
 # triad-estimate's total per rank
@@ -77,6 +78,13 @@ done
 run z0tp2pp2v2sp 4 $(z 0) "${pp2[@]}" "${v2[@]}" "${tp2[@]}"
 run z0tp2pp2v3spck 4 $(z 0) "${pp2[@]}" "${v3[@]}" "${tp2[@]}" \
   --set training.recompute_granularity=full
+# The stage-boundary tensors live in slots coloured over each stage's stream (held only while
+# live): pp 4 with full recomputation (where they weigh most), 1f1b, zb-h1 and interleaved.
+pp4=(--set parallel.pipeline_model_parallel_size=4 --set training.micro_batch_size=1
+     --set training.gradient_accumulation_steps=8 --set training.recompute_granularity=full)
+run z0pp4ck 4 $(z 0) "${pp4[@]}"
+run z0pp4zbck 4 $(z 0) "${pp4[@]}" --set pipeline=zb-h1
+run z0pp4v2ck 4 $(z 0) "${pp4[@]}" "${v2[@]}" --set model.num_layers=8
 # ZeRO-Offload: the moments on the host device (not in the device's peak) once set up.
 off=(--set zero_optimization.offload_optimizer.device=cpu)
 run z1dp2off 2 $(z 1) "${off[@]}"

@@ -250,3 +250,72 @@ TEST(PipelineExecutor, ForwardOnlyStreams) {
   EXPECT_EQ(text(forward_only_stream(1, 2, 2, 1)), "RA0 F0 SA0 L0c1 RA0c1 F0c1");
   for (const auto& i : forward_only_stream(1, 2, 2, 3)) EXPECT_EQ(i.buffer, 0);
 }
+
+namespace {
+
+triad_pipe_instr_v1 pass(int code, int mb, int chunk = 0) {
+  return {code, mb, mb % 2, chunk};
+}
+
+// Slot of boundary b at each instruction of `s` (-1: none live there).
+std::vector<int> slots_of(const BoundarySlots& s, Boundary b) {
+  std::vector<int> out;
+  for (const auto& at : s.at) out.push_back(at[size_t(b)]);
+  return out;
+}
+
+}  // namespace
+
+// A pass's boundary tensors hold a slot from the first to the last instruction that touches
+// them; tensors whose intervals do not meet share one. 1F1B's first stage (embedding chunk):
+// each output is sent at once, each received gradient read by the next BACKWARD: one slot.
+TEST(BoundarySlots, FirstStageOneFOneBHoldsOne) {
+  const std::vector<triad_pipe_instr_v1> s = {
+      pass(TRIAD_PIPE_FORWARD, 0),   pass(TRIAD_PIPE_SEND_ACTIVATION, 0),
+      pass(TRIAD_PIPE_FORWARD, 1),   pass(TRIAD_PIPE_SEND_ACTIVATION, 1),
+      pass(TRIAD_PIPE_RECV_GRAD, 0), pass(TRIAD_PIPE_BACKWARD, 0),
+      pass(TRIAD_PIPE_RECV_GRAD, 1), pass(TRIAD_PIPE_BACKWARD, 1),
+      op(TRIAD_PIPE_OPTIMIZER_STEP)};
+  const BoundarySlots b = boundary_slots(s, {{true, true, false, false}});
+  EXPECT_EQ(b.slots, 1);
+  EXPECT_EQ(slots_of(b, Boundary::output), (std::vector<int>{0, 0, 0, 0, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(slots_of(b, Boundary::output_grad), (std::vector<int>{-1, -1, -1, -1, 0, 0, 0, 0, -1}));
+  EXPECT_EQ(slots_of(b, Boundary::input_grad), std::vector<int>(9, -1));  // nothing before
+}
+
+// A middle stage's BACKWARD reads the received gradient and writes the one it sends: two
+// slots; the head reads its output in its backward; a chunk without a stage boundary none.
+TEST(BoundarySlots, MiddleStageHeadAndWholeModel) {
+  const std::vector<triad_pipe_instr_v1> s = {
+      pass(TRIAD_PIPE_FORWARD, 0),   pass(TRIAD_PIPE_SEND_ACTIVATION, 0),
+      pass(TRIAD_PIPE_RECV_GRAD, 0), pass(TRIAD_PIPE_BACKWARD, 0),
+      pass(TRIAD_PIPE_SEND_GRAD, 0), pass(TRIAD_PIPE_FORWARD, 1)};
+  const BoundarySlots mid = boundary_slots(s, {{true, false, false, false}});
+  EXPECT_EQ(mid.slots, 2);
+  EXPECT_EQ(slots_of(mid, Boundary::output_grad), (std::vector<int>{-1, -1, 0, 0, -1, -1}));
+  EXPECT_EQ(slots_of(mid, Boundary::input_grad), (std::vector<int>{-1, -1, -1, 1, 1, -1}));
+  EXPECT_EQ(slots_of(mid, Boundary::output), (std::vector<int>{0, 0, -1, -1, -1, 0}));
+  const BoundarySlots head = boundary_slots(
+      {pass(TRIAD_PIPE_FORWARD, 0), pass(TRIAD_PIPE_FORWARD, 1), pass(TRIAD_PIPE_BACKWARD, 0),
+       pass(TRIAD_PIPE_SEND_GRAD, 0), pass(TRIAD_PIPE_BACKWARD, 1)},
+      {{true, false, true, false}});
+  EXPECT_EQ(head.slots, 3);  // outputs of 0 and 1, then 0's sent gradient beside 1's output
+  EXPECT_EQ(slots_of(head, Boundary::output), (std::vector<int>{0, 1, 0, -1, 1}));
+  EXPECT_EQ(slots_of(head, Boundary::input_grad), (std::vector<int>{-1, -1, 2, 2, 0}));
+  EXPECT_EQ(boundary_slots(s, {{false, true, true, false}}).slots, 0);
+}
+
+// The split backward (zb-h1) without full recomputation keeps the last block's output gradient
+// in the output until BACKWARD_WEIGHT; evaluation's stream holds one slot.
+TEST(BoundarySlots, SplitBackwardAndEvaluation) {
+  const std::vector<triad_pipe_instr_v1> s = {
+      pass(TRIAD_PIPE_FORWARD, 0), pass(TRIAD_PIPE_SEND_ACTIVATION, 0),
+      pass(TRIAD_PIPE_RECV_GRAD, 0), pass(TRIAD_PIPE_BACKWARD_INPUT, 0),
+      pass(TRIAD_PIPE_BACKWARD_WEIGHT, 0)};
+  EXPECT_EQ(slots_of(boundary_slots(s, {{true, true, false, true}}), Boundary::output),
+            (std::vector<int>{0, 0, 0, 0, 0}));
+  EXPECT_EQ(slots_of(boundary_slots(s, {{true, true, false, false}}), Boundary::output),
+            (std::vector<int>{0, 0, -1, -1, -1}));
+  const std::vector<BoundaryUse> two = {{true, true, false, false}, {true, false, false, false}};
+  EXPECT_EQ(boundary_slots(forward_only_stream(0, 2, 2, 4), two).slots, 1);
+}

@@ -36,6 +36,7 @@
 #include "triad/core/device/device.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/model/activation_pool.hpp"
+#include "triad/core/model/boundary_slots.hpp"
 #include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/param_spec.hpp"
@@ -719,15 +720,18 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
   e.elements = psi;
   // Activations: the stage's ActivationPool, `buffers` regions each as large as the largest of
   // its chunks' sets (make_act_set, its pieces each on ActivationPool::kAlign), as every chunk's
-  // pass takes a region by its stage-wide buffer index; per chunk recomputation's work set and
-  // the backward scratch.
+  // pass takes a region by its stage-wide buffer index; the pool's boundary slots, as many as
+  // the stream's passes hold at once (boundary_slots, as the engine colours them); per chunk
+  // recomputation's work set and the backward scratch.
   constexpr auto al = ActivationPool::aligned;
   size_t acts = 0, largest_set = 0;
+  std::vector<BoundaryUse> use;
   for (const Chunk& c : plan.chunks) {
     const size_t nl = size_t(c.blocks), io = al(BTs * C * a);
-    size_t set = nl * s.set_per_block + io /* res_out */ + (nl == 0 ? io : 0) +
+    const bool pipelined = !(c.embedding && c.head);
+    use.push_back({pipelined, c.embedding, c.head, !s.full && nl > 0});
+    size_t set = nl * s.set_per_block + (pipelined ? 0 : io) /* res_out */ + (nl == 0 ? io : 0) +
                  2 * al(BT * 4) /* token ids */;
-    if (!(c.embedding && c.head)) set += 2 * io;  // grad_in, grad_out
     if (c.head) {
       const size_t Vl = size_t(spec.padded_vocab_size / s.shards.vocab);
       set += io + (s.gather_in ? al(BT * C * a) : 0) + 2 * al(BTs * 4) +
@@ -740,9 +744,10 @@ MemoryEstimate stage_estimate(const Config& cfg, int world_size, int zero_stage,
     e.tensor_exchange += s.exchange;
     e.context_exchange += s.context + (c.embedding ? s.positions : 0);
   }
-  acts += size_t(stream.buffers) * largest_set;
-  e.activations = acts;
   const size_t io = BTs * C * a;  // one stage boundary (GPT::stage_bytes)
+  acts +=
+      size_t(stream.buffers) * largest_set + size_t(boundary_slots(stream.instrs, use).slots) * io;
+  e.activations = acts;
   e.pipeline_sends = size_t(send_copies) * io;
   // The collectives' scalars, allocated with the communicators.
   e.scalars = distributed ? collective_scalars(pp) * 4 : 0;

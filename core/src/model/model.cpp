@@ -234,7 +234,11 @@ void GPT::reserve_act_sets(int activation_sets) {
   ActCarver count(static_cast<unsigned char*>(nullptr));
   make_act_set(count);
   pool_->reserve(count.used());
-  if (own_pool_) own_pool_->allocate();
+  if (!own_pool_) return;
+  // Alone, without the stage's stream: as many boundary slots as `activation_sets` passes
+  // could hold at once, three each.
+  if (pipelined_) own_pool_->reserve_boundaries(3 * activation_sets, stage_bytes(maxB_));
+  own_pool_->allocate();
 }
 
 GPT::ActSet& GPT::act_set(int set) {
@@ -279,12 +283,10 @@ GPT::ActSet GPT::make_act_set(ActCarver& mem) {
     // recomputation keeps all but the attention core's output (work_ again).
     if (recompute_ != Recompute::full) alloc_block_acts(a, mem, recompute_ == Recompute::none);
   }
-  s.res_out = mem.take_act(BTs * C, act_, "activations");
+  // A pipelined chunk's output and boundary gradients: the pool's boundary slots
+  // (bind_boundaries).
+  if (!pipelined_) s.res_out = mem.take_act(BTs * C, act_, "activations");
   if (s.layers.empty()) s.res_in = mem.take_act(BTs * C, act_, "activations");
-  if (pipelined_) {
-    s.grad_in = mem.take_act(BTs * C, act_, "activation gradients");
-    s.grad_out = mem.take_act(BTs * C, act_, "activation gradients");
-  }
   if (!has_head_) {
     s.targets = mem.take<int32_t>(BT, "token ids");
     s.inputs = mem.take<int32_t>(BT, "token ids");
@@ -721,6 +723,24 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int set
 size_t GPT::stage_bytes(int B) const {
   const size_t N = size_t(B) * T_;
   return (sp_ ? N / tp_.size : N) * C_ * dtype_bytes(act_);
+}
+
+BoundaryUse GPT::boundary_use() const {
+  return {pipelined_, has_embedding_, has_head_,
+          recompute_ != Recompute::full && chunk_.blocks > 0};
+}
+
+void GPT::bind_boundaries(int set, const std::array<int, kBoundaries>& slots) {
+  if (!pipelined_) return;
+  ActSet& s = act_set(set);
+  const size_t n = stage_bytes(maxB_) / dtype_bytes(act_);
+  const auto view = [&](Boundary b) {
+    const int slot = slots[size_t(b)];
+    return ActBuffer::view(slot < 0 ? nullptr : pool_->boundary(slot), n, act_);
+  };
+  s.res_out = view(Boundary::output);
+  s.grad_in = view(Boundary::input_grad);
+  s.grad_out = view(Boundary::output_grad);
 }
 
 GPT::StageIO GPT::stage_io(int set) {

@@ -25,6 +25,7 @@ PipelineExecutor::PipelineExecutor(std::vector<GPT*> chunks, const Place& place,
   const size_t slots = size_t(place.chunks) * size_t(place.buffers);
   inputs_.assign(slots, std::vector<int32_t>(size_t(place.micro_batch) * place.seq_length));
   targets_ = inputs_;
+  for (const GPT* c : chunks_) boundary_use_.push_back(c->boundary_use());
 }
 
 // Where a chunk's activations go and its gradients come from: the next / previous virtual stage
@@ -129,12 +130,16 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
                              " in a stream run without step hooks");
     return *hooks;
   };
+  // Where each pass's stage-boundary tensors live while they do (the memory plan's colouring).
+  const BoundarySlots boundaries = boundary_slots(instrs, boundary_use_);
   for (size_t i = 0; i < instrs.size(); ++i) {
     const triad_pipe_instr_v1& in = instrs[i];
     const int mb = in.micro_batch, buf = in.buffer, c = in.chunk;
     const size_t slot = size_t(c) * size_t(place_.buffers) + size_t(buf);
     // Step-wide instructions name no chunk.
-    GPT& chunk = *chunks_[c >= 0 && size_t(c) < chunks_.size() ? size_t(c) : 0];
+    const bool of_chunk = c >= 0 && size_t(c) < chunks_.size();
+    GPT& chunk = *chunks_[of_chunk ? size_t(c) : 0];
+    if (of_chunk && buf >= 0 && buf < place_.buffers) chunk.bind_boundaries(buf, boundaries.at[i]);
     if (StepTrace* trace = active_trace()) trace->set_micro_batch(mb);
     switch (in.op) {
       case TRIAD_PIPE_LOAD_MICRO_BATCH: {

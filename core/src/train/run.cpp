@@ -407,6 +407,12 @@ void Run::build_model() {
                                            schedule.buffers, sc, recompute_of(t), cpc,
                                            activations.get()));
   }
+  // The stage-boundary tensors: as many slots as this stage's stream holds at once (the
+  // evaluation stream, one pass at a time, holds fewer).
+  std::vector<BoundaryUse> use;
+  for (const auto& c : chunks) use.push_back(c->boundary_use());
+  activations->reserve_boundaries(boundary_slots(schedule.instrs, use).slots,
+                                  chunks[0]->stage_bytes(t.micro_batch_size));
   activations->allocate();
   GPT& gpt = model();
   if (ckpt) {

@@ -37,21 +37,39 @@ class ActivationPool {
     set_bytes_ = std::max(set_bytes_, bytes);
   }
   size_t set_bytes() const { return set_bytes_; }
-  // The regions, once: sets() of set_bytes() each.
+  // `slots` boundary slots of `bytes` each (BoundarySlots::slots, GPT::stage_bytes).
+  void reserve_boundaries(int slots, size_t bytes) {
+    if (!regions_.empty())
+      throw std::logic_error("ActivationPool::reserve_boundaries after the regions were allocated");
+    boundary_slots_ = slots;
+    boundary_bytes_ = bytes;
+  }
+  int boundary_slots() const { return boundary_slots_; }
+  // The regions, once: sets() of set_bytes() each, then the boundary slots.
   void allocate() {
     if (!regions_.empty()) return;
     for (int k = 0; k < sets_; ++k) regions_.emplace_back(dev_, set_bytes_, "activations");
+    for (int k = 0; k < boundary_slots_; ++k)
+      boundaries_.emplace_back(dev_, boundary_bytes_, "activations");
   }
   unsigned char* region(int k) const {
     if (regions_.empty()) throw std::logic_error("ActivationPool::region before allocate()");
     return regions_.at(size_t(k)).data();
+  }
+  unsigned char* boundary(int slot) const {
+    if (slot < 0 || slot >= int(boundaries_.size()))
+      throw std::logic_error("ActivationPool: boundary slot " + std::to_string(slot) + " of " +
+                             std::to_string(boundaries_.size()));
+    return boundaries_[size_t(slot)].data();
   }
 
  private:
   Device& dev_;
   int sets_;
   size_t set_bytes_ = 0;
-  std::vector<Buffer<unsigned char>> regions_;
+  int boundary_slots_ = 0;
+  size_t boundary_bytes_ = 0;
+  std::vector<Buffer<unsigned char>> regions_, boundaries_;
 };
 
 // Hands out the pieces of activations: each its own allocation on a device, or cut one after

@@ -21,6 +21,7 @@
 #include "triad/core/config/config.hpp"
 #include "triad/core/device/device.hpp"
 #include "triad/core/model/activation_pool.hpp"
+#include "triad/core/model/boundary_slots.hpp"
 #include "triad/core/model/context_attention.hpp"
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/model_state.hpp"
@@ -155,6 +156,12 @@ class GPT {
     void *input, *output, *input_grad, *output_grad;
   };
   StageIO stage_io(int set);
+  // A pipelined chunk's stage-boundary tensors live in the pool's boundary slots: before each
+  // instruction the engine points set `set`'s at the slots its pass holds there
+  // (BoundarySlots::at; -1: none, a null view). Without a stage boundary: nothing to do.
+  void bind_boundaries(int set, const std::array<int, kBoundaries>& slots);
+  // Which instructions of this chunk's passes touch its boundary tensors.
+  BoundaryUse boundary_use() const;
   // Called after each block's forward, backward and weight half: the engine moves the transfers
   // in flight on (a transport that progresses only inside its calls would otherwise leave them
   // where they are until the next wait).

@@ -85,6 +85,7 @@ class PipelineExecutor {
   std::chrono::milliseconds timeout_;
   float base_grad_scale_, grad_scale_;
   std::string schedule_name_;
+  std::vector<BoundaryUse> boundary_use_;  // per chunk (boundary_slots)
   // Tokens of each activation buffer's micro-batch (host), indexed by chunk * buffers + buffer.
   std::vector<std::vector<int32_t>> inputs_, targets_;
   // Takes the copies of finished sends back into spare_.
