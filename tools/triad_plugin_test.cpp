@@ -122,10 +122,13 @@ void note(const std::string& name) {
   progress.notify_all();
 }
 
-void start(bool catch_crashes, int case_timeout_s) {
+// watch: start the watchdog thread; only for suites that never fork (a process that forks must
+// stay single-threaded: the child of a multi-threaded parent may not start threads safely).
+void start(bool catch_crashes, bool watch, int case_timeout_s) {
   owner = ::getpid();
   if (catch_crashes)
     for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, on_crash);
+  if (!watch) return;
   std::thread([case_timeout_s] {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
@@ -260,8 +263,10 @@ int main(int argc, char** argv) {
   return triad::cli::run_main("triad-plugin-test", app, [&] {
     triad::cli::parse(app, argc, argv);
     // Transport and tensor ranks run in processes of their own, whose crashes and hangs their
-    // suites already report by rank.
-    guard::start(kind != "transport" && kind != "tensor", case_timeout);
+    // suites already report by rank; the data suite forks ranks too, so it gets no watchdog
+    // thread (its collectives have their own timeouts).
+    guard::start(kind != "transport" && kind != "tensor", kind == "attention" || kind == "pipeline",
+                 case_timeout);
     return verdict(run(kind, path, quick, threads, params), expect_pass, expect_skip);
   });
 }
