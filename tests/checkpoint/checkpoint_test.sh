@@ -246,7 +246,11 @@ section_damage() {
   f=$it/rank_00001.safetensors
   # load CASE PATTERN: a copy of the checkpoint, damaged by the caller, is refused.
   cp -r good/ckpt bad
-  printf 'X' | dd of=bad/iter_0000004/rank_00001.safetensors bs=1 seek=4000 conv=notrunc 2>/dev/null
+  # One byte of the data, past the header (8 bytes of length, then that many of JSON).
+  local data_at
+  data_at=$(($(od -An -t u8 -N 8 "$f" | tr -d ' ') + 8 + 100))
+  printf 'X' | dd of=bad/iter_0000004/rank_00001.safetensors bs=1 seek="$data_at" conv=notrunc \
+    2>/dev/null
   train dp2z1 corrupt.log --set training.train_iters=8 --set output.dir=o1 --set checkpoint.load=bad
   one_line_error corrupt.log "rank_00001.safetensors' is corrupt: its CRC-32"
   rm -rf bad && cp -r good/ckpt bad

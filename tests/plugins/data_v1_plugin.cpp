@@ -1,10 +1,16 @@
 // A data plugin written against the version-1 data ABI (data_v1.h) by hand, as a plugin built
 // before data_v2.h would be: stage 0, one all-reduce of the whole arena in finish_grads. It
-// proves the loader's adapter: the core speaks version 2 to it, and the data suite passes.
+// proves the loader's adapters: the core speaks its current version to it, and the data suite
+// passes. Built with TRIAD_TEST_DATA_V2 it is the same plugin written against data_v2.h, as one
+// built before data_v3.h would be (partitioning nothing, its unit slots unsupported).
 #include <cstring>
 
 #include "raw_plugin.hpp"
+#ifdef TRIAD_TEST_DATA_V2
+#include "triad/sdk/data_v2.h"
+#else
 #include "triad/sdk/data_v1.h"
+#endif
 
 namespace {
 
@@ -18,10 +24,17 @@ int capabilities(void*, triad_data_caps_v1* c) {
   c->transport_ops = TRIAD_TRANSPORT_OP_ALL_REDUCE;
   return TRIAD_OK;
 }
+#ifdef TRIAD_TEST_DATA_V2
+int setup(void* h, const triad_data_setup_v2* s) {
+  static_cast<Plugin*>(h)->s = s->v1;
+  return TRIAD_OK;
+}
+#else
 int setup(void* h, const triad_data_setup_v1* s) {
   static_cast<Plugin*>(h)->s = *s;
   return TRIAD_OK;
 }
+#endif
 int grads_ready(void*, void*, uint64_t, uint64_t) {
   return TRIAD_OK;
 }
@@ -45,19 +58,45 @@ int after_step(void*, void*) {
   return TRIAD_OK;
 }
 
+#ifdef TRIAD_TEST_DATA_V2
+int partitioning(void*, uint32_t* flags) {
+  *flags = 0;
+  return TRIAD_OK;
+}
+int shard(void*, uint64_t*, uint64_t*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int reduce_unit(void*, uint32_t, void*, void*) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int gather_unit(void*, uint32_t, const void*, void*, DLDataType) {
+  return TRIAD_ERR_UNSUPPORTED;
+}
+int wait_unit(void*, uint32_t) {
+  return TRIAD_OK;
+}
+const triad_data_ops_v2 kOps = {&capabilities, &setup,       &grads_ready,  &finish_grads,
+                                &owned_range,  &after_step,  &partitioning, &shard,
+                                &reduce_unit,  &gather_unit, &wait_unit};
+constexpr uint32_t kVersion = 2;
+constexpr const char* kName = "v2old";
+#else
 const triad_data_ops_v1 kOps = {&capabilities, &setup,       &grads_ready,
                                 &finish_grads, &owned_range, &after_step};
+constexpr uint32_t kVersion = 1;
+constexpr const char* kName = "v1old";
+#endif
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default")))
 const triad_plugin_v1 triad_plugin_descriptor_v1 = {
     TRIAD_ABI_VERSION_1,
-    1,
+    kVersion,
     "data",
-    "v1old",
+    kName,
     "1.0",
-    "a version-1 data plugin (stage 0), for the loader's adapter",
+    "an old-version data plugin (stage 0), for the loader's adapter",
     0,
     nullptr,
     &triad::test::raw_create<Plugin>,

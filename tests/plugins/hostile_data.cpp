@@ -20,7 +20,7 @@ const triad_param_spec_v1 kParams[] = {
      "start each bucket's all-reduce as soon as its gradients are final"},
     {"bug", TRIAD_PARAM_STRING, "none",
      "none | overlap | reversed | skip_bucket | divide | reduce_twice | no_reset | no_gather | "
-     "unbounded_wait | shard_overlap | no_reduce | gather_skip"},
+     "unbounded_wait | shard_overlap | no_reduce | gather_skip | by_unit_claimed"},
 };
 
 struct Bucket {
@@ -39,7 +39,8 @@ class HostileData final : public triad::sdk::DataPlugin {
         bug_(p.get_string("bug")) {
     static const char* known[] = {"none",           "overlap",       "reversed",  "skip_bucket",
                                   "divide",         "reduce_twice",  "no_reset",  "no_gather",
-                                  "unbounded_wait", "shard_overlap", "no_reduce", "gather_skip"};
+                                  "unbounded_wait", "shard_overlap", "no_reduce", "gather_skip",
+                                  "by_unit_claimed"};
     if (bucket_elems_ < 1) throw triad::sdk::invalid("reduce_bucket_size must be at least 1");
     for (const char* k : known)
       if (bug_ == k) return;
@@ -123,6 +124,9 @@ class HostileData final : public triad::sdk::DataPlugin {
   }
 
   uint32_t partitioning() const override {
+    // by_unit_claimed: stage 1 says its optimizer state is owned unit by unit (data_v3.h), but
+    // after_step still gathers the one owned range.
+    if (stage_ == 1 && bug_ == "by_unit_claimed") return TRIAD_DATA_PARTITION_BY_UNIT;
     return stage_ == 2   ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
            : stage_ == 3 ? uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS)
                          : 0u;

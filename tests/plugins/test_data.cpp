@@ -94,6 +94,9 @@ TEST(DataSuite, CatchesEachPlantedDefect) {
       {"gather_skip",
        {"FAIL hostile stage=3 dp=2 one-tensor default parameters: rank ",
         "where every rank must hold its owner's", "after gather_unit"}},
+      {"by_unit_claimed",
+       {"FAIL hostile stage=1 dp=2 many-small default parameters: rank ",
+        "where every rank must hold its owner's"}},
       {"unbounded_wait",
        {"FAIL hostile stage=0 dp=1 communicator use: hostile stage=0 dp=1 one-tensor default: "
         "waited with timeout_ms -1 (no limit), beyond the setup's timeout_ms 30000"}},

@@ -13,7 +13,7 @@
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
 #include "triad/sdk/attention_v1.h"
-#include "triad/sdk/data_v2.h"
+#include "triad/sdk/data_v3.h"
 #include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/transport_v2.h"
 
@@ -120,8 +120,8 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
   // nine broken plugins, buggy, chatty, three hostile ones, three v1old (data, pipeline,
-  // transport)
-  EXPECT_EQ(files.size(), 17u);
+  // transport), one v2old (data)
+  EXPECT_EQ(files.size(), 18u);
   EXPECT_EQ(files.front().path, bad_plugin("abi99"));
   EXPECT_EQ(files.front().kind, "attention");
   EXPECT_EQ(files.front().name, "abi99");
@@ -133,7 +133,7 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
                                       "nullname", "nullslot"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile", "v1old"}));
-  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old"}));
+  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old", "v2old"}));
   EXPECT_EQ(loader.available("transport"), (std::vector<std::string>{"v1old"}));
 }
 
@@ -227,12 +227,13 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   std::vector<std::string> kinds;
   for (const auto& k : kind_abis()) {
     kinds.push_back(k.kind);
-    // data (ZeRO-2/3), pipeline (split backwards) and transport (progress, all_to_all) are at
-    // version 2 and adapt version 1; the others are at version 1.
-    const bool two = std::string(k.kind) == "data" || std::string(k.kind) == "pipeline" ||
-                     std::string(k.kind) == "transport";
-    EXPECT_EQ(k.current, two ? 2u : 1u) << k.kind;
-    EXPECT_EQ(k.adapters.size(), two ? 1u : 0u) << k.kind;
+    // data is at version 3 (ZeRO-2/3, then ZeRO-1 by unit) and adapts versions 1 and 2;
+    // pipeline (split backwards) and transport (progress, all_to_all) are at version 2 and adapt
+    // version 1; the others are at version 1.
+    const std::string kind = k.kind;
+    const unsigned want = kind == "data" ? 3u : kind == "pipeline" || kind == "transport" ? 2u : 1u;
+    EXPECT_EQ(k.current, want) << k.kind;
+    EXPECT_EQ(k.adapters.size(), want - 1) << k.kind;
   }
   EXPECT_EQ(kinds,
             (std::vector<std::string>{"attention", "transport", "data", "tensor", "pipeline"}));
@@ -245,29 +246,41 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   EXPECT_FALSE(p->adapted());
 }
 
-// The test plugin "v1old" of `kind`, of kind ABI 1, loaded through the adapter to `current`
-// (version 2): the core sees the current table.
+// The test plugin "v<version>old" of `kind`, of an older kind ABI, loaded through the adapter to
+// `current`: the core sees the current table.
 namespace {
-std::shared_ptr<const LoadedPlugin> v1old_through_adapter(const std::string& kind,
-                                                          unsigned current) {
-  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load(kind, "v1old");
-  EXPECT_EQ(p->kind_abi_version(), 1u) << kind;
+std::shared_ptr<const LoadedPlugin> old_through_adapter(const std::string& kind, unsigned current,
+                                                        unsigned version = 1) {
+  const std::string name = version == 1 ? "v1old" : "v2old";
+  auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load(kind, name);
+  EXPECT_EQ(p->kind_abi_version(), version) << kind;
   EXPECT_TRUE(p->adapted()) << kind;
   EXPECT_EQ(p->descriptor().kind_abi_version, current) << kind;
-  EXPECT_EQ(current, 2u) << kind;
+  EXPECT_GT(current, version) << kind;
   return p;
 }
 }  // namespace
 
-// A data plugin of kind ABI 1 loads through the adapter: the core sees a version-2 table.
-TEST(PluginLoader, DataVersionOneIsAdapted) {
-  v1old_through_adapter("data", TRIAD_DATA_ABI_VERSION);
+// Data plugins of kind ABI 1 and 2 load through the adapters: the core sees a version-3 table,
+// and neither partitions by unit; plugins built with the SDK's C++ layer are of version 3.
+TEST(PluginLoader, DataVersionsOneAndTwoAreAdapted) {
+  EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 3);
+  for (unsigned version : {1u, 2u}) {
+    auto p = old_through_adapter("data", TRIAD_DATA_ABI_VERSION, version);
+    const auto& ops = *static_cast<const triad_data_ops_v3*>(p->descriptor().ops);
+    uint32_t flags = ~0u;
+    EXPECT_EQ(ops.partitioning(nullptr, &flags), TRIAD_OK);
+    EXPECT_EQ(flags, 0u) << version;
+  }
+  auto zero = PluginLoader().load("data", "zero");
+  EXPECT_EQ(zero->kind_abi_version(), 3u);
+  EXPECT_FALSE(zero->adapted());
 }
 
 // A pipeline plugin of kind ABI 1 loads through the adapter (the same table; its streams never
 // split a backward), and plugins built with the SDK's C++ layer are of version 2.
 TEST(PluginLoader, PipelineVersionOneIsAdapted) {
-  v1old_through_adapter("pipeline", TRIAD_PIPELINE_ABI_VERSION);
+  old_through_adapter("pipeline", TRIAD_PIPELINE_ABI_VERSION);
   auto hostile = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load("pipeline", "hostile");
   EXPECT_EQ(hostile->kind_abi_version(), 2u);
   EXPECT_FALSE(hostile->adapted());
@@ -276,7 +289,7 @@ TEST(PluginLoader, PipelineVersionOneIsAdapted) {
 // A transport plugin of kind ABI 1 loads through the adapter: progress does nothing, all-to-all
 // is not offered (and refused by name), and its world-1 all_reduce works through the wrapper.
 TEST(PluginLoader, TransportVersionOneIsAdapted) {
-  auto p = v1old_through_adapter("transport", TRIAD_TRANSPORT_ABI_VERSION);
+  auto p = old_through_adapter("transport", TRIAD_TRANSPORT_ABI_VERSION);
   const auto& ops = *static_cast<const triad_transport_ops_v2*>(p->descriptor().ops);
   EXPECT_EQ(ops.all_to_all(nullptr, nullptr, nullptr, nullptr, 0, dl_float32(), dl_cpu(), nullptr),
             TRIAD_ERR_UNSUPPORTED);

@@ -34,7 +34,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/plugin_instance.hpp"
 #include "triad/core/plugins/services.hpp"
-#include "triad/sdk/data_v2.h"
+#include "triad/sdk/data_v3.h"
 
 namespace triad::conformance {
 
@@ -517,7 +517,7 @@ class Config {
     watch_->arenas(grads_.data(), weights_.data(), a_.total);
     try {
       inst_ = std::make_unique<PluginInstance>(plugin_, "data", params_, services_);
-      ops_ = &inst_->ops<triad_data_ops_v2>();
+      ops_ = &inst_->ops<triad_data_ops_v3>();
       watch_->declare(inst_->capabilities(ops_->capabilities).transport_ops);
       // Units (data_v2.h): the tensors, each one unit.
       triad_data_setup_v2 s2{};
@@ -536,18 +536,19 @@ class Config {
       s.dp_comm = watch_->ref();
       s.timeout_ms = timeout_ms_;
       fatal = call(ops_->setup(inst_->handle(), &s2), "setup");
-      if (fatal.empty() && stage_ < 2) fatal = owned(&mine);
+      if (fatal.empty() && stage_ == 1) fatal = stage1_partitioning();
+      if (fatal.empty() && stage_ < 2 && !by_unit_) fatal = owned(&mine);
     } catch (const std::exception& e) {
       fatal = e.what();
     }
-    if (stage_ >= 2) return run_partitioned(label, report, fatal);
+    if (stage_ >= 2 || by_unit_) return run_partitioned(label, report, fatal);
     const std::vector<Range> all = g_.gather(mine);
     const std::string owned_detail = fatal.empty() ? tiling_error(all, a_.total, stage_) : fatal;
     const bool owned_ok = owned_detail.empty();
 
     const std::string ranks = std::to_string(g_.size()) + (g_.size() == 1 ? " rank" : " ranks");
     steps_and_report(
-        label, report, fatal, owned_detail, [&](int step) { return run_step(step, mine); },
+        label, report, fatal, owned_detail, [&](int step) { return run_step(step, {mine}); },
         [&](double first_error, double later_error) -> std::array<std::string, 4> {
           return {owned_ok ? ranges_detail(all) : "",
                   std::string(stage_ == 0 ? "the whole arena" : "each owned range") +
@@ -560,14 +561,30 @@ class Config {
   }
 
  private:
+  // Stage 1 may partition the optimizer state by unit (data_v3.h) or own one range (data_v1.h):
+  // partitioning() says which, and nothing else.
+  std::string stage1_partitioning() {
+    uint32_t flags = 0;
+    std::string fatal = call(ops_->partitioning(inst_->handle(), &flags), "partitioning");
+    if (fatal.empty() && flags != 0 && flags != TRIAD_DATA_PARTITION_BY_UNIT)
+      fatal = "partitioning() says " + std::to_string(flags) +
+              " at stage 1; data_v3.h allows 0 (one owned range) or " +
+              std::to_string(TRIAD_DATA_PARTITION_BY_UNIT) + " (BY_UNIT)";
+    by_unit_ = fatal.empty() && flags == TRIAD_DATA_PARTITION_BY_UNIT;
+    return fatal;
+  }
+
   // Stages 2 and 3 (data_v2.h): each unit (a tensor here) is cut over the ranks; per step, two
   // micro-batches' windows are reduced unit by unit (back to front, one reduction in flight,
   // the running sum folded in as the core does) and the owned slices must hold the sum over
   // ranks and micro-batches; then the parameters: stage 3 gathers each unit from the owned
-  // slices, stage 2's after_step makes the whole arena from them.
+  // slices, stage 2's after_step makes the whole arena from them. Stage 1 by unit (data_v3.h):
+  // the units are cut the same way, but the whole gradient arena goes through grads_ready and
+  // finish_grads as at stage 1 (run_step), each owned slice then holding the sum.
   void run_partitioned(const std::string& label, const Report& report, std::string fatal) {
     const size_t nu = a_.sizes.size();
-    const uint32_t want = stage_ == 2
+    const uint32_t want = stage_ == 1 ? uint32_t(TRIAD_DATA_PARTITION_BY_UNIT)
+                          : stage_ == 2
                               ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
                               : uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS);
     std::vector<uint64_t> off(nu, kNone), cnt(nu, 0);
@@ -576,7 +593,7 @@ class Config {
       fatal = call(ops_->partitioning(inst_->handle(), &flags), "partitioning");
       if (fatal.empty() && flags != want)
         fatal = "partitioning() says " + std::to_string(flags) + " at stage " +
-                std::to_string(stage_) + "; data_v2.h asks for " + std::to_string(want);
+                std::to_string(stage_) + "; data_v3.h asks for " + std::to_string(want);
     }
     if (fatal.empty()) fatal = call(ops_->shard(inst_->handle(), off.data(), cnt.data()), "shard");
     // Every unit's slices over the ranks, relative to the unit: they must tile it.
@@ -593,12 +610,13 @@ class Config {
       }
     }
     const std::string ranks = std::to_string(g_.size()) + (g_.size() == 1 ? " rank" : " ranks");
+    const std::string micro = by_unit_ ? "" : " and 2 micro-batches";
     steps_and_report(
         label, report, owned_detail, owned_detail,
-        [&](int step) { return partitioned_step(step, mine); },
+        [&](int step) { return by_unit_ ? run_step(step, mine) : partitioned_step(step, mine); },
         [&](double first_error, double later_error) -> std::array<std::string, 4> {
           return {"each of " + std::to_string(nu) + " units tiled by the ranks' slices",
-                  "each owned slice holds the sum over " + ranks + " and 2 micro-batches, within " +
+                  "each owned slice holds the sum over " + ranks + micro + ", within " +
                       fmt("%.1e", first_error) + " relative",
                   stage_ == 3 ? "every unit gathered whole from the owned slices"
                               : "whole and identical on every rank after after_step",
@@ -762,7 +780,9 @@ class Config {
     return d + " of " + std::to_string(a_.total) + " elements";
   }
 
-  StepResult run_step(int step, const Range& setup_range) {
+  // One step of stages 0 and 1: grads_ready in backward order, finish_grads, after_step. `owned`
+  // is what setup said this rank owns: its owned_range(), or by unit its slice of each unit.
+  StepResult run_step(int step, const std::vector<Range>& owned_ranges) {
     StepResult res;
     const int rank = g_.rank(), n = g_.size();
     void* h = inst_->handle();
@@ -775,46 +795,49 @@ class Config {
     }
     if (!(res.stop = call(ops_->finish_grads(h, grads_.data()), "finish_grads")).empty())
       return res;
-    Range mine;
-    if (!(res.stop = owned(&mine)).empty()) return res;
-    if (mine != setup_range)
-      res.grads = "owned_range() says " + text(mine) + " where it said " + text(setup_range) +
-                  " after setup";
-    // The sum over the ranks on the range the stage makes final: all of it at stage 0, else the
-    // owned range (clipped to the arena; the owned-ranges case says when it is not in it).
-    Range check{0, a_.total};
-    if (stage_ > 0) {
-      check.offset = std::min(mine.offset, a_.total);
-      check.count = std::min(mine.count, a_.total - check.offset);
-    }
-    std::vector<double> want(check.count);
-    double scale = kFloor;
-    for (uint64_t k = 0; k < check.count; ++k) {
-      double s = 0;
-      for (int r = 0; r < n; ++r) s += double(grad_value(r, step, check.offset + k));
-      want[k] = s;
-      scale = std::max(scale, std::abs(s));
+    // The sum over the ranks on the ranges the stage makes final: all of it at stage 0, else the
+    // owned range (clipped to the arena; the owned-ranges case says when it is not in it), or
+    // by unit the owned slices (checked to lie in their units before any step).
+    std::vector<Range> checks = owned_ranges;
+    if (!by_unit_) {
+      Range mine;
+      if (!(res.stop = owned(&mine)).empty()) return res;
+      if (mine != owned_ranges.front())
+        res.grads = "owned_range() says " + text(mine) + " where it said " +
+                    text(owned_ranges.front()) + " after setup";
+      Range check{0, a_.total};
+      if (stage_ > 0) {
+        check.offset = std::min(mine.offset, a_.total);
+        check.count = std::min(mine.count, a_.total - check.offset);
+      }
+      checks = {check};
     }
     uint64_t worst = 0;
-    double err = 0;
-    for (uint64_t k = 0; k < check.count; ++k) {
-      double e = std::abs(double(grads_[check.offset + k]) - want[k]);
-      if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
-      if (e > err) err = e, worst = k;
-    }
+    double err = 0, scale = kFloor, want_w = 0;
+    for (const Range& check : checks)
+      for (uint64_t k = 0; k < check.count; ++k) {
+        const uint64_t i = check.offset + k;
+        double want = 0;
+        for (int r = 0; r < n; ++r) want += double(grad_value(r, step, i));
+        scale = std::max(scale, std::abs(want));
+        double e = std::abs(double(grads_[i]) - want);
+        if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+        if (e > err) err = e, worst = i, want_w = want;
+      }
     res.grad_error = err / scale;
     res.grads_checked = true;
     if (res.grads.empty() && !(res.grad_error <= tolerance_)) {
-      const uint64_t i = check.offset + worst;
+      const uint64_t i = worst;
       res.grads = "element " + std::to_string(i) + " (tensor " + std::to_string(a_.tensor_of(i)) +
                   " of " + std::to_string(a_.sizes.size()) + ") is " + fmt("%.9g", grads_[i]) +
-                  " where the sum over " + std::to_string(n) + " ranks is " +
-                  fmt("%.9g", want[worst]) + " (off by " + fmt("%.2g", res.grad_error) +
-                  " relative; the mean would be " + fmt("%.9g", want[worst] / n) + ")";
+                  " where the sum over " + std::to_string(n) + " ranks is " + fmt("%.9g", want_w) +
+                  " (off by " + fmt("%.2g", res.grad_error) + " relative; the mean would be " +
+                  fmt("%.9g", want_w / n) + ")";
     }
-    // Parameters: the owned range holds the step's values, the rest this rank's garbage.
-    for (uint64_t i = 0; i < a_.total; ++i)
-      weights_[i] = i >= check.offset && i < check.end() ? param_value(step, i) : garbage(rank);
+    // Parameters: the owned ranges hold the step's values, the rest this rank's garbage.
+    for (uint64_t i = 0; i < a_.total; ++i) weights_[i] = garbage(rank);
+    for (const Range& check : checks)
+      for (uint64_t i = check.offset; i < check.end(); ++i) weights_[i] = param_value(step, i);
     if (!(res.stop = call(ops_->after_step(h, weights_.data()), "after_step")).empty()) return res;
     res.params_checked = true;
     for (uint64_t i = 0; i < a_.total; ++i) {
@@ -837,13 +860,14 @@ class Config {
   const ResolvedParams& params_;
   const triad_services_v1* services_;
   int stage_;
+  bool by_unit_ = false;  // stage 1, partitioned by unit (data_v3.h)
   const Arena& a_;
   int64_t timeout_ms_;
   double tolerance_;
   std::vector<float> grads_, weights_;
   std::unique_ptr<Watch> watch_;  // what the instance borrows: outlives it
   std::unique_ptr<PluginInstance> inst_;
-  const triad_data_ops_v2* ops_ = nullptr;
+  const triad_data_ops_v3* ops_ = nullptr;
 };
 
 // Every configuration of one (stage, world) on this rank, then how the plugins used their

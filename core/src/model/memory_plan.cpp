@@ -689,11 +689,15 @@ void set_model_states(MemoryEstimate& e, const Config& cfg, const ParamSpec& spe
     triad_transport_block(n, dp, 0, &off, &cnt);
     shard += cnt;
   }
+  // Stage 1 steps one block of the arena, or with reduce_scatter (the zero plugin's
+  // TRIAD_DATA_PARTITION_BY_UNIT) the slice of each unit, as stage 2 does.
+  const bool by_unit = zero_stage == 1 && cfg.zero_optimization.reduce_scatter;
   uint64_t block_off = 0, block = psi;
   if (distributed && zero_stage == 1) triad_transport_block(psi, dp, 0, &block_off, &block);
   e.params = part_params ? (4 + cb) * shard : (4 + cb) * psi;
   e.grads = part_grads ? 4 * shard : 4 * psi;
-  const size_t opt = part_grads ? shard : size_t(block);  // elements this rank steps
+  // elements this rank steps
+  const size_t opt = part_grads || (distributed && by_unit) ? shard : size_t(block);
   // ZeRO-Offload moves the moments to the host device, beside an fp32 master copy of the
   // weights and the gradients it steps with (ModelState::offload_optimizer).
   // (Stage 1 and above: stage 0 has no shard to offload and is refused with it.)

@@ -46,17 +46,31 @@ BlockGrads ModelState::block_grads(size_t index) const {
 }
 
 void ModelState::shard_optimizer(size_t offset, size_t count) {
+  shard_optimizer({{offset, count}});
+}
+
+void ModelState::shard_optimizer(const std::vector<std::pair<size_t, size_t>>& slices) {
   if (!grads_.data()) {  // deferred by the constructor: the whole arena's
     grads_ = Buffer<float>(dev_, spec_.total, "gradients");
     dev_.fill_zero(grads_.data(), spec_.total * sizeof(float));
   }
-  pieces_ = {Piece{offset, count, 0}};
-  alloc_optimizer(count);
+  pieces_.clear();
+  size_t pos = 0;
+  for (const auto& [offset, count] : slices) {
+    if (count == 0) continue;
+    if (!pieces_.empty() && offset < pieces_.back().arena + pieces_.back().count)
+      throw std::logic_error("optimizer slices overlap or are out of arena order");
+    pieces_.push_back({offset, count, pos});
+    pos += count;
+  }
+  // A rank that owns nothing still has one (empty) piece: pieces() empty means no optimizer.
+  if (pieces_.empty()) pieces_.push_back({0, 0, 0});
+  alloc_optimizer(pos);
 }
 
 double ModelState::owned_grad_sum_squares() const {
   if (comm_ || pieces_.empty()) return dev_.sum_squares(grads_.data(), grads_size());
-  double sq = 0;  // ZeRO-1: one piece, the owned block
+  double sq = 0;  // ZeRO-1: the owned block, or the owned slice of each unit
   for (const Piece& p : pieces_) sq += dev_.sum_squares(piece_grads(p), p.count);
   return sq;
 }

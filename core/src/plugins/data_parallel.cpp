@@ -164,6 +164,13 @@ uint32_t DataParallelBackend::partitioning() {
   uint32_t flags = 0;
   run("partitioning", [&] { return ops_.partitioning(instance_.handle(), &flags); });
   if (flags & TRIAD_DATA_PARTITION_PARAMS) flags |= TRIAD_DATA_PARTITION_GRADS;
+  const uint32_t known =
+      TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS | TRIAD_DATA_PARTITION_BY_UNIT;
+  if ((flags & ~known) ||
+      ((flags & TRIAD_DATA_PARTITION_BY_UNIT) && (flags & TRIAD_DATA_PARTITION_GRADS)))
+    throw UserError(instance_.who() + ": partitioning: flags " + std::to_string(flags) +
+                    " are not a stage data_v3.h knows (GRADS, GRADS | PARAMS or BY_UNIT alone); "
+                    "a plugin bug");
   return flags;
 }
 
@@ -176,7 +183,7 @@ std::vector<std::pair<size_t, size_t>> DataParallelBackend::shard() {
         (off[u] < unit_offsets_[u] || off[u] + n[u] > unit_offsets_[u] + unit_sizes_[u]))
       throw UserError(instance_.who() + ": shard: the slice [" + std::to_string(off[u]) + ", " +
                       std::to_string(off[u] + n[u]) + ") of unit " + std::to_string(u) +
-                      " lies outside the unit; a plugin bug (data_v2.h)");
+                      " lies outside the unit; a plugin bug (data_v3.h)");
     out.emplace_back(size_t(off[u]), size_t(n[u]));
   }
   return out;

@@ -446,7 +446,8 @@ void Run::build_model() {
   gpt.sync_compute_weights();
 }
 
-// AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only; with stage 2
+// AdamW's moments: the whole arena, or with ZeRO stage 1+ this rank's shard only (one range, or
+// its slice of each unit); with stage 2
 // the gradients, with stage 3 the parameters too. Then the model states against the ZeRO
 // paper's formula.
 void Run::shard_state() {
@@ -456,6 +457,8 @@ void Run::shard_state() {
     shard_comm = std::make_unique<DataShardComm>(*dist->data);
     state->partition(units, dist->data->shard(), partitioning & TRIAD_DATA_PARTITION_PARAMS,
                      *shard_comm);
+  } else if (partitioning & TRIAD_DATA_PARTITION_BY_UNIT) {
+    state->shard_optimizer(dist->data->shard());
   } else {
     size_t own_off = 0, own_n = state->size();
     if (dist) dist->data->owned_range(&own_off, &own_n);

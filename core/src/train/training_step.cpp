@@ -239,17 +239,19 @@ void TrainingStep::optimizer_step() {
 }
 
 // The step's whole summed gradient arena of this rank's tensor/pipeline slice. Under ZeRO-1 only
-// the owned block holds the group's sum (the rest is the reduce-scatter's partial sums): zero
-// the rest and add the blocks up over the group.
+// the owned block (or the owned slice of each unit) holds the group's sum (the rest is the
+// reduce-scatter's partial sums): zero the rest and add the pieces up over the group.
 Buffer<float> TrainingStep::whole_grads() const {
   ModelState& state = *run_.state;
   Buffer<float> whole = state.whole_grads();
   if (!run_.dist || state.grads_partitioned() || !state.grads_sharded()) return whole;
-  const ModelState::Piece own = state.pieces().front();
   Device& dev = *run_.device;
-  dev.fill_zero(whole.data(), own.arena * sizeof(float));
-  const size_t end = own.arena + own.count;
-  dev.fill_zero(whole.data() + end, (state.size() - end) * sizeof(float));
+  size_t at = 0;  // the pieces lie in arena order
+  for (const ModelState::Piece& own : state.pieces()) {
+    dev.fill_zero(whole.data() + at, (own.arena - at) * sizeof(float));
+    at = own.arena + own.count;
+  }
+  dev.fill_zero(whole.data() + at, (state.size() - at) * sizeof(float));
   run_.dist->comms.grad_reduce()
       .all_reduce(whole.data(), whole.data(), state.size(), dl_float32(), TRIAD_REDUCE_SUM,
                   dev.dl_device())

@@ -3,14 +3,18 @@
 // reduce_bucket_size elements in backward order (last layer first), and each bucket's in-place
 // all-reduce starts as soon as its last gradient is final, so communication overlaps the rest
 // of the backward pass. finish_grads waits for them all.
-// Stage 1 (ZeRO-1): each rank owns one block of the flat arena (the transport's block split) and
-// the core keeps AdamW's moments for that block only and steps only it. Once the last gradient
-// of the step is final, one reduce-scatter over the arena, in place, leaves each block's sum
-// with its owner (the rest of the arena then holds partial sums the core does not read); after
-// the step after_step all-gathers the updated blocks so every rank holds the whole parameters
-// again: 2Ψ per step, the ZeRO paper's. With reduce_scatter false the gradients are all-reduced
-// in buckets during the backward pass as at stage 0 instead (3Ψ, but overlapped): a block
-// split of the whole arena cannot start before its first block is final, which is the last.
+// Stage 1 (ZeRO-1): the optimizer state is partitioned unit by unit (data_v3.h's
+// TRIAD_DATA_PARTITION_BY_UNIT): each unit (a layer: the embedding, a block, the head) is cut
+// over the group by the transport's block split, this rank owns block dp_rank of every unit,
+// and the core keeps AdamW's moments for those slices only. Gradients stay whole (accumulated
+// over the micro-batches); in the last micro-batch's backward pass, as soon as a whole unit is
+// reported final, its in-place reduce-scatter starts, so the reduction overlaps the rest of the
+// backward pass (each owned slice of the arena then holds the group's sum, the rest partial sums
+// the core does not read). After the step after_step all-gathers every unit's updated slices so
+// every rank holds the whole parameters again: 2Ψ per step, the ZeRO paper's. (A block split of
+// the whole arena, one owned range, could not start before its first block is final, which is
+// the last.) With reduce_scatter false each rank owns one block of the arena (owned_range) and
+// the gradients are all-reduced in buckets during the backward pass as at stage 0 (3Ψ).
 // Stage 2 (ZeRO-2): gradients partitioned too. Each unit (a layer: the embedding, a block, the
 // head) is cut over the group by the transport's block split, and this rank owns block dp_rank
 // of every unit. As backward finishes a unit in each micro-batch, its gradient window is
@@ -43,9 +47,10 @@ const triad_param_spec_v1 kParams[] = {
     {"overlap_comm", TRIAD_PARAM_BOOL, "true",
      "start each bucket's all-reduce as soon as its gradients are final"},
     {"reduce_scatter", TRIAD_PARAM_BOOL, "true",
-     "stage 1: reduce-scatter the gradients to their owners once the backward pass is done "
-     "(2Ψ per step with the parameter all-gather); false all-reduces them in buckets during "
-     "the backward pass (3Ψ, overlapped)"},
+     "stage 1: own a slice of every layer and reduce-scatter each layer's gradients to their "
+     "owners as soon as the backward pass is done with it (2Ψ per step with the parameter "
+     "all-gather); false owns one block of the arena and all-reduces the gradients in buckets "
+     "during the backward pass (3Ψ)"},
 };
 
 struct Bucket {
@@ -61,7 +66,7 @@ class Zero final : public triad::sdk::DataPlugin {
         stage_(static_cast<int>(params.get_int("stage"))),
         bucket_elems_(params.get_int("reduce_bucket_size")),
         overlap_(params.get_bool("overlap_comm")),
-        scatter_(stage_ == 1 && params.get_bool("reduce_scatter")) {
+        by_unit_(stage_ == 1 && params.get_bool("reduce_scatter")) {
     if (bucket_elems_ < 1)
       throw triad::sdk::invalid("reduce_bucket_size must be at least 1, got " +
                                 std::to_string(bucket_elems_));
@@ -71,7 +76,7 @@ class Zero final : public triad::sdk::DataPlugin {
   triad_data_caps_v1 capabilities() const override {
     const uint32_t ops =
         stage_ == 0 ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE)
-        : stage_ == 1 && !scatter_
+        : stage_ == 1 && !by_unit_
             ? uint32_t(TRIAD_TRANSPORT_OP_ALL_REDUCE | TRIAD_TRANSPORT_OP_ALL_GATHER)
             : uint32_t(TRIAD_TRANSPORT_OP_REDUCE_SCATTER | TRIAD_TRANSPORT_OP_ALL_GATHER);
     return {(1u << 0) | (1u << 1) | (1u << 2) | (1u << 3), ops};
@@ -89,7 +94,7 @@ class Zero final : public triad::sdk::DataPlugin {
     units_.assign(s2.unit_offsets, s2.unit_offsets + s2.num_units);
     unit_sizes_.assign(s2.unit_sizes, s2.unit_sizes + s2.num_units);
     pending_.assign(s2.num_units, {});
-    if (stage_ >= 2) {
+    if (stage_ >= 2 || by_unit_) {
       uint64_t at = 0;
       for (size_t u = 0; u < units_.size(); ++u) {
         if (units_[u] != at)
@@ -101,6 +106,8 @@ class Zero final : public triad::sdk::DataPlugin {
       if (at != s.num_elements)
         throw triad::sdk::invalid("the units cover " + std::to_string(at) + " of " +
                                   std::to_string(s.num_elements) + " elements");
+    }
+    if (stage_ >= 2) {
       services_.debug("zero stage " + std::to_string(stage_) + ": " +
                       std::to_string(units_.size()) + " units over " +
                       std::to_string(s.num_elements) + " elements, dp " +
@@ -108,9 +115,11 @@ class Zero final : public triad::sdk::DataPlugin {
       return;
     }
     buckets_.clear();
-    if (scatter_) {  // one reduce-scatter of the whole arena (see the top of this file)
-      buckets_.push_back({0, s.num_elements});
-      services_.debug("zero stage 1: one gradient reduce-scatter over " +
+    if (by_unit_) {  // one in-place reduce-scatter per unit (see the top of this file)
+      for (size_t u = 0; u < units_.size(); ++u)
+        if (unit_sizes_[u] > 0) buckets_.push_back({units_[u], units_[u] + unit_sizes_[u]});
+      services_.debug("zero stage 1: a gradient reduce-scatter per unit, " +
+                      std::to_string(buckets_.size()) + " units over " +
                       std::to_string(s.num_elements) + " elements, dp " +
                       std::to_string(s.dp_size));
       return;
@@ -174,7 +183,7 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void owned_range(uint64_t* offset, uint64_t* count) const override {
-    if (stage_ >= 2)
+    if (stage_ >= 2 || by_unit_)
       throw triad::sdk::invalid("stage " + std::to_string(stage_) +
                                 " owns one slice of every unit, not one range: call shard()");
     if (stage_ == 0) {
@@ -188,13 +197,14 @@ class Zero final : public triad::sdk::DataPlugin {
   uint32_t partitioning() const override {
     return stage_ == 2   ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
            : stage_ == 3 ? uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS)
+           : by_unit_    ? uint32_t(TRIAD_DATA_PARTITION_BY_UNIT)
                          : 0u;
   }
 
   void shard(uint64_t* offsets, uint64_t* counts) const override {
-    if (stage_ < 2)
+    if (stage_ < 2 && !by_unit_)
       throw triad::sdk::unsupported("stage " + std::to_string(stage_) +
-                                    " does not partition gradients");
+                                    " owns one range of the arena, not a slice of every unit");
     for (size_t u = 0; u < units_.size(); ++u) {
       triad_transport_block(unit_sizes_[u], setup_.dp_size, setup_.dp_rank, &offsets[u],
                             &counts[u]);
@@ -249,7 +259,7 @@ class Zero final : public triad::sdk::DataPlugin {
 
   void after_step(void* params) override {
     if (stage_ == 0 || stage_ == 3) return;
-    if (stage_ == 2) {
+    if (stage_ == 2 || by_unit_) {
       // Each unit's owned slices, stepped by their owners, to every rank (in place).
       const auto& c = setup_.dp_comm;
       float* p = static_cast<float*>(params);
@@ -290,9 +300,9 @@ class Zero final : public triad::sdk::DataPlugin {
     const auto& c = setup_.dp_comm;
     float* p = static_cast<float*>(grads) + b.lo;
     int rc = TRIAD_OK;
-    if (scatter_) {  // in place: this rank's block of the sum lands where it lies in the arena
+    if (by_unit_) {  // in place: this rank's slice of the sum lands where it lies in the unit
       uint64_t off = 0, n = 0;
-      owned_range(&off, &n);
+      triad_transport_block(b.hi - b.lo, setup_.dp_size, setup_.dp_rank, &off, &n);
       rc = c.ops->reduce_scatter(c.transport, c.comm, p, p + off, b.hi - b.lo, setup_.grad_dtype,
                                  setup_.device, TRIAD_REDUCE_SUM, &b.request);
     } else {
@@ -304,7 +314,7 @@ class Zero final : public triad::sdk::DataPlugin {
   }
   // "reduce-scatter of [lo, hi)" or "all-reduce of [lo, hi)": a bucket's reduction, for errors.
   std::string reduction_of(const Bucket& b) const {
-    return std::string(scatter_ ? "reduce-scatter" : "all-reduce") + " of [" +
+    return std::string(by_unit_ ? "reduce-scatter" : "all-reduce") + " of [" +
            std::to_string(b.lo) + ", " + std::to_string(b.hi) + ")";
   }
   // Lets in-flight all-reduces advance while the backward pass goes on.
@@ -336,7 +346,7 @@ class Zero final : public triad::sdk::DataPlugin {
   int stage_;
   long long bucket_elems_;
   bool overlap_;
-  bool scatter_;  // stage 1 with reduce_scatter: one in-place reduce-scatter of the arena
+  bool by_unit_;  // stage 1 with reduce_scatter: owned per unit, one reduce-scatter per unit
   triad_data_setup_v1 setup_{};
   std::vector<Bucket> buckets_;
   std::vector<uint64_t> units_, unit_sizes_;

@@ -80,10 +80,13 @@ class ModelState {
   size_t opt_count() const { return opt_count_; }
   // ZeRO stage 1+: keep the moments of [offset, offset + count) only (this rank steps those).
   void shard_optimizer(size_t offset, size_t count);
+  // ZeRO-1 partitioned unit by unit (TRIAD_DATA_PARTITION_BY_UNIT): the moments of these
+  // (arena offset, count) slices, in arena order, one piece each; gradients stay whole.
+  void shard_optimizer(const std::vector<std::pair<size_t, size_t>>& slices);
   // Whether the gradients outside pieces() may not hold the group's sums after the reduction:
   // the optimizer is sharded (ZeRO-1 reduce-scatters to the owners; data_v1.h promises only the
-  // owned range) or the gradients are partitioned. Norms and checks then read the pieces and
-  // add them up over the group.
+  // owned range, data_v3.h the owned slices) or the gradients are partitioned. Norms and checks
+  // then read the pieces and add them up over the group.
   bool grads_sharded() const {
     return comm_ || (!pieces_.empty() && (pieces_.size() != 1 || pieces_[0].count != spec_.total));
   }
