@@ -1,7 +1,13 @@
-// The `nccl` transport: CUDA memory through NCCL. Every operation is enqueued on the stream
-// the core passed in (services.stream, the run device's stream; a stream of its own when
-// none), and its request is a CUDA event recorded after it. The CUDA device must be current
-// (cudaSetDevice, as the core's CUDA device does) when init_world is called.
+// The `nccl` transport: CUDA memory through NCCL. With `stream: own` (the default) every
+// operation is enqueued on a communication stream of the plugin's own, after an event recorded
+// on the compute stream the core passed in (services.stream, the run device's stream) when the
+// operation was issued: it reads and writes what the compute stream had done by then, and the
+// compute stream's later kernels run beside it (a layer's gradient reduce-scatter beside the
+// next layer's backward). `stream: compute` enqueues on the compute stream itself, in order
+// with the kernels. Either way its request is a CUDA event recorded after it, and a test or
+// wait that sees it done means the results may be read by anything enqueued after. The CUDA
+// device must be current (cudaSetDevice, as the core's CUDA device does) when init_world is
+// called.
 //
 // Messages match in order (no tags), as in NCCL. A send or recv is not started at once: it
 // is held until the next call that needs the stream (a test or wait, a collective, a split)
@@ -37,6 +43,10 @@ namespace {
 
 const triad_param_spec_v1 kParams[] = {
     {"setup_timeout_ms", TRIAD_PARAM_INT, "120000", "limit for the unique-id exchange at init"},
+    {"stream", TRIAD_PARAM_STRING, "own",
+     "own: collectives and send/recv on a stream of their own, ordered after the compute "
+     "stream's work with events, so they overlap the kernels enqueued after them; compute: on "
+     "the compute stream, in order with the kernels"},
 };
 
 void check_cuda(cudaError_t e, const std::string& what) {
@@ -140,9 +150,16 @@ class Nccl final : public sdk::TransportPlugin {
  public:
   Nccl(sdk::Services services, sdk::Params params) : services_(services) {
     if (params.has("setup_timeout_ms")) setup_timeout_ms_ = params.get_int("setup_timeout_ms");
+    const std::string stream = params.has("stream") ? params.get_string("stream") : "own";
+    if (stream != "own" && stream != "compute")
+      throw invalid("stream '" + stream +
+                    "' is not own or compute; set transport: {name: nccl, "
+                    "stream: own} (overlap the kernels) or stream: compute (in order with them)");
+    own_ = stream == "own";
   }
   ~Nccl() override {
     if (barrier_buf_) cudaFree(barrier_buf_);
+    if (issued_) cudaEventDestroy(issued_);
     if (own_stream_) cudaStreamDestroy(own_stream_);
   }
 
@@ -152,12 +169,16 @@ class Nccl final : public sdk::TransportPlugin {
 
   sdk::TransportComm* init_world(int rank, int world, const triad_rendezvous_v1& rdv) override {
     if (!stream_) {
-      stream_ = static_cast<cudaStream_t>(services_.stream());
-      if (!stream_) {
+      compute_ = static_cast<cudaStream_t>(services_.stream());
+      stream_ = compute_;
+      if (own_ || !stream_) {
         check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking),
                    "init_world: cudaStreamCreate");
         stream_ = own_stream_;
       }
+      if (own_)
+        check_cuda(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming),
+                   "init_world: cudaEventCreate");
     }
     if (!barrier_buf_) {
       check_cuda(cudaMalloc(&barrier_buf_, sizeof(float)), "init_world: cudaMalloc");
@@ -385,6 +406,15 @@ class Nccl final : public sdk::TransportPlugin {
   void ready(NcclComm& c, const char* op) {
     c.state->usable(op);
     flush();
+    after_compute(op);
+  }
+
+  // With a stream of its own: what is enqueued next on it waits for the compute stream's work
+  // issued so far (without blocking the host or the compute stream).
+  void after_compute(const std::string& op) {
+    if (!own_) return;
+    check_cuda(cudaEventRecord(issued_, compute_), op + ": cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), op + ": cudaStreamWaitEvent");
   }
 
   // Runs `body` (NCCL calls) inside one group; the group is closed even when body throws.
@@ -424,6 +454,15 @@ class Nccl final : public sdk::TransportPlugin {
     std::vector<P2p> ops;
     ops.swap(pending_);
     CommState& s = *ops.front().req->state;
+    try {
+      after_compute("send/recv");
+    } catch (const sdk::Error& e) {
+      for (const P2p& p : ops) {
+        p.req->error = e.what();
+        p.req->error_status = TRIAD_ERR_INTERNAL;
+      }
+      return;
+    }
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) {
       for (const P2p& p : ops) {
@@ -503,7 +542,11 @@ class Nccl final : public sdk::TransportPlugin {
 
   sdk::Services services_;
   long long setup_timeout_ms_ = 120000;
-  cudaStream_t stream_ = nullptr, own_stream_ = nullptr;
+  bool own_ = true;  // `stream: own`
+  // stream_: where operations are enqueued (own_stream_, or the compute stream); compute_: the
+  // core's stream; issued_: the compute stream's progress when an operation was issued.
+  cudaStream_t stream_ = nullptr, own_stream_ = nullptr, compute_ = nullptr;
+  cudaEvent_t issued_ = nullptr;
   void* barrier_buf_ = nullptr;
   std::vector<P2p> pending_;  // held send/recv, all on one communicator
 };
