@@ -15,6 +15,7 @@
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/config/megatron.hpp"
+#include "triad/core/crash_signals.hpp"
 #include "triad/core/device/device.hpp"
 #include "triad/core/dist/dist_env.hpp"
 #include "triad/core/dist/process_groups.hpp"
@@ -203,21 +204,16 @@ void lock_run_folders(const Config& cfg, RunFolderLocks& locks) {
 // One process has no launcher to say how it ended: a crash says so in one line before the
 // signal's default action ends it (exit 128 + the signal, and a core dump where enabled).
 void say_crash(int sig) {
-  const char* text = sig == SIGSEGV   ? "triad-launch: error: the run crashed with SIGSEGV"
-                     : sig == SIGABRT ? "triad-launch: error: the run crashed with SIGABRT"
-                     : sig == SIGBUS  ? "triad-launch: error: the run crashed with SIGBUS"
-                     : sig == SIGFPE  ? "triad-launch: error: the run crashed with SIGFPE"
-                                      : "triad-launch: error: the run crashed with SIGILL";
-  const char* hint =
-      " (in the engine or a plugin; `triad-plugin-test KIND FILE` checks a plugin)\n";
-  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, text, std::strlen(text));
-  w = ::write(STDERR_FILENO, hint, std::strlen(hint));
+  for (const char* text : {"triad-launch: error: the run crashed with ", crash_signal_name(sig),
+                           " (in the engine or a plugin; `triad-plugin-test KIND FILE` checks a "
+                           "plugin)\n"})
+    [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, text, std::strlen(text));
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
 
 int train_in_process(const LaunchArgs& a) {
-  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, say_crash);
+  on_crash_signals(say_crash);
   // What the run would otherwise meet only after building the model: refused here, exit 2.
   const Config cfg = load_launch_config(a, 1);
   log_import_notes(cfg);

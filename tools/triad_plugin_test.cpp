@@ -23,6 +23,7 @@
 #include "triad/core/cli.hpp"
 #include "triad/core/conformance/conformance.hpp"
 #include "triad/core/conformance/transport_conformance.hpp"
+#include "triad/core/crash_signals.hpp"
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/attention.hpp"
 #include "triad/core/plugins/plugin_loader.hpp"
@@ -101,11 +102,7 @@ void on_crash(int sig) {
   for (int v = sig; v > 0 && k >= 0; v /= 10) num[k--] = char('0' + v % 10);
   write_all(num + k + 1);
   write_all(" (");
-  write_all(sig == SIGSEGV   ? "SIGSEGV"
-            : sig == SIGABRT ? "SIGABRT"
-            : sig == SIGBUS  ? "SIGBUS"
-            : sig == SIGFPE  ? "SIGFPE"
-                             : "SIGILL");
+  write_all(triad::crash_signal_name(sig));
   write_all("); the last case that finished: ");
   write_all(last);
   write_all("\ntriad-plugin-test: the plugin crashed; the harness could not finish its suite\n");
@@ -126,8 +123,7 @@ void note(const std::string& name) {
 // stay single-threaded: the child of a multi-threaded parent may not start threads safely).
 void start(bool catch_crashes, bool watch, int case_timeout_s) {
   owner = ::getpid();
-  if (catch_crashes)
-    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, on_crash);
+  if (catch_crashes) triad::on_crash_signals(on_crash);
   if (!watch) return;
   std::thread([case_timeout_s] {
     std::unique_lock<std::mutex> lock(mu);

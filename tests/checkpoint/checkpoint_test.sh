@@ -92,6 +92,16 @@ one_line_error() {  # LOG PATTERN: exit 2 with one error line matching PATTERN, 
   ! grep -Eq "\] step +[0-9]+/" "$log" || { cat "$log"; fail "it trained before refusing ($pat)"; }
 }
 
+# wait_lines FILE N SECONDS: until FILE has N lines (two logged steps), polling every 0.05 s for
+# at most SECONDS; the caller's next check fails if they never came.
+wait_lines() {
+  local i
+  for i in $(seq $(($3 * 20))); do
+    [[ $(wc -l <"$1" 2>/dev/null || echo 0) -ge $2 ]] && return
+    sleep 0.05
+  done
+}
+
 section_resume() {
   # The reference: 40 steps without a stop.
   must_train dp2z1 ref.log --set training.train_iters=40 --set output.dir=ref
@@ -154,10 +164,7 @@ section_resume() {
   "$LAUNCH" "$CFG" $(layout dp2z2) "${common[@]}" --set training.train_iters=100000 \
     --set output.dir=run3 --set checkpoint.save=run3/ckpt >term.log 2>&1 &
   job=$!
-  for i in $(seq 600); do
-    [[ $(wc -l <run3/metrics.jsonl 2>/dev/null || echo 0) -ge 2 ]] && break
-    sleep 0.05
-  done
+  wait_lines run3/metrics.jsonl 2 30
   kill -TERM "$job"
   sleep 0.2
   kill -TERM "$job" 2>/dev/null
@@ -181,10 +188,7 @@ section_resume() {
     --set training.train_iters=100000 --set training.global_batch_size=0 \
     --set training.gradient_accumulation_steps=400 --set output.dir=run4 >grace.log 2>&1 &
   job=$!
-  for i in $(seq 1200); do
-    [[ $(wc -l <run4/metrics.jsonl 2>/dev/null || echo 0) -ge 2 ]] && break
-    sleep 0.05
-  done
+  wait_lines run4/metrics.jsonl 2 60
   kill -TERM "$job"
   wait "$job"
   rc=$?

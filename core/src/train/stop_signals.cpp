@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <thread>
 
 namespace triad {
@@ -59,12 +60,13 @@ void take_stop_signals(std::chrono::milliseconds grace) {
         if (sig < 0) {
           if (errno != EAGAIN) continue;
           if (!g_armed.load()) continue;  // the loop ended in time; its save is not cut short
-          const char* text =
-              taken == SIGINT ? "triad-launch: the step in progress did not end within the stop "
-                                "grace (--stop-grace) of SIGINT; stopping without a checkpoint\n"
-                              : "triad-launch: the step in progress did not end within the stop "
-                                "grace (--stop-grace) of SIGTERM; stopping without a checkpoint\n";
-          [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, text, std::strlen(text));
+          // A thread, not a signal handler: it may build the line.
+          const std::string text =
+              std::string(
+                  "triad-launch: the step in progress did not end within the stop grace "
+                  "(--stop-grace) of ") +
+              (taken == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping without a checkpoint\n";
+          [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, text.data(), text.size());
           die_of(taken);
         }
       } else if (sigwait(&set, &sig) != 0) {
