@@ -568,21 +568,22 @@ ActShapes act_shapes(const Config& cfg, const Plugins& plugins) {
   // among them (what selective recomputation keeps one of per model chunk, in work_).
   const size_t core_acts = BT * Cl * a /* attn_out */ + BT * Hl * 4 /* lse */;
   const size_t block_acts = BTs * C * a * 3 /* ln1, res_mid, ln2 */ + 4 * BTs * 4 /* stats */ +
-                            (s.gather_in ? 2 * BT * C * a : 0) + BT * 3 * Cl * a /* qkv */ +
-                            core_acts + 2 * BT * Fl * a /* mlp_pre, mlp_act */;
+                            BT * 3 * Cl * a /* qkv */ + core_acts +
+                            2 * BT * Fl * a /* mlp_pre, mlp_act */;
   // The same pieces cut from an ActivationPool region, each on ActivationPool::kAlign.
   constexpr auto al = ActivationPool::aligned;
   const size_t core_set = al(BT * Cl * a) + al(BT * Hl * 4);
-  const size_t block_set = 3 * al(BTs * C * a) + 4 * al(BTs * 4) +
-                           (s.gather_in ? 2 * al(BT * C * a) : 0) + al(BT * 3 * Cl * a) + core_set +
-                           2 * al(BT * Fl * a);
+  const size_t block_set =
+      3 * al(BTs * C * a) + 4 * al(BTs * 4) + al(BT * 3 * Cl * a) + core_set + 2 * al(BT * Fl * a);
   s.set_per_block = al(BTs * C * a) /* res_in */ + (s.full        ? 0
                                                     : s.selective ? block_set - core_set
                                                                   : block_set);
   s.recompute_work = s.full ? block_acts + BTs * C * a : s.selective ? core_acts : 0;
   // Backward scratch: dres, dln, dqkv, dattn_out, dmlp_pre, dmlp_act.
   s.scratch = 2 * BTs * C * a + BT * 4 * Cl * a + 2 * BT * Fl * a;
-  s.exchange = tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0;
+  // row_partial_, drow_full_, dln_full_, grad_pack_; col_full_ where column inputs are gathered
+  // (the layernorm outputs gathered for each use, not kept gathered per block).
+  s.exchange = (tp > 1 ? 3 * BT * C * a + 6 * C * 4 : 0) + (s.gather_in ? BT * C * a : 0);
   const bool ulysses = cp > 1 && par.context_parallel_method == "ulysses";
   s.context = context_buffers(cp, ulysses, BT * Cl, BT * Hl, a);
   // GPT::setup: wpe_own_ (activation dtype) and dwpe_own_ (fp32), T / cp rows each.

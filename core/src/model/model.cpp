@@ -145,6 +145,7 @@ void GPT::setup(const TensorParallel& tp, int max_batch, int activation_sets) {
     dln_full_ = ActBuffer(dev_, BT * C, act_, "activation gradients");
     grad_pack_ = Buffer<float>(dev_, 6 * C, "gradient scratch");
   }
+  if (gather_in_) col_full_ = ActBuffer(dev_, BT * C, act_, "activations");
   dres_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
   dln_ = ActBuffer(dev_, BTs * C, act_, "activation gradients");
   dcol_ = t > 1 ? dln_full_.data() : dln_.data();
@@ -256,7 +257,6 @@ void GPT::alloc_block_acts(LayerActs& a, ActCarver& mem, bool core) {
   a.ln1 = mem.take_act(BTs * C, act_, "activations");
   a.ln1_mean = mem.take<float>(BTs, "activations");
   a.ln1_rstd = mem.take<float>(BTs, "activations");
-  if (gather_in_) a.ln1_full = mem.take_act(BT * C, act_, "activations");
   a.qkv = mem.take_act(BT * 3 * Cl_, act_, "activations");
   if (core) {
     a.attn_out = mem.take_act(BT * Cl_, act_, "activations");
@@ -266,7 +266,6 @@ void GPT::alloc_block_acts(LayerActs& a, ActCarver& mem, bool core) {
   a.ln2 = mem.take_act(BTs * C, act_, "activations");
   a.ln2_mean = mem.take<float>(BTs, "activations");
   a.ln2_rstd = mem.take<float>(BTs, "activations");
-  if (gather_in_) a.ln2_full = mem.take_act(BT * C, act_, "activations");
   a.mlp_pre = mem.take_act(BT * Fl_, act_, "activations");
   a.mlp_act = mem.take_act(BT * Fl_, act_, "activations");
 }
@@ -607,7 +606,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
                            Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
-  const void* ln1 = column_input(a.ln1, a.ln1_full, N, attn_split);
+  const void* ln1 = column_input(a.ln1, col_full_, N, attn_split);
   dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
   if (rope_) {
     rotate_qk(a.qkv, B, false);
@@ -619,7 +618,7 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   // ln2 = layernorm(res_mid) in the same pass
   dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
                                   a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
-  const void* ln2 = column_input(a.ln2, a.ln2_full, N, mlp_split);
+  const void* ln2 = column_input(a.ln2, col_full_, N, mlp_split);
   dev_.matmul_gelu_forward(a.mlp_act.data(), a.mlp_pre.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
   // out = res_mid + mlp_act @ Wfcproj^T + b
   row_parallel_forward(out, a.mlp_act.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
@@ -808,8 +807,6 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   const void* in = s.layers[i].res_in.data();
   const BlockParams p = state_.block_params(chunk_.first_block + i);
   const BlockGrads g = state_.block_grads(chunk_.first_block + i);
-  const void* ln1 = gemm_input(a.ln1, a.ln1_full);
-  const void* ln2 = gemm_input(a.ln2, a.ln2_full);
   // What waits for block_weights() (deferred_weights()), in the first half only.
   const DeferredWeights deferred = half == Half::input ? deferred_weights() : DeferredWeights{};
   const auto keep = [&](void* to, const ActBuffer& from, size_t rows, size_t width) {
@@ -825,6 +822,8 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
                         deferred.mlp_proj ? nullptr : g.fc_proj_b, N, Fl, mlp_split,
                         a.mlp_pre.data());
   if (deferred.column) keep(a.mlp_pre.data(), dmlp_pre_, size_t(N), size_t(Fl));
+  // The input only the weight gradient reads: gathered again when the forward gathered it.
+  const void* ln2 = deferred.column ? nullptr : column_input(a.ln2, col_full_, N, mlp_split);
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.fc_w,
                        deferred.column ? nullptr : g.fc_b, dmlp_pre_.data(), ln2, p.fc_w, N, C, Fl,
                        act_, GradWrite::overwrite);
@@ -842,6 +841,7 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   attention_backward(a, dqkv_.data(), dattn_out_.data(), B);
   if (rope_) rotate_qk(dqkv_, B, true);
   if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
+  const void* ln1 = deferred.column ? nullptr : column_input(a.ln1, col_full_, N, attn_split);
   dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
                        deferred.column ? nullptr : g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C,
                        3 * Cl, act_, GradWrite::overwrite);
@@ -859,17 +859,18 @@ void GPT::block_weights(size_t i, ActSet& s, bool reduce_now) {
     const int N = s.B * T_, C = C_;
     LayerActs& a = s.layers[i];
     const BlockGrads g = state_.block_grads(chunk_.first_block + i);
-    const void* ln1 = gemm_input(a.ln1, a.ln1_full);
-    const void* ln2 = gemm_input(a.ln2, a.ln2_full);
     const bool mlp_split = shards_.mlp > 1, attn_split = shards_.attention > 1;
     if (deferred.mlp_proj)
       row_parallel_weights(block_out_grad(s, i), a.mlp_act.data(), g.fc_proj_w, g.fc_proj_b, N, Fl_,
                            mlp_split);
+    // Each gathered input again, just before the weight gradient that reads it.
+    const void* ln2 = column_input(a.ln2, col_full_, N, mlp_split);
     dev_.matmul_backward(nullptr, g.fc_w, g.fc_b, a.mlp_pre.data(), ln2, nullptr, N, C, Fl_, act_,
                          GradWrite::overwrite);
     if (deferred.attn_proj)
       row_parallel_weights(a.res_mid.data(), a.attn_out.data(), g.attn_proj_w, g.attn_proj_b, N,
                            Cl_, attn_split);
+    const void* ln1 = column_input(a.ln1, col_full_, N, attn_split);
     dev_.matmul_backward(nullptr, g.attn_w, g.attn_b, a.qkv.data(), ln1, nullptr, N, C, 3 * Cl_,
                          act_, GradWrite::overwrite);
   }

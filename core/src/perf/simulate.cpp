@@ -164,7 +164,12 @@ PassTime block_time(const Setup& u) {
   };
   p.fwd_comm = part(ta) + part(tm);
   p.bwd = bwd;
-  p.bwd_comm = p.fwd_comm;
+  // Under sequence parallelism the backward gathers each part's layernorm output again for its
+  // weight gradient (the engine keeps it token-split, model.cpp's col_full_).
+  const double regather = u.cfg.parallel.sequence_parallel
+                              ? 2 * collective_time(u.tp_link(), "all_gather", msg, u.tp)
+                              : 0.0;
+  p.bwd_comm = p.fwd_comm + regather;
   if (u.recompute == Recompute::full) {
     p.bwd += p.fwd;
     p.bwd_comm += p.fwd_comm;

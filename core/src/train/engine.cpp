@@ -92,13 +92,17 @@ TensorTraffic tensor_traffic_formula(const Config& cfg, int stage, const TensorS
   // plus the embedding's output (first stage) and the LM head's input (last stage).
   // Recomputing each block's forward repeats its two forward boundaries.
   // A whole part under sequence parallelism: an all-gather forward and one backward.
+  // Under sequence parallelism each part's layernorm output is gathered once more in the
+  // backward, for its weight gradient (not kept gathered): half a ring more per part.
   const bool sp = cfg.parallel.sequence_parallel;
   const double again = cfg.training.checkpoint_activations ? 1.0 : 0.0;
+  const double regather = sp ? 0.5 : 0.0;
   auto part = [&](int ways, double split, double whole_sp) {
     return ways > 1 ? split : sp ? whole_sp : 0.0;
   };
+  const double per_split = 2 + again + regather, per_whole = 1 + again / 2 + regather;
   const double per_layer =
-      part(shards.attention, 2 + again, 1 + again / 2) + part(shards.mlp, 2 + again, 1 + again / 2);
+      part(shards.attention, per_split, per_whole) + part(shards.mlp, per_split, per_whole);
   const double ends = (first + last) * part(shards.vocab, 1, 0.5);
   f.activations = accum * (per_layer * layers + ends) * ring * tokens * m.hidden_size * 4;
   // Vocab-parallel cross-entropy (last stage): max, sum of exponentials and target logit.

@@ -186,14 +186,12 @@ class GPT {
     ActBuffer res_in;  // (Ns,C) input of the block (residual stream); Ns = N/tp under SP
     ActBuffer ln1;     // (Ns,C)
     Buffer<float> ln1_mean, ln1_rstd;
-    ActBuffer ln1_full;  // (N,C) gathered ln1 under sequence parallelism, else empty
     ActBuffer qkv;       // (N,3Cl), q and k rotated in place when rope; Cl = C/tp
     ActBuffer attn_out;  // (N,Cl) attention output, heads interleaved
     Buffer<float> lse;   // (B,Hl,T)
     ActBuffer res_mid;   // (Ns,C) after the attention residual
     ActBuffer ln2;
     Buffer<float> ln2_mean, ln2_rstd;
-    ActBuffer ln2_full;
     ActBuffer mlp_pre, mlp_act;  // (N,Fl), Fl = 4C/tp: the first MLP GEMM's output, its GELU
   };
   // Everything one micro-batch keeps between its forward and its backward. The stage's input
@@ -351,6 +349,11 @@ class GPT {
   // Scratch of the tensor-parallel boundaries: a row-parallel matmul's (N,C) partial output,
   // and the (N,C) gradient gathered at a row-parallel output or the embedding.
   ActBuffer row_partial_, drow_full_;
+  // A column-parallel matmul's (N,C) input gathered over the group (sequence parallelism, or a
+  // plan whose column input is all-gathered): ln1 or ln2, gathered for the forward's matmul and
+  // again for the backward's weight gradient, as Megatron does, rather than kept gathered per
+  // block (2·N·C a block, not divided by tp). Empty without such a gather.
+  ActBuffer col_full_;
   // Backward scratch, reused by every block and set. dcol_: the gradient of a column-parallel
   // matmul's input, (N,C) partial sums on a tensor-parallel rank (dln_ itself on one rank).
   ActBuffer dres_, dln_, dln_full_, dqkv_, dattn_out_, dmlp_pre_, dmlp_act_;
