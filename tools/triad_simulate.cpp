@@ -234,8 +234,41 @@ void check_grid_keys(const Options& o, const std::vector<GridKey>& grid, int wor
   }
 }
 
+// --machine: a file, or the name of a shipped description (h100-80gb-dgx or
+// h100-80gb-dgx.yaml): installed in <prefix>/share/triad/machines, or the source tree's
+// configs/machines in a build.
+std::string machine_path(const std::string& given) {
+  if (given.find('/') != std::string::npos || fs::exists(given)) return given;
+  const std::string file = given.size() > 5 && given.compare(given.size() - 5, 5, ".yaml") == 0
+                               ? given
+                               : given + ".yaml";
+  std::vector<fs::path> dirs;
+  try {
+    const fs::path bin = boost::dll::program_location().parent_path().string();
+    dirs.push_back(bin.parent_path() / "share/triad/machines");
+  } catch (const std::exception&) {
+  }
+  dirs.push_back(TRIAD_MACHINES_DIR);
+  for (const fs::path& d : dirs)
+    if (fs::is_regular_file(d / file)) return (d / file).string();
+  std::string names;
+  for (const fs::path& d : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec) || !names.empty()) continue;
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (e.path().extension() == ".yaml") found.push_back(e.path().stem().string());
+    std::sort(found.begin(), found.end());
+    for (const std::string& n : found) names += (names.empty() ? "" : ", ") + n;
+  }
+  throw triad::UserError("--machine '" + given + "' is neither a file nor a shipped description" +
+                         (names.empty() ? std::string() : " (" + names + ")") +
+                         "; give a machine description's path, or write one with "
+                         "`triad-simulate calibrate --out M.yaml`");
+}
+
 int run(const Options& o) {
-  const triad::Machine mc = triad::load_machine(o.machine);
+  const triad::Machine mc = triad::load_machine(machine_path(o.machine));
   if (!o.png.empty()) triad::check_png_path(o.png, o.overwrite);
   std::vector<GridKey> grid;
   for (const std::string& g : o.grid) grid.push_back(parse_grid(g));
@@ -317,7 +350,9 @@ int main(int argc, char** argv) {
       "(triad-simulate calibrate --out M.yaml describes this one)."};
   Options o;
   app.add_option("config", o.config, "YAML config file")->required();
-  app.add_option("--machine", o.machine, "machine description (configs/machines/*.yaml)")
+  app.add_option("--machine", o.machine,
+                 "machine description: a file, or a shipped one by name (h100-80gb-dgx, "
+                 "a100-80gb-dgx, ...; configs/machines)")
       ->required();
   app.add_option("--nodes", o.nodes, "nodes of the machine; default 1")
       ->check(triad::cli::at_least(1));

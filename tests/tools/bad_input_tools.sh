@@ -606,6 +606,15 @@ simulate)
   expect $T "--machine is required" "$BIN/$T" "$C"
   expect $T "machine '$W/nope.yaml' is not a file" "$BIN/$T" "$C" --machine "$W/nope.yaml"
   expect $T "machine '$W/fifo' is not a file" "$BIN/$T" "$C" --machine "$W/fifo"
+  # A name that is no file: a shipped description by that name, or the list of them.
+  expect $T "--machine 'h100-80gb' is neither a file nor a shipped description (a100-80gb-dgx," \
+    "$BIN/$T" "$C" --machine h100-80gb
+  if (cd "$W" && "$BIN/$T" "$C" --machine h100-80gb-dgx 2>&1 | grep -q "machine: "); then
+    echo "PASS [$T --machine h100-80gb-dgx]: found by name"; passes=$((passes + 1))
+  else
+    echo "FAIL [$T --machine h100-80gb-dgx]: the shipped description is not found by name"
+    fails=$((fails + 1))
+  fi
   expect $T "machine '$W/syntax.yaml' is not YAML" "$BIN/$T" "$C" --machine "$W/syntax.yaml"
   expect $T "machine '$W/unknown.yaml': speed is not a field" "$BIN/$T" "$C" \
     --machine "$W/unknown.yaml"
