@@ -131,7 +131,7 @@ if command -v pkg-config >/dev/null; then
     fail "pkg-config finds no triad in $prefix/lib/pkgconfig"
   mkdir -p by-pkg-config
   # shellcheck disable=SC2086  # the flags are words
-  c++ -std=c++17 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -fno-gnu-unique $cflags \
+  c++ -std=c++17 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -fno-gnu-unique -Wl,-z,defs $cflags \
     examples/attention-example/*.cpp -o by-pkg-config/libtriad-attention-example.so ||
     fail "the attention example does not build with pkg-config's flags"
   "$prefix/bin/triad-plugin-test" --quick attention by-pkg-config/libtriad-attention-example.so \
