@@ -87,10 +87,16 @@ for x in ok:
     check(abs(parts - x["ms_per_step"]) <= 1e-6 * x["ms_per_step"],
           f"{x['layout']}: the breakdown adds up to the step ({parts:.4f} vs {x['ms_per_step']:.4f})")
     check(x["samples_per_s"] > 0 and x["memory_per_rank_bytes"] > 0, f"{x['layout']}: rates")
-dp = {x["layout"]: x["breakdown_ms"]["data_parallel"] for x in ok}
-check(dp["zero_optimization.stage=3,parallel.pipeline_model_parallel_size=1"] >
-      dp["zero_optimization.stage=0,parallel.pipeline_model_parallel_size=1"] > 0,
-      "ZeRO-3's data-parallel time exceeds ZeRO-0's at dp 2 (it gathers the weights too)")
+# ZeRO-3 moves more than ZeRO-0 (it gathers the weights too): on a datasheet description, whose
+# collectives are fixed (a calibration's are measured, and on a busy machine an all-reduce may
+# measure slower than the reduce-scatter and all-gathers it stands against).
+rc, out, err = run([SIM, CONFIG, "--machine", os.path.join(SRC, "configs", "machines",
+                                                           "h100-80gb-dgx.yaml"), "--json"] + grid, d)
+sheet = [x for x in (json.loads(out)["layouts"] if rc == 0 else []) if "refused" not in x]
+dp = {x["layout"]: x["breakdown_ms"]["data_parallel"] for x in sheet}
+check(dp.get("zero_optimization.stage=3,parallel.pipeline_model_parallel_size=1", 0) >
+      dp.get("zero_optimization.stage=0,parallel.pipeline_model_parallel_size=1", 0) > 0,
+      f"ZeRO-3's data-parallel time exceeds ZeRO-0's at dp 2 (it gathers the weights too): {dp}")
 
 for name, nodes in (("bloom-176b", 48), ("megatron-gpt-175b", 8)):
     cfg = os.path.join(SRC, "configs", "published", name + ".yaml")
