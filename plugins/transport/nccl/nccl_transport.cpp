@@ -1,5 +1,5 @@
 // The `nccl` transport: CUDA memory through NCCL. With `stream: own` (the default) every
-// operation is enqueued on a communication stream of the plugin's own, after an event recorded
+// operation is enqueued on its communicator's own stream, after an event recorded
 // on the compute stream the core passed in (services.stream, the run device's stream) when the
 // operation was issued: it reads and writes what the compute stream had done by then, and the
 // compute stream's later kernels run beside it (a layer's gradient reduce-scatter beside the
@@ -74,6 +74,14 @@ void check_nccl(ncclResult_t r, const std::string& what) {
 struct CommState {
   ncclComm_t comm = nullptr;
   int rank = 0, size = 0;
+  // Where its operations are enqueued: a stream of its own (`stream: own`), so that one
+  // communicator's traffic (ZeRO's reductions over the data-parallel group) does not queue ahead
+  // of another's (the tensor group's collectives, the pipeline's sends); or the compute stream.
+  cudaStream_t stream = nullptr;
+  bool owns_stream = false;
+  ~CommState() {
+    if (owns_stream) cudaStreamDestroy(stream);  // freed once its work is done
+  }
   std::string aborted;     // why it was aborted; empty while usable
   bool abandoned = false;  // a request was freed before it finished: destroy must abort
 
@@ -171,7 +179,7 @@ class Nccl final : public sdk::TransportPlugin {
     if (!stream_) {
       compute_ = static_cast<cudaStream_t>(services_.stream());
       stream_ = compute_;
-      if (own_ || !stream_) {
+      if (!stream_) {  // no compute stream to order against: one stream for every operation
         check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking),
                    "init_world: cudaStreamCreate");
         stream_ = own_stream_;
@@ -195,7 +203,7 @@ class Nccl final : public sdk::TransportPlugin {
       if (rc != TRIAD_OK) throw sdk::Error(rc, "no NCCL unique id from rank 0: " + rdv_error(rdv));
       if (len != sizeof(id)) throw invalid("the NCCL unique id from rank 0 has the wrong size");
     }
-    auto s = std::make_shared<CommState>();
+    auto s = new_state("init_world");
     check_nccl(ncclCommInitRank(&s->comm, world, id, rank), "init_world: ncclCommInitRank (rank " +
                                                                 std::to_string(rank) + " of " +
                                                                 std::to_string(world) + ")");
@@ -216,7 +224,7 @@ class Nccl final : public sdk::TransportPlugin {
                       key, &nc, nullptr),
         "split: ncclCommSplit");
     if (!nc) return nullptr;
-    auto s = std::make_shared<CommState>();
+    auto s = new_state("split");
     s->comm = nc;
     check_nccl(ncclCommUserRank(nc, &s->rank), "split: ncclCommUserRank");
     check_nccl(ncclCommCount(nc, &s->size), "split: ncclCommCount");
@@ -234,7 +242,7 @@ class Nccl final : public sdk::TransportPlugin {
     auto& c = comm(base);
     auto dt = reduction("all_reduce", t, d, op);
     ready(c, "all_reduce");
-    check_nccl(ncclAllReduce(send, recv, count, dt, redop(op), c.state->comm, stream_),
+    check_nccl(ncclAllReduce(send, recv, count, dt, redop(op), c.state->comm, c.state->stream),
                "all_reduce: ncclAllReduce");
     return record("all_reduce", c);
   }
@@ -247,16 +255,16 @@ class Nccl final : public sdk::TransportPlugin {
     const int n = c.size();
     const size_t es = sdk::dtype_bytes(t);
     if (count % uint64_t(n) == 0) {
-      check_nccl(
-          ncclReduceScatter(send, recv, count / uint64_t(n), dt, redop(op), c.state->comm, stream_),
-          "reduce_scatter: ncclReduceScatter");
+      check_nccl(ncclReduceScatter(send, recv, count / uint64_t(n), dt, redop(op), c.state->comm,
+                                   c.state->stream),
+                 "reduce_scatter: ncclReduceScatter");
     } else {
       // Block j is reduced onto rank j; recv is used on the root only.
       group("reduce_scatter", [&] {
         for (int j = 0; j < n; ++j) {
           sdk::Block b = sdk::block_of(count, n, j);
           check_nccl(ncclReduce(static_cast<const char*>(send) + b.offset * es, recv, b.size, dt,
-                                redop(op), j, c.state->comm, stream_),
+                                redop(op), j, c.state->comm, c.state->stream),
                      "reduce_scatter: ncclReduce");
         }
       });
@@ -271,16 +279,16 @@ class Nccl final : public sdk::TransportPlugin {
     ready(c, "all_gather");
     const int n = c.size();
     if (count % uint64_t(n) == 0) {
-      check_nccl(
-          ncclAllGather(send, recv, count / uint64_t(n) * es, ncclUint8, c.state->comm, stream_),
-          "all_gather: ncclAllGather");
+      check_nccl(ncclAllGather(send, recv, count / uint64_t(n) * es, ncclUint8, c.state->comm,
+                               c.state->stream),
+                 "all_gather: ncclAllGather");
     } else {
       // Block j is broadcast from rank j (in place when send == recv + offset(rank)).
       group("all_gather", [&] {
         for (int j = 0; j < n; ++j) {
           sdk::Block b = sdk::block_of(count, n, j);
           check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + b.offset * es, b.size * es,
-                                   ncclUint8, j, c.state->comm, stream_),
+                                   ncclUint8, j, c.state->comm, c.state->stream),
                      "all_gather: ncclBroadcast");
         }
       });
@@ -294,7 +302,7 @@ class Nccl final : public sdk::TransportPlugin {
     size_t es = movement("broadcast", t, d);
     peer_check(c, root, "broadcast root");
     ready(c, "broadcast");
-    check_nccl(ncclBroadcast(buf, buf, count * es, ncclUint8, root, c.state->comm, stream_),
+    check_nccl(ncclBroadcast(buf, buf, count * es, ncclUint8, root, c.state->comm, c.state->stream),
                "broadcast: ncclBroadcast");
     return record("broadcast", c);
   }
@@ -308,10 +316,10 @@ class Nccl final : public sdk::TransportPlugin {
       group("all_to_all", [&] {
         for (int j = 0; j < c.size(); ++j) {
           check_nccl(ncclSend(static_cast<const char*>(send) + size_t(j) * block, block, ncclUint8,
-                              j, c.state->comm, stream_),
+                              j, c.state->comm, c.state->stream),
                      "all_to_all: ncclSend");
           check_nccl(ncclRecv(static_cast<char*>(recv) + size_t(j) * block, block, ncclUint8, j,
-                              c.state->comm, stream_),
+                              c.state->comm, c.state->stream),
                      "all_to_all: ncclRecv");
         }
       });
@@ -333,9 +341,9 @@ class Nccl final : public sdk::TransportPlugin {
     auto& c = comm(base);
     ready(c, "barrier");
     // NCCL has no barrier: an all-reduce of one float is the cheapest collective.
-    check_nccl(
-        ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, c.state->comm, stream_),
-        "barrier: ncclAllReduce");
+    check_nccl(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, c.state->comm,
+                             c.state->stream),
+               "barrier: ncclAllReduce");
     return record("barrier", c);
   }
 
@@ -406,15 +414,27 @@ class Nccl final : public sdk::TransportPlugin {
   void ready(NcclComm& c, const char* op) {
     c.state->usable(op);
     flush();
-    after_compute(op);
+    after_compute(op, c.state->stream);
   }
 
   // With a stream of its own: what is enqueued next on it waits for the compute stream's work
   // issued so far (without blocking the host or the compute stream).
-  void after_compute(const std::string& op) {
-    if (!own_) return;
+  void after_compute(const std::string& op, cudaStream_t stream) {
+    if (!own_ || stream == compute_) return;
     check_cuda(cudaEventRecord(issued_, compute_), op + ": cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), op + ": cudaStreamWaitEvent");
+    check_cuda(cudaStreamWaitEvent(stream, issued_, 0), op + ": cudaStreamWaitEvent");
+  }
+
+  // A communicator's state, with its stream: its own with `stream: own`, else the one stream.
+  StatePtr new_state(const std::string& op) {
+    auto s = std::make_shared<CommState>();
+    s->stream = stream_;
+    if (own_ && compute_) {
+      check_cuda(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
+                 op + ": cudaStreamCreate");
+      s->owns_stream = true;
+    }
+    return s;
   }
 
   // Runs `body` (NCCL calls) inside one group; the group is closed even when body throws.
@@ -455,7 +475,7 @@ class Nccl final : public sdk::TransportPlugin {
     ops.swap(pending_);
     CommState& s = *ops.front().req->state;
     try {
-      after_compute("send/recv");
+      after_compute("send/recv", s.stream);
     } catch (const sdk::Error& e) {
       for (const P2p& p : ops) {
         p.req->error = e.what();
@@ -466,8 +486,8 @@ class Nccl final : public sdk::TransportPlugin {
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) {
       for (const P2p& p : ops) {
-        ncclResult_t e = p.send ? ncclSend(p.buf, p.bytes, ncclUint8, p.peer, s.comm, stream_)
-                                : ncclRecv(p.buf, p.bytes, ncclUint8, p.peer, s.comm, stream_);
+        ncclResult_t e = p.send ? ncclSend(p.buf, p.bytes, ncclUint8, p.peer, s.comm, s.stream)
+                                : ncclRecv(p.buf, p.bytes, ncclUint8, p.peer, s.comm, s.stream);
         if (e != ncclSuccess && r == ncclSuccess) r = e;
       }
       const ncclResult_t end = ncclGroupEnd();
@@ -482,7 +502,7 @@ class Nccl final : public sdk::TransportPlugin {
       return;
     }
     for (const P2p& p : ops) {
-      const cudaError_t e = cudaEventRecord(p.req->event, stream_);
+      const cudaError_t e = cudaEventRecord(p.req->event, s.stream);
       if (e != cudaSuccess) {
         p.req->error = std::string("cudaEventRecord: ") + cudaGetErrorString(e);
         p.req->error_status = TRIAD_ERR_INTERNAL;
@@ -535,7 +555,7 @@ class Nccl final : public sdk::TransportPlugin {
 
   Request* record(const char* what, NcclComm& c) {
     auto r = std::make_unique<Request>(what, c.state);
-    check_cuda(cudaEventRecord(r->event, stream_), std::string(what) + ": cudaEventRecord");
+    check_cuda(cudaEventRecord(r->event, c.state->stream), std::string(what) + ": cudaEventRecord");
     r->started = true;
     return r.release();
   }
@@ -543,8 +563,9 @@ class Nccl final : public sdk::TransportPlugin {
   sdk::Services services_;
   long long setup_timeout_ms_ = 120000;
   bool own_ = true;  // `stream: own`
-  // stream_: where operations are enqueued (own_stream_, or the compute stream); compute_: the
-  // core's stream; issued_: the compute stream's progress when an operation was issued.
+  // stream_: the compute stream (own_stream_ when the core passed none), where `stream: compute`
+  // enqueues; compute_: the core's stream; issued_: the compute stream's progress when an
+  // operation was issued. With `stream: own` each communicator has its own (CommState).
   cudaStream_t stream_ = nullptr, own_stream_ = nullptr, compute_ = nullptr;
   cudaEvent_t issued_ = nullptr;
   void* barrier_buf_ = nullptr;
