@@ -178,7 +178,8 @@ TEST(Predict, TwoStagePipelineByHand) {
 
 // Tensor parallelism 2 with sequence parallelism, 2 stages on 2 nodes of 2: each tensor rank
 // sends its half of the tokens to its peer on the other node. Passes: a block's FLOPs halved and
-// two all-reduces of (b, s, h) per direction; the embedding's forward all-reduce; the head's
+// two all-reduces of (b, s, h) per direction, and backward the two layernorm outputs gathered
+// again (two all-gathers, one all-reduce's time); the embedding's forward all-reduce; the head's
 // FLOPs halved, its cross-entropy's three per-token all-reduces forward and one backward.
 TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
@@ -188,8 +189,8 @@ TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
       {}, 4);
   const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
   const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
-  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 2 * ar;
-  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 3 * ar;
+  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 3 * ar;
+  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 4 * ar;
   const double msg = a + kTokens * kH * 4 / 2 / 1e9;
   const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
   const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
