@@ -178,7 +178,8 @@ TEST(Predict, TwoStagePipelineByHand) {
 
 // Tensor parallelism 2 with sequence parallelism, 2 stages on 2 nodes of 2: each tensor rank
 // sends its half of the tokens to its peer on the other node. Passes: a block's FLOPs halved and
-// two all-reduces of (b, s, h) per direction; the embedding's forward all-reduce; the head's
+// two all-reduces of (b, s, h) per direction, and backward the two layernorm outputs gathered
+// again (two all-gathers, one all-reduce's time); the embedding's forward all-reduce; the head's
 // FLOPs halved, its cross-entropy's three per-token all-reduces forward and one backward.
 TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
@@ -188,8 +189,8 @@ TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
       {}, 4);
   const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
   const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
-  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 2 * ar;
-  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 3 * ar;
+  const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 3 * ar;
+  const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 4 * ar;
   const double msg = a + kTokens * kH * 4 / 2 / 1e9;
   const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
   const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
@@ -222,17 +223,20 @@ TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
     const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
     const double psi = double(triad::plan_run(cfg).stage_params[0]);
     // 2Ψ: the gradients' ring reduce-scatter and the parameters' all-gather over 2 ranks, one
-    // latency and half the bytes each; 3Ψ: the all-reduce (2 latencies, the bytes once) first.
-    const double half = 10e-6 + psi * 4 / 2 / 1e9;
-    const double want = scatter ? 2 * half : 2 * 10e-6 + psi * 4 / 1e9 + half;
+    // latency and half the bytes each, once per unit (the embedding, 2 blocks, the head; the
+    // machine hides nothing); 3Ψ: the all-reduce (2 latencies, the bytes once), then one gather
+    // of the whole arena.
+    auto half = [&](double count) { return count * 10e-6 + psi * 4 / 2 / 1e9; };
+    const double want = scatter ? 2 * half(4) : 2 * 10e-6 + psi * 4 / 1e9 + half(1);
     EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "reduce_scatter " << scatter;
   }
 }
 
 // What each ZeRO stage moves in bf16 on a toy machine whose memory moves 1 GB/s: gradients
-// reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step and then write
-// the bf16 compute copy from the whole arena (4 bytes read, 2 written per element); stage 3
-// gathers the bf16 compute copy per unit and zeroes only the fp32 gradient windows.
+// reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step, unit by unit,
+// and then write the bf16 compute copy from the whole arena (4 bytes read, 2 written per
+// element); stage 3 gathers the bf16 compute copy per unit and zeroes only the fp32 gradient
+// windows.
 TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   const std::string toy = kToy;
   const size_t bandwidth = toy.find("1.0e15");
@@ -248,12 +252,94 @@ TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
     // Over 2 ranks a gather or a reduce-scatter is one latency and half the bytes; 4 units (the
     // embedding, 2 blocks, the head) share each micro-batch's, each paying its latency.
     auto half = [&](double bytes, double count) { return count * a + bytes / 2 / 1e9; };
-    const double gather_after = half(psi * 4, 1) + psi * 6 / 1e9;
+    const double gather_after = half(psi * 4, 4) + psi * 6 / 1e9;
     const double windows = 2 * psi * 4 / 1e9;
-    const double want = z == 1   ? half(psi * 4, 1) + gather_after
+    const double want = z == 1   ? half(psi * 4, 4) + gather_after
                         : z == 2 ? 2 * half(psi * 4, 4) + gather_after + windows
                                  : 2 * (2 * half(psi * 2, 4) + half(psi * 4, 4)) + windows;
     EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "stage " << z;
+  }
+}
+
+// The toy machine with links of 100 GB/s and 1 µs that hides all the data-parallel traffic it
+// can: a block's reduce-scatter over 2 ranks (about 2 µs) takes less than its backward (13.6 µs).
+triad::Machine fast_toy() {
+  std::string t = kToy;
+  for (const char* link : {"intra_node", "inter_node"}) {
+    const std::string from = std::string(link) + ": {bandwidth_gbs: 1, latency_us: 10}";
+    t.replace(t.find(from), from.size(),
+              std::string(link) + ": {bandwidth_gbs: 100, latency_us: 1}");
+  }
+  return triad::load_machine(write("toy-fast.yaml", t + "overlap: {data_parallel: 1}\n"));
+}
+
+// The toy GPT's units per rank: the embedding (wte 256 × 64 and wpe 32 × 64), a block (12·h² +
+// 13·h), the head's final layernorm (2·h, and the tied wte copy on a pipeline's last stage).
+constexpr double kWte = 256 * kH, kEmbedding = kWte + 32 * kH, kUnitBlock = 12 * kH * kH + 13 * kH;
+constexpr double kLnF = 2 * kH;
+constexpr double kAlpha = 1e-6, kBw = 100e9;
+// A ring reduce-scatter or all-gather of `elements` fp32 values over 2 ranks.
+double over2(double elements, double count = 1) {
+  return count * kAlpha + elements * 4 / 2 / kBw;
+}
+
+// ZeRO-1 by unit, 2 data-parallel ranks, 4 layers: the last micro-batch's backward finishes the
+// head, blocks 3, 2, 1, 0 and the embedding in that order, and each unit's reduce-scatter starts
+// then, one after another. Those of the head and blocks 3 to 1 end under the backward of the
+// blocks still to go; block 0's starts when only the embedding's backward (free here: the toy's
+// memory) is left, and the embedding's once block 0's is done: those two are exposed. After the
+// step the fp32 weights are gathered unit by unit, nothing hidden. With overlap_comm off, every
+// reduce-scatter waits for the backward's end. (The engine before the partitioning by unit
+// reduce-scattered the whole arena after the backward: 1 latency and all the bytes.)
+TEST(Predict, ZeroStage1ReduceScattersEachUnitBehindTheBackwardByHand) {
+  const triad::Machine mc = fast_toy();
+  for (const bool overlap : {true, false}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, overlap_comm: ") +
+                   (overlap ? "true" : "false") + "}\n"),
+        {"model.num_layers=4"}, 2);
+    const triad::RunPlan plan = triad::plan_run(cfg);
+    const size_t block = size_t(kUnitBlock);
+    ASSERT_EQ(plan.stage_units[0],
+              (std::vector<size_t>{size_t(kEmbedding), block, block, block, block, size_t(kLnF)}));
+    const double psi = kEmbedding + 4 * kUnitBlock + kLnF;
+    ASSERT_EQ(double(plan.stage_params[0]), psi);
+    const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
+    ASSERT_LT(over2(kUnitBlock), 2 * kBlock);  // a block's fits under the next one's backward
+    const double scatter = overlap ? over2(kUnitBlock) + over2(kEmbedding) : over2(psi, 6);
+    const double want = scatter + over2(psi, 6);
+    EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << "overlap_comm " << overlap;
+  }
+}
+
+// 2 stages on 2 nodes (a rank per device), 2 data-parallel ranks in each, 4 layers: stage 0
+// holds the embedding and 2 blocks, stage 1 2 blocks and the head with its copy of wte. Stage 0
+// ends last; then the end stages all-reduce the tied wte gradient (2 latencies, its bytes once),
+// queued on the transport behind the reduce-scatters launched before it, and only then may the
+// embedding's reduce-scatter start. One chunk per stage: block 1's reduce-scatter ends under
+// block 0's backward, block 0's starts at the backward's end (the embedding's is free here),
+// then the tied sum, then the embedding's. Two interleaved chunks per stage: nothing starts
+// before the backward's end, so the tied sum and every reduce-scatter are exposed.
+TEST(Predict, ZeroStage1PipelineTiedEmbeddingAndInterleavedChunksByHand) {
+  const triad::Machine mc = fast_toy();
+  for (const int chunks : {1, 2}) {
+    const triad::Config cfg =
+        triad::load_config(toy_config(std::string("zero_optimization: {stage: 1}\npipeline: ") +
+                                      (chunks == 1 ? "1f1b" : "interleaved") +
+                                      "\nparallel: {pipeline_model_parallel_size: 2, "
+                                      "virtual_pipeline_model_parallel_size: " +
+                                      std::to_string(chunks) + "}\n"),
+                           {"model.num_layers=4"}, 4);
+    ASSERT_EQ(triad::plan_run(cfg).stage_units[0],
+              (std::vector<size_t>{size_t(kEmbedding), size_t(kUnitBlock), size_t(kUnitBlock)}));
+    const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
+    ASSERT_EQ(p.slowest_stage, 0);
+    const double tied = 2 * kAlpha + kWte * 4 / kBw;
+    const double psi = kEmbedding + 2 * kUnitBlock;
+    const double scatter =
+        chunks == 1 ? over2(kUnitBlock) + tied + over2(kEmbedding) : tied + over2(psi, 3);
+    const double want = scatter + over2(psi, 3);
+    EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << chunks << " chunks per stage";
   }
 }
 

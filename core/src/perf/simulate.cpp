@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "triad/core/error.hpp"
 #include "triad/core/model/memory_plan.hpp"
@@ -37,8 +38,9 @@ struct Setup {
   double share = 1;  // a rank's share of its device's rate
   TensorShards shards;
   Recompute recompute = Recompute::none;
-  std::vector<int> layers;           // per stage
-  std::vector<size_t> stage_params;  // elements per rank, per stage
+  std::vector<int> layers;                       // per stage
+  std::vector<size_t> stage_params;              // elements per rank, per stage
+  std::vector<std::vector<size_t>> stage_units;  // per stage: each unit's elements, arena order
   const Link& group_link(int size, int stride) const {
     return size * stride <= per_node ? mc.intra_node : mc.inter_node;
   }
@@ -223,21 +225,96 @@ double gathers(const Setup& u) {
   return u.recompute == Recompute::full ? 3 : 2;
 }
 
-// Exposed data-parallel time of a stage, and the compute it can hide behind. As the "zero"
-// plugin and the core run it: gradients reduce in fp32 (the plugin takes no other dtype); stage
-// 1 reduce-scatters the whole arena once its last gradient is final, after the backward pass
-// (nothing to hide behind), and stages 1 and 2 all-gather the fp32 master weights after the step
-// (zero.cpp, after_step) and then convert the whole arena into the compute copy
-// (optimizer.cpp, after_step; model_state.cpp, sync_compute); stage 3 gathers each unit's
+// A collective as the transport runs it: `ready` is when it is launched, in seconds from the
+// end of the stage's last pass (negative while that stage still computes), `time` how long it
+// takes.
+struct Reduction {
+  double ready = 0, time = 0;
+};
+
+// What a stage's data-parallel traffic can hide behind, from its passes as the streams ran them.
+struct StageWork {
+  double fwd = 0, bwd = 0;  // the compute of all its forward and backward passes
+  double last_bwd = 0;      // the last micro-batch's backward compute
+  bool split = false;       // its backwards are split: the gradients are final in BACKWARD_WEIGHT
+  // Under pipeline parallelism, on the first and the last stage: the all-reduce of the tied word
+  // embedding's gradient over the two, launched once both are done with their passes.
+  Reduction tied_sum;
+};
+
+// Collectives launched in this order, run one after another (the transport's one stream), each
+// starting once it is ready and the one before is done: how far past the end of the stage's last
+// pass the last one ends, plus the share of their time before that end the machine does not
+// hide (1 - overlap.data_parallel).
+double exposed_time(const std::vector<Reduction>& reductions, double overlap) {
+  if (reductions.empty()) return 0;
+  double done = -std::numeric_limits<double>::infinity(), before = 0;
+  for (const Reduction& r : reductions) {
+    const double start = std::max(done, r.ready);
+    done = start + r.time;
+    before += std::max(0.0, std::min(done, 0.0) - start);
+  }
+  return std::max(0.0, done) + (1 - overlap) * before;
+}
+
+// ZeRO-1 partitioned by unit (zero.cpp, reduce_scatter: true): one in-place reduce-scatter of
+// each unit's fp32 gradient (the embedding, each block, the head). With one chunk per stage and
+// overlap_comm, each starts as soon as the last micro-batch's backward has finished its unit
+// (GPT::backward_pass reports the head first and the embedding last; the weight half reports
+// them when the backward is split), beside the backward of the units still to go (whose
+// tensor-parallel collectives share the transport's stream: only their compute hides it). Under
+// pipeline parallelism the tied word embedding (stage 0's embedding, the last stage's copy in
+// its head) is reported only once the end stages have summed it (reduce_tied_grads), that sum
+// queued after the others. Otherwise (interleaved chunks: the core reports the whole arena at
+// REDUCE_GRADS; overlap_comm off: the plugin waits for finish_grads) they all start after the
+// backward, and after the tied sum.
+std::vector<Reduction> unit_reductions(const Setup& u, int stage, const StageWork& w,
+                                       bool overlaps) {
+  const std::vector<size_t>& sizes = u.stage_units[size_t(stage)];
+  const size_t n = sizes.size();
+  const bool first = stage == 0, last = stage == u.pp - 1, ends = u.pp > 1 && (first || last);
+  const double part = w.split ? 0.5 : 1.0;
+  const double block = block_time(u).bwd * part, embedding = embedding_time(u).bwd * part;
+  const double head = head_time(u).bwd * part;
+  // Unit i's backward compute in the last pass (units in arena order: embedding, blocks, head).
+  auto backward = [&](size_t i) {
+    return first && i == 0 ? embedding : last && i + 1 == n ? head : block;
+  };
+  auto tied = [&](size_t i) { return ends && ((first && i == 0) || (last && i + 1 == n)); };
+  double to_go = 0;  // the backward compute of the units before i in the arena, after it in time
+  for (size_t i = 0; i < n; ++i) to_go += backward(i);
+  std::vector<Reduction> out, after;
+  if (ends) after.push_back(w.tied_sum);
+  for (size_t i = n; i-- > 0;) {
+    to_go -= backward(i);
+    const double time = collective_time(u.dp_link(), "reduce_scatter", double(sizes[i]) * 4, u.dp);
+    if (overlaps && !tied(i))
+      out.push_back({-to_go, time});
+    else
+      after.push_back({w.tied_sum.ready, time});
+  }
+  out.insert(out.end(), after.begin(), after.end());
+  return out;
+}
+
+// Exposed data-parallel time of a stage. As the "zero" plugin and the core run it: gradients
+// reduce in fp32 (the plugin takes no other dtype). Stage 0 (and stage 1 with reduce_scatter
+// off) all-reduces them in buckets, with overlap_comm and one chunk per stage behind the last
+// micro-batch's backward (training_step.cpp's overlap_; interleaved chunks report the whole
+// arena after the backward); stage 1 reduce-scatters each unit (unit_reductions). Stages 1 and 2
+// all-gather the fp32 master weights after the step (zero.cpp, after_step: one gather per unit,
+// or of the whole arena with reduce_scatter off) and then convert the whole arena into the
+// compute copy (optimizer.cpp, after_step; model_state.cpp, sync_compute); stage 2
+// reduce-scatters each unit per micro-batch behind the backward; stage 3 gathers each unit's
 // compute copy (model_state.cpp, prefetch) and zeroes only the gradient windows (unit_grad).
-double data_parallel_time(const Setup& u, int stage, double fwd_compute, double bwd_compute,
-                          double last_bwd) {
+double data_parallel_time(const Setup& u, int stage, const StageWork& w) {
   if (u.dp <= 1) return 0;
   const double psi = double(u.stage_params[size_t(stage)]), grads = psi * 4;
   const Link& link = u.dp_link();
-  const int z = u.cfg.zero_optimization.stage;
-  // Units: the stage's blocks, and its embedding and head.
-  const double units = u.layers[size_t(stage)] + (stage == 0 ? 1 : 0) + (stage == u.pp - 1 ? 1 : 0);
+  const ZeroConfig& zero = u.cfg.zero_optimization;
+  const int z = zero.stage;
+  const bool by_unit = z == 1 && zero.reduce_scatter;
+  const double units = double(u.stage_units[size_t(stage)].size());
   auto many = [&](const char* op, double bytes, double count) {
     // `count` collectives sharing `bytes`: each pays its latency.
     const auto [bw, alpha] = link.of(op);
@@ -245,31 +322,29 @@ double data_parallel_time(const Setup& u, int stage, double fwd_compute, double 
     return collective_time(link, op, bytes, u.dp) + (count - 1) * steps * alpha;
   };
   // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena.
-  const double gather_after = collective_time(link, "all_gather", grads, u.dp) +
+  const double gather_after = many("all_gather", grads, by_unit || z == 2 ? units : 1.0) +
                               (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0);
-  double hidden_behind = 0, total = 0, after = 0;
-  if (z == 1 && u.cfg.zero_optimization.reduce_scatter) {
-    after = collective_time(link, "reduce_scatter", grads, u.dp) + gather_after;
+  const bool overlaps = zero.overlap_comm && u.v == 1;
+  std::vector<Reduction> reductions;
+  double after = 0;
+  if (by_unit) {
+    reductions = unit_reductions(u, stage, w, overlaps);
+    after = gather_after;
   } else if (z <= 1) {
-    const double buckets =
-        std::ceil(psi / double(std::max<int64_t>(1, u.cfg.zero_optimization.reduce_bucket_size)));
-    total = many("all_reduce", grads, buckets);
-    hidden_behind = u.cfg.zero_optimization.overlap_comm ? last_bwd : 0;
+    const double buckets = std::ceil(psi / double(std::max<int64_t>(1, zero.reduce_bucket_size)));
+    reductions = {{overlaps ? -w.last_bwd : 0.0, many("all_reduce", grads, buckets)}};
     if (z == 1) after = gather_after;
   } else if (z == 2) {
-    total = u.m * many("reduce_scatter", grads, units);
-    hidden_behind = bwd_compute;
+    reductions = {{-w.bwd, u.m * many("reduce_scatter", grads, units)}};
     after = gather_after;
   } else {
-    total = u.m * (gathers(u) * many("all_gather", psi * u.act, units) +
-                   many("reduce_scatter", grads, units));
-    hidden_behind = fwd_compute + bwd_compute;
+    reductions = {{-(w.fwd + w.bwd), u.m * (gathers(u) * many("all_gather", psi * u.act, units) +
+                                            many("reduce_scatter", grads, units))}};
   }
-  const double hidden = u.mc.overlap_data_parallel * std::min(total, hidden_behind);
   // ZeRO-2/3: each unit's fp32 gradient window is zeroed per micro-batch at the memory bandwidth
   // (the gathered weights are written by the gather, not zeroed).
   const double windows = z >= 2 ? u.m * grads : 0.0;
-  return total - hidden + after + bytes_time(u, windows);
+  return exposed_time(reductions, u.mc.overlap_data_parallel) + after + bytes_time(u, windows);
 }
 
 // The optimizer's step on a stage: AdamW reads the weight, its gradient and two moments and
@@ -319,6 +394,7 @@ Setup make_setup(const Config& cfg, int world, int nodes, const Machine& mc, con
   u.recompute = recompute_of(cfg.training);
   u.layers = plan.stage_layers;
   u.stage_params = plan.stage_params;
+  u.stage_units = plan.stage_units;
   u.shards = plan.shards;
   return u;
 }
@@ -363,18 +439,27 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
   StepTime out;
   const double other = mc.per_step + mc.per_micro_batch * u.m;
   double computing = 0;
+  // The tied word embedding's gradient, summed over the first and the last stage once both are
+  // done with their passes (REDUCE_TIED_GRADS; each tensor rank its slice of the vocabulary).
+  const double tied_start = std::max(timing.end.front(), timing.end.back());
+  const double tied_sum = collective_time(u.stage_link(0, u.pp - 1), "all_reduce",
+                                          u.vocab / u.shards.vocab * u.h * 4, 2);
   for (int st = 0; st < u.pp; ++st) {
     StepBreakdown b;
-    double fwd = 0, bwd = 0, last_bwd = 0;
+    StageWork w;
     for (const PassTime& p : chunks[size_t(st)]) {
-      fwd += p.fwd * u.m;
-      bwd += p.bwd * u.m;
-      last_bwd += p.bwd;
+      w.fwd += p.fwd * u.m;
+      w.bwd += p.bwd * u.m;
+      w.last_bwd += p.bwd;
       b.tensor += (p.fwd_comm + p.bwd_comm) * u.m;
     }
+    for (const triad_pipe_instr_v1& in : streams[size_t(st)].instrs)
+      w.split = w.split || in.op == TRIAD_PIPE_BACKWARD_WEIGHT;
+    if (u.pp > 1 && (st == 0 || st == u.pp - 1))
+      w.tied_sum = {tied_start - timing.end[size_t(st)], tied_sum};
     b.compute = timing.busy[size_t(st)] - b.tensor;
     b.pipeline = timing.end[size_t(st)] - timing.busy[size_t(st)];
-    b.data_parallel = data_parallel_time(u, st, fwd, bwd, last_bwd);
+    b.data_parallel = data_parallel_time(u, st, w);
     b.optimizer = optimizer_time(u, st);
     b.other = other;
     computing += b.compute + b.optimizer;

@@ -1,5 +1,6 @@
 // The dry run's plan: what a run costs per rank of its layout, computed without allocating.
 #include <algorithm>
+#include <utility>
 
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/model/memory_plan.hpp"
@@ -27,6 +28,9 @@ RunPlan plan_run(const Config& cfg) {
     const ParamSpec spec = build_param_spec(m, place);
     if (st == 0) first = spec;
     p.stage_params.push_back(spec.total);
+    std::vector<size_t> units;
+    for (const ArenaRange& r : arena_units(spec)) units.push_back(r.size());
+    p.stage_units.push_back(std::move(units));
     place.first_layer += place.num_layers;
   }
   p.num_params = gpt_layout(m).total;

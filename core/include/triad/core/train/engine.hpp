@@ -32,7 +32,10 @@ struct RunPlan {
   TensorShards shards;               // which parts the tensor plugin's plan splits
   std::vector<int> stage_layers;     // per pipeline stage
   std::vector<size_t> stage_params;  // per rank of each pipeline stage
-  std::vector<size_t> stage_bytes;   // per rank of each stage: its estimated peak
+  // Per rank of each pipeline stage: each unit's elements in arena order (the embedding, each
+  // block, the head: the units ZeRO-1 and ZeRO-2 reduce one by one, param_spec.hpp's arena_units).
+  std::vector<std::vector<size_t>> stage_units;
+  std::vector<size_t> stage_bytes;  // per rank of each stage: its estimated peak
   // The memory estimate (memory_plan.hpp) of a rank of each stage, at the configured ZeRO stage.
   std::vector<MemoryEstimate> stage_memory;
   double flops_per_step = 0;  // Megatron's formula, see model_flops_per_step
