@@ -464,7 +464,7 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("  origin:       build tree (")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
-              AllOf(HasSubstr("kind ABIs attention 1, transport 2, data 2, tensor 1, pipeline 2\n"),
+              AllOf(HasSubstr("kind ABIs attention 1, transport 2, data 3, tensor 1, pipeline 2\n"),
                     HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 
