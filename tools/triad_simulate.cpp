@@ -243,11 +243,8 @@ std::string machine_path(const std::string& given) {
                                ? given
                                : given + ".yaml";
   std::vector<fs::path> dirs;
-  try {
-    const fs::path bin = boost::dll::program_location().parent_path().string();
-    dirs.push_back(bin.parent_path() / "share/triad/machines");
-  } catch (const std::exception&) {
-  }
+  if (const fs::path share = triad::installed_share_dir(); !share.empty())
+    dirs.push_back(share / "machines");
   dirs.push_back(TRIAD_MACHINES_DIR);
   for (const fs::path& d : dirs)
     if (fs::is_regular_file(d / file)) return (d / file).string();
@@ -322,8 +319,9 @@ int calibrate(int argc, char** argv) {
   std::string script = TRIAD_CALIBRATE_SCRIPT;
   try {
     const fs::path bin = boost::dll::program_location().parent_path().string();
-    const fs::path installed = bin.parent_path() / "share/triad/triad_calibrate.py";
-    if (fs::is_regular_file(installed)) script = installed.string();
+    const fs::path share = triad::installed_share_dir();
+    if (!share.empty() && fs::is_regular_file(share / "triad_calibrate.py"))
+      script = (share / "triad_calibrate.py").string();
     // The programs it runs are this build's (or installation's): the ones beside this one.
     ::setenv("TRIAD_BIN_DIR", bin.c_str(), 0);
   } catch (const std::exception&) {

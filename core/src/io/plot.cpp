@@ -19,6 +19,15 @@ namespace triad {
 
 namespace fs = std::filesystem;
 
+fs::path installed_share_dir() {
+  try {
+    return fs::path(boost::dll::program_location().parent_path().parent_path().string()) /
+           "share/triad";
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 namespace {
 
 // 'text' for a POSIX shell.
@@ -29,12 +38,8 @@ std::string quoted(const std::string& text) {
 }
 
 std::string script_path(const std::string& name, const std::string& source_path) {
-  try {
-    const fs::path installed = boost::dll::program_location().parent_path().parent_path().string() +
-                               "/share/triad/" + name;
-    if (fs::is_regular_file(installed)) return installed.string();
-  } catch (const std::exception&) {
-  }
+  const fs::path share = installed_share_dir();
+  if (!share.empty() && fs::is_regular_file(share / name)) return (share / name).string();
   return source_path;
 }
 

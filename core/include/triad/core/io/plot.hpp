@@ -3,6 +3,7 @@
 // tree, run on a JSON file of what to draw.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,11 @@ namespace triad {
 // read-only folder, a file where its folder should be, and an existing file unless `overwrite`
 // (the tool's --overwrite). Throws UserError naming the path and the fix.
 void check_png_path(const std::string& png, bool overwrite);
+
+// <prefix>/share/triad beside the running program (<exe>/../share/triad), where an installation
+// keeps the tools' scripts and data; it need not exist (a build tree). Empty when the program's
+// own location cannot be found.
+std::filesystem::path installed_share_dir();
 
 // Writes `data` to a temporary JSON file and runs `python3 SCRIPT JSON PNG --overwrite|--keep`
 // (the script checks PNG again, as the tool's --overwrite says), SCRIPT being
