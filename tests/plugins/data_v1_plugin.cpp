@@ -2,11 +2,15 @@
 // before data_v2.h would be: stage 0, one all-reduce of the whole arena in finish_grads. It
 // proves the loader's adapters: the core speaks its current version to it, and the data suite
 // passes. Built with TRIAD_TEST_DATA_V2 it is the same plugin written against data_v2.h, as one
-// built before data_v3.h would be (partitioning nothing, its unit slots unsupported).
+// built before data_v3.h would be (partitioning nothing, its unit slots unsupported); with
+// TRIAD_TEST_DATA_V3, against data_v3.h, as one built before data_v4.h would be (the same table).
 #include <cstring>
 
 #include "raw_plugin.hpp"
-#ifdef TRIAD_TEST_DATA_V2
+#ifdef TRIAD_TEST_DATA_V3
+#define TRIAD_TEST_DATA_V2
+#include "triad/sdk/data_v3.h"
+#elif defined(TRIAD_TEST_DATA_V2)
 #include "triad/sdk/data_v2.h"
 #else
 #include "triad/sdk/data_v1.h"
@@ -78,8 +82,13 @@ int wait_unit(void*, uint32_t) {
 const triad_data_ops_v2 kOps = {&capabilities, &setup,       &grads_ready,  &finish_grads,
                                 &owned_range,  &after_step,  &partitioning, &shard,
                                 &reduce_unit,  &gather_unit, &wait_unit};
+#ifdef TRIAD_TEST_DATA_V3
+constexpr uint32_t kVersion = 3;
+constexpr const char* kName = "v3old";
+#else
 constexpr uint32_t kVersion = 2;
 constexpr const char* kName = "v2old";
+#endif
 #else
 const triad_data_ops_v1 kOps = {&capabilities, &setup,       &grads_ready,
                                 &finish_grads, &owned_range, &after_step};

@@ -13,7 +13,7 @@
 #include "triad/core/plugins/plugin_loader.hpp"
 #include "triad/core/plugins/services.hpp"
 #include "triad/sdk/attention_v1.h"
-#include "triad/sdk/data_v3.h"
+#include "triad/sdk/data_v4.h"
 #include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/transport_v2.h"
 
@@ -120,8 +120,8 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
   EXPECT_EQ(loader.search_path().size(), 2u);
   auto files = loader.discover();
   // nine broken plugins, buggy, chatty, three hostile ones, three v1old (data, pipeline,
-  // transport), one v2old (data)
-  EXPECT_EQ(files.size(), 18u);
+  // transport), one v2old and one v3old (data)
+  EXPECT_EQ(files.size(), 19u);
   EXPECT_EQ(files.front().path, bad_plugin("abi99"));
   EXPECT_EQ(files.front().kind, "attention");
   EXPECT_EQ(files.front().name, "abi99");
@@ -133,7 +133,8 @@ TEST(PluginLoader, DiscoverListsEveryFileAndAvailableTheDescriptorsNames) {
                                       "nullname", "nullslot"}));
   EXPECT_EQ(loader.available("tensor"), (std::vector<std::string>{"hostile"}));
   EXPECT_EQ(loader.available("pipeline"), (std::vector<std::string>{"hostile", "v1old"}));
-  EXPECT_EQ(loader.available("data"), (std::vector<std::string>{"hostile", "v1old", "v2old"}));
+  EXPECT_EQ(loader.available("data"),
+            (std::vector<std::string>{"hostile", "v1old", "v2old", "v3old"}));
   EXPECT_EQ(loader.available("transport"), (std::vector<std::string>{"v1old"}));
 }
 
@@ -227,11 +228,12 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
   std::vector<std::string> kinds;
   for (const auto& k : kind_abis()) {
     kinds.push_back(k.kind);
-    // data is at version 3 (ZeRO-2/3, then ZeRO-1 by unit) and adapts versions 1 and 2;
+    // data is at version 4 (ZeRO-2/3, ZeRO-1 by unit, then deferred gathers) and adapts
+    // versions 1 to 3;
     // pipeline (split backwards) and transport (progress, all_to_all) are at version 2 and adapt
     // version 1; the others are at version 1.
     const std::string kind = k.kind;
-    const unsigned want = kind == "data" ? 3u : kind == "pipeline" || kind == "transport" ? 2u : 1u;
+    const unsigned want = kind == "data" ? 4u : kind == "pipeline" || kind == "transport" ? 2u : 1u;
     EXPECT_EQ(k.current, want) << k.kind;
     EXPECT_EQ(k.adapters.size(), want - 1) << k.kind;
   }
@@ -251,7 +253,7 @@ TEST(PluginLoader, EveryKindHasItsOwnAbiVersion) {
 namespace {
 std::shared_ptr<const LoadedPlugin> old_through_adapter(const std::string& kind, unsigned current,
                                                         unsigned version = 1) {
-  const std::string name = version == 1 ? "v1old" : "v2old";
+  const std::string name = std::string(1, 'v').append(std::to_string(version)).append("old");
   auto p = PluginLoader({TRIAD_TEST_PLUGIN_DIR}).load(kind, name);
   EXPECT_EQ(p->kind_abi_version(), version) << kind;
   EXPECT_TRUE(p->adapted()) << kind;
@@ -261,19 +263,20 @@ std::shared_ptr<const LoadedPlugin> old_through_adapter(const std::string& kind,
 }
 }  // namespace
 
-// Data plugins of kind ABI 1 and 2 load through the adapters: the core sees a version-3 table,
-// and neither partitions by unit; plugins built with the SDK's C++ layer are of version 3.
-TEST(PluginLoader, DataVersionsOneAndTwoAreAdapted) {
-  EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 3);
-  for (unsigned version : {1u, 2u}) {
+// Data plugins of kind ABI 1, 2 and 3 load through the adapters: the core sees a version-4 table,
+// and none partitions by unit or defers its gathers; plugins built with the SDK's C++ layer are
+// of version 4.
+TEST(PluginLoader, DataVersionsOneToThreeAreAdapted) {
+  EXPECT_EQ(TRIAD_DATA_ABI_VERSION, 4);
+  for (unsigned version : {1u, 2u, 3u}) {
     auto p = old_through_adapter("data", TRIAD_DATA_ABI_VERSION, version);
-    const auto& ops = *static_cast<const triad_data_ops_v3*>(p->descriptor().ops);
+    const auto& ops = *static_cast<const triad_data_ops_v4*>(p->descriptor().ops);
     uint32_t flags = ~0u;
     EXPECT_EQ(ops.partitioning(nullptr, &flags), TRIAD_OK);
     EXPECT_EQ(flags, 0u) << version;
   }
   auto zero = PluginLoader().load("data", "zero");
-  EXPECT_EQ(zero->kind_abi_version(), 3u);
+  EXPECT_EQ(zero->kind_abi_version(), 4u);
   EXPECT_FALSE(zero->adapted());
 }
 
@@ -464,7 +467,7 @@ TEST(InfoTool, ListsPluginsWithParametersAndFlagsBrokenOnes) {
                           HasSubstr("  origin:       build tree (")));
   // Each plugin's descriptor and kind ABI, and the ones this Triad speaks.
   EXPECT_THAT(text,
-              AllOf(HasSubstr("kind ABIs attention 1, transport 2, data 3, tensor 1, pipeline 2\n"),
+              AllOf(HasSubstr("kind ABIs attention 1, transport 2, data 4, tensor 1, pipeline 2\n"),
                     HasSubstr("  abi:          plugin 1, attention 1\n")));
 }
 

@@ -34,7 +34,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/plugins/plugin_instance.hpp"
 #include "triad/core/plugins/services.hpp"
-#include "triad/sdk/data_v3.h"
+#include "triad/sdk/data_v4.h"
 
 namespace triad::conformance {
 
@@ -517,7 +517,7 @@ class Config {
     watch_->arenas(grads_.data(), weights_.data(), a_.total);
     try {
       inst_ = std::make_unique<PluginInstance>(plugin_, "data", params_, services_);
-      ops_ = &inst_->ops<triad_data_ops_v3>();
+      ops_ = &inst_->ops<triad_data_ops_v4>();
       watch_->declare(inst_->capabilities(ops_->capabilities).transport_ops);
       // Units (data_v2.h): the tensors, each one unit.
       triad_data_setup_v2 s2{};
@@ -566,11 +566,15 @@ class Config {
   std::string stage1_partitioning() {
     uint32_t flags = 0;
     std::string fatal = call(ops_->partitioning(inst_->handle(), &flags), "partitioning");
-    if (fatal.empty() && flags != 0 && flags != TRIAD_DATA_PARTITION_BY_UNIT)
+    const uint32_t unit = TRIAD_DATA_PARTITION_BY_UNIT;
+    if (fatal.empty() && flags != 0 && flags != unit &&
+        flags != (unit | TRIAD_DATA_GATHER_DEFERRED))
       fatal = "partitioning() says " + std::to_string(flags) +
-              " at stage 1; data_v3.h allows 0 (one owned range) or " +
-              std::to_string(TRIAD_DATA_PARTITION_BY_UNIT) + " (BY_UNIT)";
-    by_unit_ = fatal.empty() && flags == TRIAD_DATA_PARTITION_BY_UNIT;
+              " at stage 1; data_v4.h allows 0 (one owned range), " + std::to_string(unit) +
+              " (BY_UNIT) or " + std::to_string(unit | TRIAD_DATA_GATHER_DEFERRED) +
+              " (BY_UNIT | GATHER_DEFERRED)";
+    by_unit_ = fatal.empty() && (flags & unit);
+    deferred_ = fatal.empty() && (flags & TRIAD_DATA_GATHER_DEFERRED);
     return fatal;
   }
 
@@ -591,9 +595,13 @@ class Config {
     if (fatal.empty()) {
       uint32_t flags = 0;
       fatal = call(ops_->partitioning(inst_->handle(), &flags), "partitioning");
-      if (fatal.empty() && flags != want)
+      // Stages 1 (by unit) and 2 may leave the gathers after the step to wait_unit (data_v4.h).
+      const uint32_t also = stage_ < 3 ? uint32_t(TRIAD_DATA_GATHER_DEFERRED) : 0u;
+      if (fatal.empty() && flags != want && flags != (want | also))
         fatal = "partitioning() says " + std::to_string(flags) + " at stage " +
-                std::to_string(stage_) + "; data_v3.h asks for " + std::to_string(want);
+                std::to_string(stage_) + "; data_v4.h asks for " + std::to_string(want) +
+                (also ? " or " + std::to_string(want | also) + " (with GATHER_DEFERRED)" : "");
+      deferred_ = fatal.empty() && (flags & TRIAD_DATA_GATHER_DEFERRED);
     }
     if (fatal.empty()) fatal = call(ops_->shard(inst_->handle(), off.data(), cnt.data()), "shard");
     // Every unit's slices over the ranks, relative to the unit: they must tile it.
@@ -743,7 +751,7 @@ class Config {
         if (res.stop.empty()) res.stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit");
       }
     } else {
-      res.stop = call(ops_->after_step(h, weights_.data()), "after_step");
+      res.stop = after_step(h);
     }
     if (!res.stop.empty()) return res;
     res.params_checked = true;
@@ -838,7 +846,7 @@ class Config {
     for (uint64_t i = 0; i < a_.total; ++i) weights_[i] = garbage(rank);
     for (const Range& check : checks)
       for (uint64_t i = check.offset; i < check.end(); ++i) weights_[i] = param_value(step, i);
-    if (!(res.stop = call(ops_->after_step(h, weights_.data()), "after_step")).empty()) return res;
+    if (!(res.stop = after_step(h)).empty()) return res;
     res.params_checked = true;
     for (uint64_t i = 0; i < a_.total; ++i) {
       const float want_p = param_value(step, i);
@@ -855,19 +863,29 @@ class Config {
     return res;
   }
 
+  // after_step, then (GATHER_DEFERRED, data_v4.h) wait_unit for every unit, as the core ends
+  // them before it reads the parameters.
+  std::string after_step(void* h) {
+    std::string stop = call(ops_->after_step(h, weights_.data()), "after_step");
+    for (size_t u = 0; deferred_ && stop.empty() && u < a_.sizes.size(); ++u)
+      stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit(" + std::to_string(u) + ")");
+    return stop;
+  }
+
   Group& g_;
   std::shared_ptr<const LoadedPlugin> plugin_;
   const ResolvedParams& params_;
   const triad_services_v1* services_;
   int stage_;
-  bool by_unit_ = false;  // stage 1, partitioned by unit (data_v3.h)
+  bool by_unit_ = false;   // stage 1, partitioned by unit (data_v3.h)
+  bool deferred_ = false;  // after_step leaves the gathers to wait_unit (data_v4.h)
   const Arena& a_;
   int64_t timeout_ms_;
   double tolerance_;
   std::vector<float> grads_, weights_;
   std::unique_ptr<Watch> watch_;  // what the instance borrows: outlives it
   std::unique_ptr<PluginInstance> inst_;
-  const triad_data_ops_v3* ops_ = nullptr;
+  const triad_data_ops_v4* ops_ = nullptr;
 };
 
 // Every configuration of one (stage, world) on this rank, then how the plugins used their

@@ -172,6 +172,7 @@ float* ModelState::unit_grad(size_t offset) const {
 
 void ModelState::grads_done(const ArenaRange& r) {
   if (!comm_ || r.size() == 0) return;
+  settle();
   const size_t u = unit_of(r.begin);
   Unit& w = units_[u];
   if (!w.grads_open) unit_grad(r.begin);  // a unit this pass left untouched still takes part
@@ -256,7 +257,39 @@ const void* ModelState::unit_weight(size_t offset) const {
   return w.params.at(offset - w.range.begin);
 }
 
+void ModelState::gathers_started(const std::vector<ArenaRange>& units,
+                                 std::function<void(size_t)> wait) {
+  settle();
+  gather_units_ = units;
+  gather_wait_ = std::move(wait);
+  gather_pending_.assign(units.size(), 1);
+  in_flight_ = units.size();
+}
+
+void ModelState::gathered(size_t u) const {
+  if (!gather_pending_[u]) return;
+  gather_pending_[u] = 0;
+  --in_flight_;
+  gather_wait_(u);
+  const ArenaRange& r = gather_units_[u];
+  if (act_ != DType::f32 && r.size())
+    dev_.convert(advance(compute_.data(), r.begin, act_), act_, params_.data() + r.begin, r.size());
+}
+
+void ModelState::arrive(size_t offset) const {
+  auto it = std::upper_bound(gather_units_.begin(), gather_units_.end(), offset,
+                             [](size_t o, const ArenaRange& r) { return o < r.begin; });
+  if (it == gather_units_.begin() || offset >= std::prev(it)->end)
+    throw std::logic_error("arena offset " + std::to_string(offset) + " is in no gathered unit");
+  gathered(size_t(std::prev(it) - gather_units_.begin()));
+}
+
+void ModelState::settle() const {
+  for (size_t u = 0; in_flight_ && u < gather_pending_.size(); ++u) gathered(u);
+}
+
 Buffer<float> ModelState::whole_params() const {
+  settle();
   return params_sharded_ ? gather_shard(params_.data()) : copy_arena(params_.data());
 }
 
@@ -281,6 +314,7 @@ Buffer<float> ModelState::gather_shard(const float* shard) const {
 }
 
 void ModelState::sync_compute() {
+  settle();
   if (act_ != DType::f32) dev_.convert(compute_.data(), act_, params_.data(), params_size());
 }
 
@@ -290,6 +324,7 @@ void ModelState::zero_grad() {
 
 std::vector<float> ModelState::params_to_host() const {
   if (params_sharded_) throw std::logic_error("params_to_host: the parameters are sharded");
+  settle();
   std::vector<float> host(spec_.total);
   dev_.to_host(host.data(), params_.data(), host.size() * sizeof(float));
   return host;
@@ -304,6 +339,7 @@ std::vector<float> ModelState::grads_to_host() const {
 
 void ModelState::params_from_host(const std::vector<float>& host) {
   if (params_sharded_) throw std::logic_error("params_from_host: the parameters are sharded");
+  settle();
   dev_.to_device(params_.data(), host.data(), spec_.total * sizeof(float));
   sync_compute();
 }

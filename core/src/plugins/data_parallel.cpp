@@ -164,13 +164,17 @@ uint32_t DataParallelBackend::partitioning() {
   uint32_t flags = 0;
   run("partitioning", [&] { return ops_.partitioning(instance_.handle(), &flags); });
   if (flags & TRIAD_DATA_PARTITION_PARAMS) flags |= TRIAD_DATA_PARTITION_GRADS;
-  const uint32_t known =
-      TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS | TRIAD_DATA_PARTITION_BY_UNIT;
+  const uint32_t known = TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS |
+                         TRIAD_DATA_PARTITION_BY_UNIT | TRIAD_DATA_GATHER_DEFERRED;
+  const uint32_t stage = flags & ~uint32_t(TRIAD_DATA_GATHER_DEFERRED);
+  const bool deferrable =
+      stage == TRIAD_DATA_PARTITION_GRADS || stage == TRIAD_DATA_PARTITION_BY_UNIT;
   if ((flags & ~known) ||
-      ((flags & TRIAD_DATA_PARTITION_BY_UNIT) && (flags & TRIAD_DATA_PARTITION_GRADS)))
+      ((flags & TRIAD_DATA_PARTITION_BY_UNIT) && (flags & TRIAD_DATA_PARTITION_GRADS)) ||
+      ((flags & TRIAD_DATA_GATHER_DEFERRED) && !deferrable))
     throw UserError(instance_.who() + ": partitioning: flags " + std::to_string(flags) +
-                    " are not a stage data_v3.h knows (GRADS, GRADS | PARAMS or BY_UNIT alone); "
-                    "a plugin bug");
+                    " are not a stage data_v4.h knows (GRADS, GRADS | PARAMS or BY_UNIT alone, "
+                    "GATHER_DEFERRED only with GRADS alone or BY_UNIT); a plugin bug");
   return flags;
 }
 

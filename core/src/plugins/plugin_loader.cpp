@@ -23,7 +23,7 @@
 #include "triad/core/error.hpp"
 #include "triad/core/io/files.hpp"
 #include "triad/sdk/attention_v1.h"
-#include "triad/sdk/data_v3.h"
+#include "triad/sdk/data_v4.h"
 #include "triad/sdk/pipeline_v2.h"
 #include "triad/sdk/tensor_v1.h"
 #include "triad/sdk/transport_v2.h"
@@ -117,7 +117,7 @@ AdaptedDescriptor adapted(const triad_plugin_v1& older, uint32_t version,
   return a;
 }
 
-// A data plugin of version 1 (stages 0 and 1) as version 3: its six slots are version 2's first
+// A data plugin of version 1 (stages 0 and 1) as version 4: its six slots are version 2's first
 // six (setup reads the triad_data_setup_v1 that begins triad_data_setup_v2), and it partitions
 // nothing beyond the optimizer state.
 int v1_partitions_nothing(void*, uint32_t* flags) {
@@ -182,9 +182,9 @@ AdaptedDescriptor same_table(const triad_plugin_v1& older, uint32_t version) {
   a.descriptor.kind_abi_version = version;
   return a;
 }
-// A data plugin of version 2 as version 3: its partitioning() never answers
-// TRIAD_DATA_PARTITION_BY_UNIT.
-AdaptedDescriptor adapt_data_v2(const triad_plugin_v1& older) {
+// A data plugin of version 2 or 3 as version 4: its partitioning() never answers
+// TRIAD_DATA_GATHER_DEFERRED (nor, from version 2, TRIAD_DATA_PARTITION_BY_UNIT).
+AdaptedDescriptor adapt_data_v2_v3(const triad_plugin_v1& older) {
   return same_table(older, TRIAD_DATA_ABI_VERSION);
 }
 // A pipeline plugin of version 1 as version 2: its streams never split a backward.
@@ -384,7 +384,10 @@ const std::vector<KindAbi>& kind_abis() {
   static const std::vector<KindAbi> table = {
       {"attention", TRIAD_ATTENTION_ABI_VERSION, &attention_slots, {}},
       {"transport", TRIAD_TRANSPORT_ABI_VERSION, &transport_slots, {{1, &adapt_transport_v1}}},
-      {"data", TRIAD_DATA_ABI_VERSION, &data_slots, {{1, &adapt_data_v1}, {2, &adapt_data_v2}}},
+      {"data",
+       TRIAD_DATA_ABI_VERSION,
+       &data_slots,
+       {{1, &adapt_data_v1}, {2, &adapt_data_v2_v3}, {3, &adapt_data_v2_v3}}},
       {"tensor", TRIAD_TENSOR_ABI_VERSION, &tensor_slots, {}},
       {"pipeline", TRIAD_PIPELINE_ABI_VERSION, &pipeline_slots, {{1, &adapt_pipeline_v1}}},
   };

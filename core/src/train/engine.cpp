@@ -162,6 +162,7 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
       break;
     }
   }
+  run.state->settle();  // the last step's deferred parameter gathers (data_v4.h)
   result.checkpoint = checkpoints.last();
   metrics.close();
   tensorboard.close();

@@ -4,12 +4,16 @@
 #include <vector>
 
 #include "triad/core/train/run.hpp"
+#include "triad/core/train/trace.hpp"
 
 namespace triad {
 
 Optimizer::Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& arena,
                      const OptimizerConfig& cfg, const Place& place, DistributedRun* dist)
-    : state_(state), spec_(spec), arena_(arena), cfg_(cfg), place_(place), dist_(dist) {}
+    : state_(state), spec_(spec), arena_(arena), cfg_(cfg), place_(place), dist_(dist) {
+  gathers_deferred_ = dist_ && (dist_->data->partitioning() & TRIAD_DATA_GATHER_DEFERRED);
+  if (gathers_deferred_) units_ = arena_units(spec_);
+}
 
 double Optimizer::grad_norm(double grad_scale) {
   Device& dev = state_.device();
@@ -37,6 +41,7 @@ double Optimizer::grad_norm(double grad_scale) {
 }
 
 void Optimizer::step(double norm, double lr, int t, double grad_scale) {
+  state_.settle();  // the last step's gathers still read the owned slices this one writes
   double factor = 1 / grad_scale;
   if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad) factor *= cfg_.clip_grad / (norm + 1e-6);
   if (factor != 1)
@@ -54,7 +59,17 @@ void Optimizer::skip() {
 
 void Optimizer::after_step() {
   if (dist_) {
+    state_.settle();
     dist_->data->after_step(state_.params());
+    if (gathers_deferred_) {  // each unit waited for (and its compute copy refreshed) when read
+      DataParallelBackend* data = dist_->data.get();
+      state_.gathers_started(units_, [this, data](size_t u) {
+        TraceSpan span(TraceKind::communication, "gather_params", int(u));
+        if (span) span.arg("group", "dp").arg("bytes", uint64_t(units_[u].size()) * sizeof(float));
+        data->wait_unit(u);
+      });
+      return;
+    }
     // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
     if (state_.opt_count() != state_.size() && !state_.params_partitioned()) state_.sync_compute();
   }

@@ -168,6 +168,7 @@ StepOutcome TrainingStep::run(int step) {
 
 GPT::GradsReady TrainingStep::grads_ready(bool last) {
   ModelState& state = *run_.state;
+  state.settle();  // deferred parameter gathers end before any gradient reduction (data_v4.h)
   if (partitioned_)
     return [this, &state](size_t off, size_t n) {
       if (!is_tied(off, n)) state.grads_done({off, off + n});

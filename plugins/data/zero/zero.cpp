@@ -20,6 +20,10 @@
 // of every unit. As backward finishes a unit in each micro-batch, its gradient window is
 // reduce-scattered into the owned slice (the core keeps no other gradient memory); after the
 // step each unit's owned slices are all-gathered into the whole parameters.
+// Stages 1 (by unit) and 2 with overlap_param_gather (the default): after_step only starts the
+// per-unit gathers and answers TRIAD_DATA_GATHER_DEFERRED (data_v4.h); the core's wait_unit(u)
+// ends unit u's just before the next forward pass reads it, so the later units' gathers run
+// behind the earlier units' compute.
 // Stage 3 (ZeRO-3): parameters partitioned as the gradients are; the core gathers a unit's
 // parameters (all-gather of every rank's slice) before it uses them and frees them after,
 // prefetching the next unit's while it computes; after_step has nothing left to do.
@@ -51,6 +55,10 @@ const triad_param_spec_v1 kParams[] = {
      "owners as soon as the backward pass is done with it (2Ψ per step with the parameter "
      "all-gather); false owns one block of the arena and all-reduces the gradients in buckets "
      "during the backward pass (3Ψ)"},
+    {"overlap_param_gather", TRIAD_PARAM_BOOL, "true",
+     "stages 1 (with reduce_scatter) and 2: after the step only start each layer's parameter "
+     "all-gather; the core waits for it just before the next forward pass reads the layer "
+     "(Megatron's --overlap-param-gather); false completes every gather within the step"},
 };
 
 struct Bucket {
@@ -66,7 +74,8 @@ class Zero final : public triad::sdk::DataPlugin {
         stage_(static_cast<int>(params.get_int("stage"))),
         bucket_elems_(params.get_int("reduce_bucket_size")),
         overlap_(params.get_bool("overlap_comm")),
-        by_unit_(stage_ == 1 && params.get_bool("reduce_scatter")) {
+        by_unit_(stage_ == 1 && params.get_bool("reduce_scatter")),
+        defer_gather_((stage_ == 2 || by_unit_) && params.get_bool("overlap_param_gather")) {
     if (bucket_elems_ < 1)
       throw triad::sdk::invalid("reduce_bucket_size must be at least 1, got " +
                                 std::to_string(bucket_elems_));
@@ -195,10 +204,12 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   uint32_t partitioning() const override {
-    return stage_ == 2   ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
-           : stage_ == 3 ? uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS)
-           : by_unit_    ? uint32_t(TRIAD_DATA_PARTITION_BY_UNIT)
-                         : 0u;
+    const uint32_t stage = stage_ == 2 ? uint32_t(TRIAD_DATA_PARTITION_GRADS)
+                           : stage_ == 3
+                               ? uint32_t(TRIAD_DATA_PARTITION_GRADS | TRIAD_DATA_PARTITION_PARAMS)
+                           : by_unit_ ? uint32_t(TRIAD_DATA_PARTITION_BY_UNIT)
+                                      : 0u;
+    return stage | (defer_gather_ ? uint32_t(TRIAD_DATA_GATHER_DEFERRED) : 0u);
   }
 
   void shard(uint64_t* offsets, uint64_t* counts) const override {
@@ -260,7 +271,8 @@ class Zero final : public triad::sdk::DataPlugin {
   void after_step(void* params) override {
     if (stage_ == 0 || stage_ == 3) return;
     if (stage_ == 2 || by_unit_) {
-      // Each unit's owned slices, stepped by their owners, to every rank (in place).
+      // Each unit's owned slices, stepped by their owners, to every rank (in place). Deferred
+      // (data_v4.h), each unit's gather is left in flight for the core's wait_unit.
       const auto& c = setup_.dp_comm;
       float* p = static_cast<float*>(params);
       std::vector<void*> reqs;
@@ -271,8 +283,16 @@ class Zero final : public triad::sdk::DataPlugin {
         void* req = nullptr;
         rc = c.ops->all_gather(c.transport, c.comm, p + units_[u] + off, p + units_[u],
                                unit_sizes_[u], setup_.grad_dtype, setup_.device, &req);
-        if (req) reqs.push_back(req);
+        if (req && defer_gather_ && rc == TRIAD_OK)
+          pending_[u].push_back(req);
+        else if (req)
+          reqs.push_back(req);
       }
+      if (defer_gather_ && rc != TRIAD_OK)  // a failed start: the others waited for here
+        for (auto& unit : pending_) {
+          reqs.insert(reqs.end(), unit.begin(), unit.end());
+          unit.clear();
+        }
       for (void* r : reqs) {
         if (rc == TRIAD_OK) rc = c.ops->wait(c.transport, r, setup_.timeout_ms);
         c.ops->request_free(c.transport, r);
@@ -346,7 +366,8 @@ class Zero final : public triad::sdk::DataPlugin {
   int stage_;
   long long bucket_elems_;
   bool overlap_;
-  bool by_unit_;  // stage 1 with reduce_scatter: owned per unit, one reduce-scatter per unit
+  bool by_unit_;       // stage 1 with reduce_scatter: owned per unit, one reduce-scatter per unit
+  bool defer_gather_;  // stage 2 or by_unit_: after_step leaves the gathers to wait_unit
   triad_data_setup_v1 setup_{};
   std::vector<Bucket> buckets_;
   std::vector<uint64_t> units_, unit_sizes_;

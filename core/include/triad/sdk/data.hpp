@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "triad/sdk/data_v3.h"
+#include "triad/sdk/data_v4.h"
 #include "triad/sdk/plugin.hpp"
 
 namespace triad::sdk {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,15 @@ class ModelState {
   // otherwise, and for an empty range).
   void prefetch(const ArenaRange& r) const;
   void release(const ArenaRange& r) const;
+  // ZeRO-1 by unit and ZeRO-2 with the parameter gather deferred (data_v4.h's
+  // TRIAD_DATA_GATHER_DEFERRED): the step started one all-gather per unit (`units`, tiling the
+  // arena in order) into the master weights, and `wait(u)` ends unit u's. Each unit is waited
+  // for where the layers first read it (weight()), its compute copy refreshed then in mixed
+  // precision, so the later units' gathers run behind the earlier units' compute. settle()
+  // waits for every unit still in flight; whatever reads or writes the arena otherwise calls it
+  // (the optimizer, the gradient reductions, whole_params and the host copies do).
+  void gathers_started(const std::vector<ArenaRange>& units, std::function<void(size_t)> wait);
+  void settle() const;
   // The whole parameter / gradient arena on the device: gathered from the shards when they are
   // partitioned (collective over the data-parallel group), else a copy.
   Buffer<float> whole_params() const;
@@ -157,6 +167,7 @@ class ModelState {
   // unit's window, opened, or gathered and waited for, on first use).
   const void* weight(size_t offset) const {
     if (params_sharded_) return unit_weight(offset);
+    if (in_flight_) arrive(offset);
     return act_ == DType::f32 ? static_cast<const void*>(params_.data() + offset)
                               : advance(compute_.data(), offset, act_);
   }
@@ -186,7 +197,9 @@ class ModelState {
   size_t unit_of(size_t offset) const;
   float* unit_grad(size_t offset) const;
   const void* unit_weight(size_t offset) const;
-  void complete(size_t u) const;  // waits for u's transfers and retires them
+  void complete(size_t u) const;     // waits for u's transfers and retires them
+  void arrive(size_t offset) const;  // the deferred gather of the unit holding offset, ended
+  void gathered(size_t u) const;     // ends deferred gather u (and refreshes its compute copy)
   // Windows without churn: a window a unit is done with waits here for the next unit of its size
   // (every block's unit has one size) instead of going back to the device (on the CPU an mmap,
   // page faults and a memset per layer and micro-batch). Asking for a size no idle window has
@@ -216,6 +229,11 @@ class ModelState {
   mutable std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
   mutable std::vector<Buffer<float>> idle_grads_;  // windows without a unit (see take_*)
   mutable std::vector<ActBuffer> idle_params_;
+  // Deferred parameter gathers (gathers_started): the units, which are still in flight.
+  std::vector<ArenaRange> gather_units_;
+  mutable std::vector<char> gather_pending_;
+  mutable size_t in_flight_ = 0;
+  std::function<void(size_t)> gather_wait_;
 };
 
 // f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a

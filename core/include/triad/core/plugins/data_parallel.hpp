@@ -11,7 +11,7 @@
 
 #include "triad/core/model/gpt_layout.hpp"
 #include "triad/core/plugins/plugin_instance.hpp"
-#include "triad/sdk/data_v3.h"
+#include "triad/sdk/data_v4.h"
 
 namespace triad {
 
@@ -32,7 +32,8 @@ class DataParallelBackend {
   void owned_range(size_t* offset, size_t* count);
   void after_step(float* params);
   // ZeRO-2/3 (data_v2.h) and ZeRO-1 by unit (data_v3.h): TRIAD_DATA_PARTITION_* of the
-  // configured stage (checked: a combination data_v3.h knows), the owned slice of each unit as
+  // configured stage, and TRIAD_DATA_GATHER_DEFERRED (data_v4.h) where after_step only starts
+  // the gathers (checked: a combination data_v4.h knows), the owned slice of each unit as
   // (arena offset, count), and the per-unit reduction and gather.
   uint32_t partitioning();
   std::vector<std::pair<size_t, size_t>> shard();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/model/gpt_layout.hpp"
@@ -53,6 +54,10 @@ class Optimizer {
   const OptimizerConfig& cfg_;
   Place place_;
   DistributedRun* dist_;
+  // The data plugin leaves the parameter gathers after the step in flight (data_v4.h), one per
+  // unit: the model state waits for each where the layers read it.
+  bool gathers_deferred_ = false;
+  std::vector<ArenaRange> units_;
   size_t offloaded_bytes_ = 0;
 };
 
