@@ -56,6 +56,8 @@ const std::vector<KeyRow>& key_table() {
       {"zero_optimization.reduce_bucket_size", "zero_optimization.reduce_bucket_size", ""},
       {"zero_optimization.overlap_comm", "zero_optimization.overlap_comm", ""},
       {"zero_optimization.reduce_scatter", "zero_optimization.reduce_scatter", ""},
+      {"zero_optimization.overlap_param_gather", "zero_optimization.overlap_param_gather",
+       "--overlap-param-gather"},
       {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.device",
        ""},
       {"zero_optimization.offload_optimizer.pin_memory",

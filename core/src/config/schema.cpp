@@ -184,6 +184,7 @@ std::vector<Section> runtime_sections() {
            F("reduce_bucket_size", TRIAD_SLOT(zero_optimization.reduce_bucket_size)).min(1),
            F("overlap_comm", TRIAD_SLOT(zero_optimization.overlap_comm)),
            F("reduce_scatter", TRIAD_SLOT(zero_optimization.reduce_scatter)),
+           F("overlap_param_gather", TRIAD_SLOT(zero_optimization.overlap_param_gather)),
        }},
       // A section inside zero_optimization (a name with a dot nests it in its parent).
       {"zero_optimization.offload_optimizer",

@@ -221,7 +221,8 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
       {"stage", std::to_string(z.stage)},
       {"reduce_bucket_size", std::to_string(z.reduce_bucket_size)},
       {"overlap_comm", z.overlap_comm ? "true" : "false"},
-      {"reduce_scatter", z.reduce_scatter ? "true" : "false"}};
+      {"reduce_scatter", z.reduce_scatter ? "true" : "false"},
+      {"overlap_param_gather", z.overlap_param_gather ? "true" : "false"}};
   const triad_plugin_v1& desc = plugin->descriptor();
   std::map<std::string, std::string> given = choice.params;
   std::set<std::string> declared;

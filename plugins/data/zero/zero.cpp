@@ -51,6 +51,10 @@ const triad_param_spec_v1 kParams[] = {
      "owners as soon as the backward pass is done with it (2Ψ per step with the parameter "
      "all-gather); false owns one block of the arena and all-reduces the gradients in buckets "
      "during the backward pass (3Ψ)"},
+    {"overlap_param_gather", TRIAD_PARAM_BOOL, "true",
+     "stages 1 (with reduce_scatter) and 2: after the step only start each layer's parameter "
+     "all-gather; the core waits for it just before the next forward pass reads the layer "
+     "(Megatron's --overlap-param-gather); false completes every gather within the step"},
 };
 
 struct Bucket {

@@ -173,6 +173,11 @@ struct ZeroConfig {
   // backward pass instead (3Ψ with the gather, but overlapped). Stages 2 and 3 always
   // reduce-scatter, stage 0 always all-reduces.
   bool reduce_scatter = true;
+  // Stages 1 (with reduce_scatter) and 2: the parameter all-gather after the step only starts;
+  // each layer's is waited for just before the next forward pass first reads the layer, so the
+  // gathers of later layers run behind the earlier layers' compute (Megatron's
+  // --overlap-param-gather). false waits for every gather before the step returns.
+  bool overlap_param_gather = true;
   // offload_optimizer: {device: cpu}: the fp32 master weights and Adam's moments of this rank's
   // shard live on the host and are stepped there (stage 1 and above); "none" keeps them on the
   // training device. pin_memory is accepted for DeepSpeed configs (host memory is what the
