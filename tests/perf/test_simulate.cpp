@@ -213,13 +213,16 @@ TEST(Predict, DataParallelRingAllReduceByHand) {
   EXPECT_NEAR(p.step_s, compute + all_reduce, 1e-6 * (compute + all_reduce));
 }
 
+// The parameters' gather waited for after the step (overlap_param_gather false): the model as it
+// was before that flag, unchanged.
 TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   for (const bool scatter : {true, false}) {
-    const triad::Config cfg = triad::load_config(
-        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, reduce_scatter: ") +
-                   (scatter ? "true" : "false") + "}\n"),
-        {}, 2);
+    const triad::Config cfg =
+        triad::load_config(toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false, reduce_scatter: ") +
+                                      (scatter ? "true" : "false") + "}\n"),
+                           {}, 2);
     const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
     const double psi = double(triad::plan_run(cfg).stage_params[0]);
     // 2Ψ: the gradients' ring reduce-scatter and the parameters' all-gather over 2 ranks, one
@@ -235,8 +238,8 @@ TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
 // What each ZeRO stage moves in bf16 on a toy machine whose memory moves 1 GB/s: gradients
 // reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step, unit by unit,
 // and then write the bf16 compute copy from the whole arena (4 bytes read, 2 written per
-// element); stage 3 gathers the bf16 compute copy per unit and zeroes only the fp32 gradient
-// windows.
+// element; overlap_param_gather false); stage 3 gathers the bf16 compute copy per unit and
+// zeroes only the fp32 gradient windows.
 TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   const std::string toy = kToy;
   const size_t bandwidth = toy.find("1.0e15");
@@ -245,7 +248,7 @@ TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   for (const int z : {1, 2, 3}) {
     const triad::Config cfg = triad::load_config(
         toy_config("pipeline: gpipe\nprecision: bf16\ndevice: cuda\nzero_optimization: {stage: " +
-                   std::to_string(z) + "}\n"),
+                   std::to_string(z) + ", overlap_param_gather: false}\n"),
         {}, 2);
     const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
     const double psi = double(triad::plan_run(cfg).stage_params[0]), a = 10e-6;
@@ -288,16 +291,18 @@ double over2(double elements, double count = 1) {
 // then, one after another. Those of the head and blocks 3 to 1 end under the backward of the
 // blocks still to go; block 0's starts when only the embedding's backward (free here: the toy's
 // memory) is left, and the embedding's once block 0's is done: those two are exposed. After the
-// step the fp32 weights are gathered unit by unit, nothing hidden. With overlap_comm off, every
-// reduce-scatter waits for the backward's end. (The engine before the partitioning by unit
-// reduce-scattered the whole arena after the backward: 1 latency and all the bytes.)
+// step the fp32 weights are gathered unit by unit, nothing hidden (overlap_param_gather false).
+// With overlap_comm off, every reduce-scatter waits for the backward's end. (The engine before
+// the partitioning by unit reduce-scattered the whole arena after the backward: 1 latency and
+// all the bytes.)
 TEST(Predict, ZeroStage1ReduceScattersEachUnitBehindTheBackwardByHand) {
   const triad::Machine mc = fast_toy();
   for (const bool overlap : {true, false}) {
-    const triad::Config cfg = triad::load_config(
-        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, overlap_comm: ") +
-                   (overlap ? "true" : "false") + "}\n"),
-        {"model.num_layers=4"}, 2);
+    const triad::Config cfg =
+        triad::load_config(toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false, overlap_comm: ") +
+                                      (overlap ? "true" : "false") + "}\n"),
+                           {"model.num_layers=4"}, 2);
     const triad::RunPlan plan = triad::plan_run(cfg);
     const size_t block = size_t(kUnitBlock);
     ASSERT_EQ(plan.stage_units[0],
@@ -319,12 +324,14 @@ TEST(Predict, ZeroStage1ReduceScattersEachUnitBehindTheBackwardByHand) {
 // embedding's reduce-scatter start. One chunk per stage: block 1's reduce-scatter ends under
 // block 0's backward, block 0's starts at the backward's end (the embedding's is free here),
 // then the tied sum, then the embedding's. Two interleaved chunks per stage: nothing starts
-// before the backward's end, so the tied sum and every reduce-scatter are exposed.
+// before the backward's end, so the tied sum and every reduce-scatter are exposed. The weights'
+// gather after the step is waited for there (overlap_param_gather false).
 TEST(Predict, ZeroStage1PipelineTiedEmbeddingAndInterleavedChunksByHand) {
   const triad::Machine mc = fast_toy();
   for (const int chunks : {1, 2}) {
     const triad::Config cfg =
-        triad::load_config(toy_config(std::string("zero_optimization: {stage: 1}\npipeline: ") +
+        triad::load_config(toy_config(std::string("zero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false}\npipeline: ") +
                                       (chunks == 1 ? "1f1b" : "interleaved") +
                                       "\nparallel: {pipeline_model_parallel_size: 2, "
                                       "virtual_pipeline_model_parallel_size: " +
