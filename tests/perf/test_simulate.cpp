@@ -1,6 +1,7 @@
 // The performance model: machine descriptions (read, refused), the timed pipeline streams, the
 // ring collectives, and predictions of a 2-stage pipeline and a 2-rank data-parallel step on a
-// toy machine against the same steps computed by hand.
+// toy machine against the same steps computed by hand (ZeRO's parameter gathers after the step
+// or behind the next forward, overlap_param_gather).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -213,13 +214,16 @@ TEST(Predict, DataParallelRingAllReduceByHand) {
   EXPECT_NEAR(p.step_s, compute + all_reduce, 1e-6 * (compute + all_reduce));
 }
 
+// The parameters' gather waited for after the step (overlap_param_gather false): the model as it
+// was before that flag, unchanged.
 TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   for (const bool scatter : {true, false}) {
-    const triad::Config cfg = triad::load_config(
-        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, reduce_scatter: ") +
-                   (scatter ? "true" : "false") + "}\n"),
-        {}, 2);
+    const triad::Config cfg =
+        triad::load_config(toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false, reduce_scatter: ") +
+                                      (scatter ? "true" : "false") + "}\n"),
+                           {}, 2);
     const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
     const double psi = double(triad::plan_run(cfg).stage_params[0]);
     // 2Ψ: the gradients' ring reduce-scatter and the parameters' all-gather over 2 ranks, one
@@ -235,8 +239,8 @@ TEST(Predict, ZeroStage1ReduceScattersThenGathersByHand) {
 // What each ZeRO stage moves in bf16 on a toy machine whose memory moves 1 GB/s: gradients
 // reduce in fp32; stages 1 and 2 gather the fp32 master weights after the step, unit by unit,
 // and then write the bf16 compute copy from the whole arena (4 bytes read, 2 written per
-// element); stage 3 gathers the bf16 compute copy per unit and zeroes only the fp32 gradient
-// windows.
+// element; overlap_param_gather false); stage 3 gathers the bf16 compute copy per unit and
+// zeroes only the fp32 gradient windows.
 TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   const std::string toy = kToy;
   const size_t bandwidth = toy.find("1.0e15");
@@ -245,7 +249,7 @@ TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   for (const int z : {1, 2, 3}) {
     const triad::Config cfg = triad::load_config(
         toy_config("pipeline: gpipe\nprecision: bf16\ndevice: cuda\nzero_optimization: {stage: " +
-                   std::to_string(z) + "}\n"),
+                   std::to_string(z) + ", overlap_param_gather: false}\n"),
         {}, 2);
     const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
     const double psi = double(triad::plan_run(cfg).stage_params[0]), a = 10e-6;
@@ -261,16 +265,26 @@ TEST(Predict, ZeroStagesMoveWhatTheEngineMovesInBf16) {
   }
 }
 
-// The toy machine with links of 100 GB/s and 1 µs that hides all the data-parallel traffic it
-// can: a block's reduce-scatter over 2 ranks (about 2 µs) takes less than its backward (13.6 µs).
-triad::Machine fast_toy() {
+// The toy machine with links of `gbs` GB/s and `latency_us`, memory of `memory_gbs` GB/s, and
+// `overlap` of the data-parallel traffic under compute hidden.
+triad::Machine link_toy(const std::string& name, double gbs, double latency_us, double memory_gbs,
+                        double overlap) {
   std::string t = kToy;
   for (const char* link : {"intra_node", "inter_node"}) {
     const std::string from = std::string(link) + ": {bandwidth_gbs: 1, latency_us: 10}";
     t.replace(t.find(from), from.size(),
-              std::string(link) + ": {bandwidth_gbs: 100, latency_us: 1}");
+              std::string(link) + ": {bandwidth_gbs: " + std::to_string(gbs) +
+                  ", latency_us: " + std::to_string(latency_us) + "}");
   }
-  return triad::load_machine(write("toy-fast.yaml", t + "overlap: {data_parallel: 1}\n"));
+  t.replace(t.find("1.0e15"), 6, std::to_string(memory_gbs));
+  return triad::load_machine(write(
+      "opg-" + name + ".yaml", t + "overlap: {data_parallel: " + std::to_string(overlap) + "}\n"));
+}
+
+// The toy machine with links of 100 GB/s and 1 µs that hides all the data-parallel traffic it
+// can: a block's reduce-scatter over 2 ranks (about 2 µs) takes less than its backward (13.6 µs).
+triad::Machine fast_toy() {
+  return link_toy("toy-fast", 100, 1, 1.0e15, 1);
 }
 
 // The toy GPT's units per rank: the embedding (wte 256 × 64 and wpe 32 × 64), a block (12·h² +
@@ -288,16 +302,18 @@ double over2(double elements, double count = 1) {
 // then, one after another. Those of the head and blocks 3 to 1 end under the backward of the
 // blocks still to go; block 0's starts when only the embedding's backward (free here: the toy's
 // memory) is left, and the embedding's once block 0's is done: those two are exposed. After the
-// step the fp32 weights are gathered unit by unit, nothing hidden. With overlap_comm off, every
+// step the fp32 weights are gathered unit by unit, nothing hidden (overlap_param_gather false:
+// ZeroParamGatherBehindTheNextForwardByHand hides them). With overlap_comm off, every
 // reduce-scatter waits for the backward's end. (The engine before the partitioning by unit
 // reduce-scattered the whole arena after the backward: 1 latency and all the bytes.)
 TEST(Predict, ZeroStage1ReduceScattersEachUnitBehindTheBackwardByHand) {
   const triad::Machine mc = fast_toy();
   for (const bool overlap : {true, false}) {
-    const triad::Config cfg = triad::load_config(
-        toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, overlap_comm: ") +
-                   (overlap ? "true" : "false") + "}\n"),
-        {"model.num_layers=4"}, 2);
+    const triad::Config cfg =
+        triad::load_config(toy_config(std::string("pipeline: gpipe\nzero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false, overlap_comm: ") +
+                                      (overlap ? "true" : "false") + "}\n"),
+                           {"model.num_layers=4"}, 2);
     const triad::RunPlan plan = triad::plan_run(cfg);
     const size_t block = size_t(kUnitBlock);
     ASSERT_EQ(plan.stage_units[0],
@@ -319,12 +335,14 @@ TEST(Predict, ZeroStage1ReduceScattersEachUnitBehindTheBackwardByHand) {
 // embedding's reduce-scatter start. One chunk per stage: block 1's reduce-scatter ends under
 // block 0's backward, block 0's starts at the backward's end (the embedding's is free here),
 // then the tied sum, then the embedding's. Two interleaved chunks per stage: nothing starts
-// before the backward's end, so the tied sum and every reduce-scatter are exposed.
+// before the backward's end, so the tied sum and every reduce-scatter are exposed. The weights'
+// gather after the step is waited for there (overlap_param_gather false).
 TEST(Predict, ZeroStage1PipelineTiedEmbeddingAndInterleavedChunksByHand) {
   const triad::Machine mc = fast_toy();
   for (const int chunks : {1, 2}) {
     const triad::Config cfg =
-        triad::load_config(toy_config(std::string("zero_optimization: {stage: 1}\npipeline: ") +
+        triad::load_config(toy_config(std::string("zero_optimization: {stage: 1, "
+                                                  "overlap_param_gather: false}\npipeline: ") +
                                       (chunks == 1 ? "1f1b" : "interleaved") +
                                       "\nparallel: {pipeline_model_parallel_size: 2, "
                                       "virtual_pipeline_model_parallel_size: " +
@@ -341,6 +359,155 @@ TEST(Predict, ZeroStage1PipelineTiedEmbeddingAndInterleavedChunksByHand) {
     const double want = scatter + over2(psi, 3);
     EXPECT_NEAR(p.breakdown.data_parallel, want, 1e-9 * want) << chunks << " chunks per stage";
   }
+}
+
+// The toy GPT with `layers` blocks, micro-batch 2, 2 micro-batches, `zero` its
+// zero_optimization and `rest` the rest of the layout, in a file of its own (`name`).
+std::string zero_config(const std::string& name, const std::string& zero, int layers,
+                        const std::string& rest = "pipeline: gpipe\n") {
+  return write("opg-" + name + ".yaml",
+               "model: {num_layers: " + std::to_string(layers) +
+                   ", hidden_size: 64, num_attention_heads: 2, seq_length: 32, vocab_size: 256}\n"
+                   "training: {train_iters: 1, micro_batch_size: 2, "
+                   "gradient_accumulation_steps: 2}\n"
+                   "zero_optimization: " +
+                   zero + "\n" + rest);
+}
+
+// overlap_param_gather: ZeRO-1 by unit, 2 data-parallel ranks, 1 block: 3 units, the embedding,
+// the block and the head's layernorm. After the step their fp32 gathers start one after another;
+// the next step's first forward waits for each unit's before it reads it. The embedding's is
+// always exposed (nothing computes before it), the block's behind only the embedding's forward
+// (next to nothing: the toy's memory), the head's behind the block's forward (6.8 µs): hidden on
+// links of 100 GB/s (1 µs of latency), 3.4 µs of it exposed on links of 1 GB/s (10 µs). The
+// machine hides all the traffic it overlaps; the reduce-scatters are as without the flag.
+TEST(Predict, ZeroParamGatherBehindTheNextForwardByHand) {
+  for (const double gbs : {100.0, 1.0}) {
+    const double alpha = gbs == 1 ? 10e-6 : 1e-6, bw = gbs * 1e9;
+    const triad::Machine mc =
+        link_toy("hide-" + std::to_string(int(gbs)), gbs, alpha * 1e6, 1.0e15, 1);
+    triad::Prediction p[2];
+    for (const bool on : {false, true}) {
+      const triad::Config cfg = triad::load_config(
+          zero_config(std::string("unit3-") + (on ? "on" : "off"),
+                      std::string("{stage: 1, overlap_param_gather: ") + (on ? "true}" : "false}"),
+                      1),
+          {}, 2);
+      ASSERT_EQ(triad::plan_run(cfg).stage_units[0],
+                (std::vector<size_t>{size_t(kEmbedding), size_t(kUnitBlock), size_t(kLnF)}));
+      p[on] = triad::predict(cfg, 2, 1, mc);
+    }
+    auto over = [&](double elements) { return alpha + elements * 4 / 2 / bw; };
+    const double g_embedding = over(kEmbedding), g_block = over(kUnitBlock), g_head = over(kLnF);
+    // The embedding's forward and backward: its (b, s, h) bytes three times, at 1e15 GB/s.
+    const double embedding = 3 * kTokens * kH * 4 / 1e24, block = kBlock;
+    ASSERT_GT(g_block, embedding);
+    double stall = g_embedding + g_block - embedding;
+    if (gbs == 1) {
+      ASSERT_GT(g_head, block);
+      stall += g_head - block;
+    } else {
+      ASSERT_LT(g_head, block);
+    }
+    // The head's reduce-scatter ends under the block's backward; the block's starts when only
+    // the embedding's backward is left, the embedding's after it.
+    ASSERT_LT(g_head, 2 * block);
+    const double scatter = over(kUnitBlock) + over(kEmbedding) - embedding;
+    const double gathers = g_embedding + g_block + g_head;
+    EXPECT_NEAR(p[0].breakdown.data_parallel, scatter + gathers, 1e-9 * gathers) << gbs;
+    EXPECT_NEAR(p[1].breakdown.data_parallel, scatter + stall, 1e-9 * gathers) << gbs;
+    EXPECT_EQ(p[1].breakdown.compute, p[0].breakdown.compute) << "fp32: nothing to convert";
+    EXPECT_NEAR(p[0].step_s - p[1].step_s, gathers - stall, 1e-9 * gathers) << gbs;
+  }
+}
+
+// In bf16 with overlap_param_gather each unit is converted into the compute copy right after its
+// wait, in the forward (4 bytes read, 2 written per element, at the memory's 1 GB/s): compute,
+// not data-parallel time, and it hides the gathers after it. ZeRO-2, 1 block, links of 1 GB/s:
+// the embedding's gather (47 µs) is exposed; the block's (110 µs) and the head's (10 µs) end
+// under the embedding's conversion and forward (135 µs), half their time charged (the machine
+// hides half of the traffic it overlaps).
+// Without the flag the gathers and then the whole arena's conversion come after the step.
+TEST(Predict, ZeroParamGatherConvertsEachUnitInTheForwardByHand) {
+  const triad::Machine mc = link_toy("convert", 1, 10, 1, 0.5);
+  triad::Prediction p[2];
+  for (const bool on : {false, true}) {
+    const triad::Config cfg = triad::load_config(
+        zero_config(std::string("convert-") + (on ? "on" : "off"),
+                    std::string("{stage: 2, overlap_param_gather: ") + (on ? "true}" : "false}"), 1,
+                    "pipeline: gpipe\nprecision: bf16\ndevice: cuda\n"),
+        {}, 2);
+    ASSERT_EQ(double(triad::plan_run(cfg).stage_params[0]), kEmbedding + kUnitBlock + kLnF);
+    p[on] = triad::predict(cfg, 2, 1, mc);
+  }
+  const double a = 10e-6, bw = 1e9, psi = kEmbedding + kUnitBlock + kLnF;
+  auto over = [&](double elements) { return a + elements * 4 / 2 / bw; };
+  const double g_embedding = over(kEmbedding), g_block = over(kUnitBlock), g_head = over(kLnF);
+  const double embedding = 3 * kTokens * kH * 2 / bw;  // its forward: (b, s, h) in bf16, 3 times
+  const double convert_embedding = kEmbedding * 6 / bw;
+  ASSERT_GT(convert_embedding + embedding, g_block + g_head);
+  const double gathers = g_embedding + g_block + g_head;
+  const double unhidden = 0.5 * (g_block + g_head);
+  EXPECT_NEAR(p[0].breakdown.data_parallel - p[1].breakdown.data_parallel,
+              gathers + psi * 6 / bw - (g_embedding + unhidden), 1e-9 * gathers);
+  EXPECT_NEAR(p[1].breakdown.compute - p[0].breakdown.compute, psi * 6 / bw, 1e-9 * gathers);
+  EXPECT_NEAR(p[0].step_s - p[1].step_s, gathers - g_embedding - unhidden, 1e-9 * gathers);
+}
+
+// The flag moves only the per-unit gathers of ZeRO-1 by unit and ZeRO-2: stage 0, stage 1 with
+// reduce_scatter off (one owned block, the whole arena gathered) and stage 3 predict the same
+// step with it on or off, to the last bit.
+TEST(Predict, ZeroParamGatherFlagLeavesOtherStagesAsTheyWere) {
+  const triad::Machine mc = link_toy("other", 1, 10, 1, 0.9);
+  for (const std::string zero : {"stage: 0", "stage: 1, reduce_scatter: false", "stage: 3"}) {
+    triad::Prediction p[2];
+    for (const bool on : {false, true}) {
+      const triad::Config cfg = triad::load_config(
+          zero_config(std::string("other-") + (on ? "on" : "off"),
+                      "{" + zero + ", overlap_param_gather: " + (on ? "true}" : "false}"), 4,
+                      "pipeline: gpipe\nprecision: bf16\ndevice: cuda\n"),
+          {}, 2);
+      p[on] = triad::predict(cfg, 2, 1, mc);
+    }
+    EXPECT_EQ(p[1].step_s, p[0].step_s) << zero;
+    EXPECT_EQ(p[1].breakdown.data_parallel, p[0].breakdown.data_parallel) << zero;
+    EXPECT_EQ(p[1].breakdown.compute, p[0].breakdown.compute) << zero;
+  }
+}
+
+// Overlapping the gathers never predicts a slower step: ZeRO-1 by unit and ZeRO-2, fp32 and
+// bf16, one stage or two (one chunk or two interleaved), links that hide the gathers or not,
+// machines that hide none, most or all of the overlapped traffic. Where the links are fast and
+// the machine hides it all, the step is shorter.
+TEST(Predict, ZeroParamGatherOverlapIsNeverSlower) {
+  const triad::Machine machines[] = {link_toy("never-slow", 1, 10, 1, 0),
+                                     link_toy("never-mid", 10, 5, 100, 0.9),
+                                     link_toy("never-fast", 100, 1, 1.0e15, 1)};
+  const char* layouts[] = {"pipeline: gpipe\n",
+                           "pipeline: 1f1b\nparallel: {pipeline_model_parallel_size: 2}\n",
+                           "pipeline: interleaved\nparallel: {pipeline_model_parallel_size: 2, "
+                           "virtual_pipeline_model_parallel_size: 2}\n"};
+  int shorter = 0;
+  for (size_t m = 0; m < std::size(machines); ++m)
+    for (size_t l = 0; l < std::size(layouts); ++l)
+      for (const std::string zero : {"stage: 1", "stage: 2"})
+        for (const std::string precision : {"fp32", "bf16"}) {
+          const int world = l == 0 ? 2 : 4;
+          double step[2];
+          for (const bool on : {false, true}) {
+            const triad::Config cfg = triad::load_config(
+                zero_config(
+                    std::string("never-") + (on ? "on" : "off"),
+                    "{" + zero + ", overlap_param_gather: " + (on ? "true}" : "false}"), 4,
+                    std::string(layouts[l]) + "precision: " + precision + "\ndevice: cuda\n"),
+                {}, world);
+            step[on] = triad::predict(cfg, world, world / 2, machines[m]).step_s;
+          }
+          EXPECT_LE(step[1], step[0] * (1 + 1e-12))
+              << "machine " << m << ", layout " << l << ", " << zero << ", " << precision;
+          shorter += step[1] < step[0] * (1 - 1e-6);
+        }
+  EXPECT_GE(shorter, 8);
 }
 
 // A curve that rises with size: each of a block's four matrix products (qkv 6·t·h², the

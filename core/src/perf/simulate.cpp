@@ -240,6 +240,8 @@ struct StageWork {
   // Under pipeline parallelism, on the first and the last stage: the all-reduce of the tied word
   // embedding's gradient over the two, launched once both are done with their passes.
   Reduction tied_sum;
+  // When its first forward pass starts, from the step's start (the pipeline's warm-up before it).
+  double first_forward = 0;
 };
 
 // Collectives launched in this order, run one after another (the transport's one stream), each
@@ -297,6 +299,45 @@ std::vector<Reduction> unit_reductions(const Setup& u, int stage, const StageWor
   return out;
 }
 
+// Where the parameter gathers after the step go with overlap_param_gather (ZeRO-1 by unit,
+// ZeRO-2): after_step only starts each unit's in-place fp32 all-gather, in arena order, one
+// after another on the data-parallel communicator from the step's end (the next step's start
+// here), so unit i's is done at the sum of the first i + 1 gathers. The next forward waits for a
+// unit's just before it first reads it, then (mixed precision) converts only that unit into the
+// compute copy, then computes it: the stage's first forward, from `w.first_forward` (gathers done
+// before then ran while the stage waited for the pipeline), unit by unit in arena order (the
+// embedding, the blocks, the head). Exposed: the waits, plus the share of the gathers' time under
+// that forward the machine does not hide (1 - overlap.data_parallel); the conversions are the
+// forward's compute. With interleaved chunks the stage's units are taken as one forward; a later
+// chunk's first forward in fact starts later still, so its gathers are hidden at least this well.
+struct ParamGather {
+  double exposed = 0, convert = 0;
+};
+
+ParamGather overlapped_param_gather(const Setup& u, int stage, const StageWork& w) {
+  const std::vector<size_t>& sizes = u.stage_units[size_t(stage)];
+  const size_t n = sizes.size();
+  const bool first = stage == 0, last = stage == u.pp - 1;
+  auto forward = [](const PassTime& p) { return p.fwd + p.fwd_comm; };
+  const double block = forward(block_time(u)), embedding = forward(embedding_time(u));
+  const double head = forward(head_time(u));
+  ParamGather out;
+  double gathered = 0, clock = w.first_forward, waited = 0;
+  for (size_t i = 0; i < n; ++i) {
+    gathered += collective_time(u.dp_link(), "all_gather", double(sizes[i]) * 4, u.dp);
+    const double convert = u.act < 4 ? bytes_time(u, double(sizes[i]) * (4 + u.act)) : 0.0;
+    const double compute = first && i == 0 ? embedding : last && i + 1 == n ? head : block;
+    waited += std::max(0.0, gathered - clock);
+    clock = std::max(clock, gathered) + convert + compute;
+    out.convert += convert;
+  }
+  // The gathers end before the last unit's forward starts: from the forward's start to then the
+  // stage either waited or computed.
+  const double under_compute = std::max(0.0, gathered - w.first_forward) - waited;
+  out.exposed = waited + (1 - u.mc.overlap_data_parallel) * under_compute;
+  return out;
+}
+
 // Exposed data-parallel time of a stage. As the "zero" plugin and the core run it: gradients
 // reduce in fp32 (the plugin takes no other dtype). Stage 0 (and stage 1 with reduce_scatter
 // off) all-reduces them in buckets, with overlap_comm and one chunk per stage behind the last
@@ -307,8 +348,10 @@ std::vector<Reduction> unit_reductions(const Setup& u, int stage, const StageWor
 // compute copy (optimizer.cpp, after_step; model_state.cpp, sync_compute); stage 2
 // reduce-scatters each unit per micro-batch behind the backward; stage 3 gathers each unit's
 // compute copy (model_state.cpp, prefetch) and zeroes only the gradient windows (unit_grad).
-double data_parallel_time(const Setup& u, int stage, const StageWork& w) {
-  if (u.dp <= 1) return 0;
+// With overlap_param_gather the per-unit gathers of stages 1 and 2 run behind the next forward
+// instead (overlapped_param_gather), and their conversions are charged to its compute.
+ParamGather data_parallel_time(const Setup& u, int stage, const StageWork& w) {
+  if (u.dp <= 1) return {};
   const double psi = double(u.stage_params[size_t(stage)]), grads = psi * 4;
   const Link& link = u.dp_link();
   const ZeroConfig& zero = u.cfg.zero_optimization;
@@ -321,22 +364,26 @@ double data_parallel_time(const Setup& u, int stage, const StageWork& w) {
     const double steps = std::string(op) == "all_reduce" ? 2.0 * (u.dp - 1) : u.dp - 1.0;
     return collective_time(link, op, bytes, u.dp) + (count - 1) * steps * alpha;
   };
-  // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena.
-  const double gather_after = many("all_gather", grads, by_unit || z == 2 ? units : 1.0) +
-                              (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0);
+  // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena;
+  // or, overlapped, each unit's gather waited for (and the unit converted) in the next forward.
+  ParamGather gather{many("all_gather", grads, by_unit || z == 2 ? units : 1.0) +
+                         (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0),
+                     0.0};
+  if ((by_unit || z == 2) && zero.overlap_param_gather)
+    gather = overlapped_param_gather(u, stage, w);
   const bool overlaps = zero.overlap_comm && u.v == 1;
   std::vector<Reduction> reductions;
-  double after = 0;
+  ParamGather after;
   if (by_unit) {
     reductions = unit_reductions(u, stage, w, overlaps);
-    after = gather_after;
+    after = gather;
   } else if (z <= 1) {
     const double buckets = std::ceil(psi / double(std::max<int64_t>(1, zero.reduce_bucket_size)));
     reductions = {{overlaps ? -w.last_bwd : 0.0, many("all_reduce", grads, buckets)}};
-    if (z == 1) after = gather_after;
+    if (z == 1) after = gather;
   } else if (z == 2) {
     reductions = {{-w.bwd, u.m * many("reduce_scatter", grads, units)}};
-    after = gather_after;
+    after = gather;
   } else {
     reductions = {{-(w.fwd + w.bwd), u.m * (gathers(u) * many("all_gather", psi * u.act, units) +
                                             many("reduce_scatter", grads, units))}};
@@ -344,7 +391,9 @@ double data_parallel_time(const Setup& u, int stage, const StageWork& w) {
   // ZeRO-2/3: each unit's fp32 gradient window is zeroed per micro-batch at the memory bandwidth
   // (the gathered weights are written by the gather, not zeroed).
   const double windows = z >= 2 ? u.m * grads : 0.0;
-  return exposed_time(reductions, u.mc.overlap_data_parallel) + after + bytes_time(u, windows);
+  after.exposed =
+      exposed_time(reductions, u.mc.overlap_data_parallel) + after.exposed + bytes_time(u, windows);
+  return after;
 }
 
 // The optimizer's step on a stage: AdamW reads the weight, its gradient and two moments and
@@ -444,9 +493,14 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
   const double tied_start = std::max(timing.end.front(), timing.end.back());
   const double tied_sum = collective_time(u.stage_link(0, u.pp - 1), "all_reduce",
                                           u.vocab / u.shards.vocab * u.h * 4, 2);
+  // Each stage's first forward (the first micro-batch's, chunk 0) starts once the stage before
+  // has run its own and sent the activation.
+  double first_forward = 0;
   for (int st = 0; st < u.pp; ++st) {
     StepBreakdown b;
     StageWork w;
+    w.first_forward = first_forward;
+    first_forward += costs.pass(st, 0, false) + costs.transfer(st, 0, false);
     for (const PassTime& p : chunks[size_t(st)]) {
       w.fwd += p.fwd * u.m;
       w.bwd += p.bwd * u.m;
@@ -459,7 +513,9 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
       w.tied_sum = {tied_start - timing.end[size_t(st)], tied_sum};
     b.compute = timing.busy[size_t(st)] - b.tensor;
     b.pipeline = timing.end[size_t(st)] - timing.busy[size_t(st)];
-    b.data_parallel = data_parallel_time(u, st, w);
+    const ParamGather dp = data_parallel_time(u, st, w);
+    b.data_parallel = dp.exposed;
+    b.compute += dp.convert;
     b.optimizer = optimizer_time(u, st);
     b.other = other;
     computing += b.compute + b.optimizer;

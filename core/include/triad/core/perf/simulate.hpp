@@ -9,8 +9,10 @@
 // - The schedule plugin's real instruction streams are timed with those costs and the
 //   point-to-point transfers (PipeCosts, pipeline_backend.hpp): the bubble is what it leaves.
 // - Data-parallel traffic of the ZeRO stage (ring accounting, per bucket or per unit), the part
-//   the machine overlaps with compute hidden; the optimizer's step at the memory bandwidth (and
-//   the host link and host memory when offloaded); the machine's overheads.
+//   the machine overlaps with compute hidden (with overlap_param_gather, stages 1 and 2 gather
+//   each unit's weights behind the next step's first forward, only the waits exposed); the
+//   optimizer's step at the memory bandwidth (and the host link and host memory when offloaded);
+//   the machine's overheads.
 // - Memory per rank from the memory plan (memory_plan.hpp), against the device's memory.
 #pragma once
 
