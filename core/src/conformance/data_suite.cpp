@@ -751,7 +751,7 @@ class Config {
         if (res.stop.empty()) res.stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit");
       }
     } else {
-      res.stop = after_step(h);
+      res.stop = after_step(h, step, mine);
     }
     if (!res.stop.empty()) return res;
     res.params_checked = true;
@@ -846,7 +846,7 @@ class Config {
     for (uint64_t i = 0; i < a_.total; ++i) weights_[i] = garbage(rank);
     for (const Range& check : checks)
       for (uint64_t i = check.offset; i < check.end(); ++i) weights_[i] = param_value(step, i);
-    if (!(res.stop = after_step(h)).empty()) return res;
+    if (!(res.stop = after_step(h, step, owned_ranges)).empty()) return res;
     res.params_checked = true;
     for (uint64_t i = 0; i < a_.total; ++i) {
       const float want_p = param_value(step, i);
@@ -864,9 +864,19 @@ class Config {
   }
 
   // after_step, then (GATHER_DEFERRED, data_v4.h) wait_unit for every unit, as the core ends
-  // them before it reads the parameters.
-  std::string after_step(void* h) {
-    std::string stop = call(ops_->after_step(h, weights_.data()), "after_step");
+  // them before it reads the parameters. On even steps a deferring plugin is asked instead to
+  // gather every unit in place with gather_unit (its owned slice, `mine`, inside the unit), as
+  // the core gathers a mixed-precision compute copy.
+  std::string after_step(void* h, int step, const std::vector<Range>& mine) {
+    std::string stop;
+    if (deferred_ && step % 2 == 0) {
+      for (size_t u = 0; stop.empty() && u < a_.sizes.size(); ++u)
+        stop = call(ops_->gather_unit(h, uint32_t(u), weights_.data() + mine[u].offset,
+                                      weights_.data() + a_.offsets[u], DLDataType{kDLFloat, 32, 1}),
+                    "gather_unit(" + std::to_string(u) + ") in place");
+    } else {
+      stop = call(ops_->after_step(h, weights_.data()), "after_step");
+    }
     for (size_t u = 0; deferred_ && stop.empty() && u < a_.sizes.size(); ++u)
       stop = call(ops_->wait_unit(h, uint32_t(u)), "wait_unit(" + std::to_string(u) + ")");
     return stop;

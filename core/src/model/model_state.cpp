@@ -258,12 +258,28 @@ const void* ModelState::unit_weight(size_t offset) const {
 }
 
 void ModelState::gathers_started(const std::vector<ArenaRange>& units,
-                                 std::function<void(size_t)> wait) {
+                                 std::function<void(size_t)> wait,
+                                 std::function<void()> refresh_masters) {
   settle();
   gather_units_ = units;
   gather_wait_ = std::move(wait);
   gather_pending_.assign(units.size(), 1);
   in_flight_ = units.size();
+  refresh_masters_ = std::move(refresh_masters);
+}
+
+void ModelState::masters_whole() const {
+  settle();
+  if (!refresh_masters_) return;
+  const std::function<void()> refresh = std::move(refresh_masters_);
+  refresh_masters_ = nullptr;
+  refresh();
+}
+
+void ModelState::sync_compute_pieces() {
+  if (act_ == DType::f32) return;
+  for (const Piece& p : pieces_)
+    if (p.count) dev_.convert(piece_compute(p), act_, piece_params(p), p.count);
 }
 
 void ModelState::gathered(size_t u) const {
@@ -272,7 +288,7 @@ void ModelState::gathered(size_t u) const {
   --in_flight_;
   gather_wait_(u);
   const ArenaRange& r = gather_units_[u];
-  if (act_ != DType::f32 && r.size())
+  if (act_ != DType::f32 && !refresh_masters_ && r.size())
     dev_.convert(advance(compute_.data(), r.begin, act_), act_, params_.data() + r.begin, r.size());
 }
 
@@ -289,7 +305,7 @@ void ModelState::settle() const {
 }
 
 Buffer<float> ModelState::whole_params() const {
-  settle();
+  masters_whole();
   return params_sharded_ ? gather_shard(params_.data()) : copy_arena(params_.data());
 }
 
@@ -314,7 +330,7 @@ Buffer<float> ModelState::gather_shard(const float* shard) const {
 }
 
 void ModelState::sync_compute() {
-  settle();
+  masters_whole();
   if (act_ != DType::f32) dev_.convert(compute_.data(), act_, params_.data(), params_size());
 }
 
@@ -324,7 +340,7 @@ void ModelState::zero_grad() {
 
 std::vector<float> ModelState::params_to_host() const {
   if (params_sharded_) throw std::logic_error("params_to_host: the parameters are sharded");
-  settle();
+  masters_whole();
   std::vector<float> host(spec_.total);
   dev_.to_host(host.data(), params_.data(), host.size() * sizeof(float));
   return host;
@@ -340,6 +356,7 @@ std::vector<float> ModelState::grads_to_host() const {
 void ModelState::params_from_host(const std::vector<float>& host) {
   if (params_sharded_) throw std::logic_error("params_from_host: the parameters are sharded");
   settle();
+  refresh_masters_ = nullptr;  // every master weight is written here
   dev_.to_device(params_.data(), host.data(), spec_.total * sizeof(float));
   sync_compute();
 }

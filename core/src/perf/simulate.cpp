@@ -300,42 +300,35 @@ std::vector<Reduction> unit_reductions(const Setup& u, int stage, const StageWor
 }
 
 // Where the parameter gathers after the step go with overlap_param_gather (ZeRO-1 by unit,
-// ZeRO-2): after_step only starts each unit's in-place fp32 all-gather, in arena order, one
-// after another on the data-parallel communicator from the step's end (the next step's start
-// here), so unit i's is done at the sum of the first i + 1 gathers. The next forward waits for a
-// unit's just before it first reads it, then (mixed precision) converts only that unit into the
-// compute copy, then computes it: the stage's first forward, from `w.first_forward` (gathers done
-// before then ran while the stage waited for the pipeline), unit by unit in arena order (the
-// embedding, the blocks, the head). Exposed: the waits, plus the share of the gathers' time under
-// that forward the machine does not hide (1 - overlap.data_parallel); the conversions are the
-// forward's compute. With interleaved chunks the stage's units are taken as one forward; a later
-// chunk's first forward in fact starts later still, so its gathers are hidden at least this well.
-struct ParamGather {
-  double exposed = 0, convert = 0;
-};
-
-ParamGather overlapped_param_gather(const Setup& u, int stage, const StageWork& w) {
+// ZeRO-2): the step only starts each unit's in-place all-gather, in arena order, one after
+// another on the data-parallel communicator from the step's end (the next step's start here), so
+// unit i's is done at the sum of the first i + 1 gathers. In fp32 they gather the master weights;
+// in mixed precision the compute copy itself, act bytes an element with nothing to convert
+// (optimizer.cpp, start_gathers). The next forward waits for a unit's just before it first reads
+// it, then computes it: the stage's first forward, from `w.first_forward` (gathers done before
+// then ran while the stage waited for the pipeline), unit by unit in arena order (the embedding,
+// the blocks, the head). Exposed: the waits, plus the share of the gathers' time under that
+// forward the machine does not hide (1 - overlap.data_parallel). With interleaved chunks the
+// stage's units are taken as one forward; a later chunk's first forward in fact starts later
+// still, so its gathers are hidden at least this well.
+double overlapped_param_gather(const Setup& u, int stage, const StageWork& w) {
   const std::vector<size_t>& sizes = u.stage_units[size_t(stage)];
   const size_t n = sizes.size();
   const bool first = stage == 0, last = stage == u.pp - 1;
   auto forward = [](const PassTime& p) { return p.fwd + p.fwd_comm; };
   const double block = forward(block_time(u)), embedding = forward(embedding_time(u));
   const double head = forward(head_time(u));
-  ParamGather out;
   double gathered = 0, clock = w.first_forward, waited = 0;
   for (size_t i = 0; i < n; ++i) {
-    gathered += collective_time(u.dp_link(), "all_gather", double(sizes[i]) * 4, u.dp);
-    const double convert = u.act < 4 ? bytes_time(u, double(sizes[i]) * (4 + u.act)) : 0.0;
+    gathered += collective_time(u.dp_link(), "all_gather", double(sizes[i]) * u.act, u.dp);
     const double compute = first && i == 0 ? embedding : last && i + 1 == n ? head : block;
     waited += std::max(0.0, gathered - clock);
-    clock = std::max(clock, gathered) + convert + compute;
-    out.convert += convert;
+    clock = std::max(clock, gathered) + compute;
   }
   // The gathers end before the last unit's forward starts: from the forward's start to then the
   // stage either waited or computed.
   const double under_compute = std::max(0.0, gathered - w.first_forward) - waited;
-  out.exposed = waited + (1 - u.mc.overlap_data_parallel) * under_compute;
-  return out;
+  return waited + (1 - u.mc.overlap_data_parallel) * under_compute;
 }
 
 // Exposed data-parallel time of a stage. As the "zero" plugin and the core run it: gradients
@@ -349,9 +342,9 @@ ParamGather overlapped_param_gather(const Setup& u, int stage, const StageWork& 
 // reduce-scatters each unit per micro-batch behind the backward; stage 3 gathers each unit's
 // compute copy (model_state.cpp, prefetch) and zeroes only the gradient windows (unit_grad).
 // With overlap_param_gather the per-unit gathers of stages 1 and 2 run behind the next forward
-// instead (overlapped_param_gather), and their conversions are charged to its compute.
-ParamGather data_parallel_time(const Setup& u, int stage, const StageWork& w) {
-  if (u.dp <= 1) return {};
+// instead (overlapped_param_gather).
+double data_parallel_time(const Setup& u, int stage, const StageWork& w) {
+  if (u.dp <= 1) return 0;
   const double psi = double(u.stage_params[size_t(stage)]), grads = psi * 4;
   const Link& link = u.dp_link();
   const ZeroConfig& zero = u.cfg.zero_optimization;
@@ -365,15 +358,14 @@ ParamGather data_parallel_time(const Setup& u, int stage, const StageWork& w) {
     return collective_time(link, op, bytes, u.dp) + (count - 1) * steps * alpha;
   };
   // Stages 1 and 2 after the step: the fp32 gather, then the compute copy from the whole arena;
-  // or, overlapped, each unit's gather waited for (and the unit converted) in the next forward.
-  ParamGather gather{many("all_gather", grads, by_unit || z == 2 ? units : 1.0) +
-                         (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0),
-                     0.0};
-  if ((by_unit || z == 2) && zero.overlap_param_gather)
-    gather = overlapped_param_gather(u, stage, w);
+  // or, overlapped, each unit's gather waited for in the next forward.
+  const double gather = (by_unit || z == 2) && zero.overlap_param_gather
+                            ? overlapped_param_gather(u, stage, w)
+                            : many("all_gather", grads, by_unit || z == 2 ? units : 1.0) +
+                                  (u.act < 4 ? bytes_time(u, psi * (4 + u.act)) : 0.0);
   const bool overlaps = zero.overlap_comm && u.v == 1;
   std::vector<Reduction> reductions;
-  ParamGather after;
+  double after = 0;
   if (by_unit) {
     reductions = unit_reductions(u, stage, w, overlaps);
     after = gather;
@@ -391,9 +383,7 @@ ParamGather data_parallel_time(const Setup& u, int stage, const StageWork& w) {
   // ZeRO-2/3: each unit's fp32 gradient window is zeroed per micro-batch at the memory bandwidth
   // (the gathered weights are written by the gather, not zeroed).
   const double windows = z >= 2 ? u.m * grads : 0.0;
-  after.exposed =
-      exposed_time(reductions, u.mc.overlap_data_parallel) + after.exposed + bytes_time(u, windows);
-  return after;
+  return exposed_time(reductions, u.mc.overlap_data_parallel) + after + bytes_time(u, windows);
 }
 
 // The optimizer's step on a stage: AdamW reads the weight, its gradient and two moments and
@@ -513,9 +503,7 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
       w.tied_sum = {tied_start - timing.end[size_t(st)], tied_sum};
     b.compute = timing.busy[size_t(st)] - b.tensor;
     b.pipeline = timing.end[size_t(st)] - timing.busy[size_t(st)];
-    const ParamGather dp = data_parallel_time(u, st, w);
-    b.data_parallel = dp.exposed;
-    b.compute += dp.convert;
+    b.data_parallel = data_parallel_time(u, st, w);
     b.optimizer = optimizer_time(u, st);
     b.other = other;
     computing += b.compute + b.optimizer;

@@ -12,7 +12,10 @@ Optimizer::Optimizer(ModelState& state, const ParamSpec& spec, const GptLayout& 
                      const OptimizerConfig& cfg, const Place& place, DistributedRun* dist)
     : state_(state), spec_(spec), arena_(arena), cfg_(cfg), place_(place), dist_(dist) {
   gathers_deferred_ = dist_ && (dist_->data->partitioning() & TRIAD_DATA_GATHER_DEFERRED);
-  if (gathers_deferred_) units_ = arena_units(spec_);
+  if (gathers_deferred_) {
+    units_ = arena_units(spec_);
+    slices_ = dist_->data->shard();
+  }
 }
 
 double Optimizer::grad_norm(double grad_scale) {
@@ -60,19 +63,48 @@ void Optimizer::skip() {
 void Optimizer::after_step() {
   if (dist_) {
     state_.settle();
-    dist_->data->after_step(state_.params());
-    if (gathers_deferred_) {  // each unit waited for (and its compute copy refreshed) when read
-      DataParallelBackend* data = dist_->data.get();
-      state_.gathers_started(units_, [this, data](size_t u) {
-        TraceSpan span(TraceKind::communication, "gather_params", int(u));
-        if (span) span.arg("group", "dp").arg("bytes", uint64_t(units_[u].size()) * sizeof(float));
-        data->wait_unit(u);
-      });
+    if (gathers_deferred_) {
+      start_gathers();
       return;
     }
+    dist_->data->after_step(state_.params());
     // Parameters other ranks stepped arrived in fp32: refresh their compute copy.
     if (state_.opt_count() != state_.size() && !state_.params_partitioned()) state_.sync_compute();
   }
+}
+
+// The parameter gathers of data_v4.h's GATHER_DEFERRED, left in flight: each unit is waited for
+// where the next forward first reads it. In fp32 the plugin's after_step gathers the master
+// weights. In mixed precision the layers read the compute copy, so that is what is gathered, in
+// its dtype (half the bytes, as Megatron-Core's distributed optimizer gathers its bf16
+// parameters): each unit's owned slice in place with gather_unit; the master weights outside
+// the pieces then wait for a collective fp32 gather until something needs them whole.
+void Optimizer::start_gathers() {
+  DataParallelBackend* data = dist_->data.get();
+  const DType act = state_.act();
+  const size_t bytes = act == DType::f32 ? sizeof(float) : dtype_bytes(act);
+  auto wait = [this, data, bytes](size_t u) {
+    TraceSpan span(TraceKind::communication, "gather_params", int(u));
+    if (span) span.arg("group", "dp").arg("bytes", uint64_t(units_[u].size()) * bytes);
+    data->wait_unit(u);
+  };
+  if (act == DType::f32) {
+    data->after_step(state_.params());
+    state_.gathers_started(units_, wait);
+    return;
+  }
+  char* compute = static_cast<char*>(state_.compute());
+  for (size_t u = 0; u < units_.size(); ++u)
+    data->gather_unit(u, compute + slices_[u].first * bytes, compute + units_[u].begin * bytes,
+                      dl_dtype(act));
+  // Collective: every rank needs its masters whole at the same points (the export, the end).
+  auto refresh = [this, data] {
+    float* p = state_.params();
+    for (size_t u = 0; u < units_.size(); ++u)
+      data->gather_unit(u, p + slices_[u].first, p + units_[u].begin, dl_float32());
+    for (size_t u = 0; u < units_.size(); ++u) data->wait_unit(u);
+  };
+  state_.gathers_started(units_, wait, refresh);
 }
 
 // AdamW over each tensor of the arena, decaying only matmul weights and embeddings; only the
@@ -119,7 +151,7 @@ void Optimizer::offloaded_adamw(double lr, int t) {
                    });
   for (const ModelState::Piece& pc : state_.pieces())
     dev.to_device(state_.piece_params(pc), state_.piece_master(pc), pc.count * sizeof(float));
-  if (state_.act() != DType::f32) state_.sync_compute();
+  state_.sync_compute_pieces();  // the rest arrives with the gathers after the step
   offloaded_bytes_ += state_.opt_count() * sizeof(float);
 }
 

@@ -23,7 +23,8 @@
 // Stages 1 (by unit) and 2 with overlap_param_gather (the default): after_step only starts the
 // per-unit gathers and answers TRIAD_DATA_GATHER_DEFERRED (data_v4.h); the core's wait_unit(u)
 // ends unit u's just before the next forward pass reads it, so the later units' gathers run
-// behind the earlier units' compute.
+// behind the earlier units' compute. In mixed precision the core gathers the compute copy
+// itself instead, with gather_unit in place (each owned slice where it lies in its unit).
 // Stage 3 (ZeRO-3): parameters partitioned as the gradients are; the core gathers a unit's
 // parameters (all-gather of every rank's slice) before it uses them and frees them after,
 // prefetching the next unit's while it computes; after_step has nothing left to do.
@@ -238,7 +239,7 @@ class Zero final : public triad::sdk::DataPlugin {
   }
 
   void gather_unit(uint32_t u, const void* owned, void* params, DLDataType dtype) override {
-    check_unit(u, 2, "gather_unit");
+    check_unit(u, by_unit_ ? 1 : 2, "gather_unit");  // stage 1 by unit: data_v4.h's in place
     const auto& c = setup_.dp_comm;
     if (!owned) owned = params;  // an empty owned slice (see reduce_unit)
     void* req = nullptr;

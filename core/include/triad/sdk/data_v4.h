@@ -17,6 +17,14 @@
  *       the owned slices are unspecified; the owned slices are only read. Never set with
  *       TRIAD_DATA_PARTITION_PARAMS (ZeRO-3 gathers per unit already) or on its own.
  *
+ *       With this bit the core may, in place of after_step, start the gathers itself in
+ *       another dtype (the copy of the weights the layers read, in mixed precision):
+ *       gather_unit(u, owned, params, dtype) for every unit, params pointing at the unit's
+ *       start in an arena of that dtype and owned at this rank's slice inside it (in place, as
+ *       an all-gather's own block), then wait_unit(u) as above. It may gather the fp32 arena
+ *       the same way (every rank of the group at the same point). So gather_unit works at
+ *       stage 1 by unit too, not only at stages 2 and 3.
+ *
  * A version-2 or version-3 plugin loads unchanged (the core adapts its descriptor; the table is
  * the same): it never sets the new bit. A core that knows only version 3 refuses a version-4
  * plugin by its version, so it never meets a bit it does not know.

@@ -124,13 +124,19 @@ class ModelState {
   void release(const ArenaRange& r) const;
   // ZeRO-1 by unit and ZeRO-2 with the parameter gather deferred (data_v4.h's
   // TRIAD_DATA_GATHER_DEFERRED): the step started one all-gather per unit (`units`, tiling the
-  // arena in order) into the master weights, and `wait(u)` ends unit u's. Each unit is waited
-  // for where the layers first read it (weight()), its compute copy refreshed then in mixed
-  // precision, so the later units' gathers run behind the earlier units' compute. settle()
+  // arena in order), and `wait(u)` ends unit u's. Each unit is waited for where the layers
+  // first read it (weight()), so the later units' gathers run behind the earlier units'
+  // compute. In fp32 the gathers fill the master weights. In mixed precision they fill the
+  // compute copy the layers read (half the bytes), and the master weights outside this rank's
+  // pieces fall behind until `refresh_masters` (a collective fp32 gather from their owners) is
+  // run by whatever needs them whole (whole_params, the host copies, sync_compute). settle()
   // waits for every unit still in flight; whatever reads or writes the arena otherwise calls it
   // (the optimizer, the gradient reductions, whole_params and the host copies do).
-  void gathers_started(const std::vector<ArenaRange>& units, std::function<void(size_t)> wait);
+  void gathers_started(const std::vector<ArenaRange>& units, std::function<void(size_t)> wait,
+                       std::function<void()> refresh_masters = nullptr);
   void settle() const;
+  // The compute copy of the pieces this rank's optimizer steps, from their master weights.
+  void sync_compute_pieces();
   // The whole parameter / gradient arena on the device: gathered from the shards when they are
   // partitioned (collective over the data-parallel group), else a copy.
   Buffer<float> whole_params() const;
@@ -199,7 +205,8 @@ class ModelState {
   const void* unit_weight(size_t offset) const;
   void complete(size_t u) const;     // waits for u's transfers and retires them
   void arrive(size_t offset) const;  // the deferred gather of the unit holding offset, ended
-  void gathered(size_t u) const;     // ends deferred gather u (and refreshes its compute copy)
+  void gathered(size_t u) const;     // ends deferred gather u (fp32: refreshes its compute copy)
+  void masters_whole() const;        // the master weights gathered from their owners if behind
   // Windows without churn: a window a unit is done with waits here for the next unit of its size
   // (every block's unit has one size) instead of going back to the device (on the CPU an mmap,
   // page faults and a memset per layer and micro-batch). Asking for a size no idle window has
@@ -234,6 +241,7 @@ class ModelState {
   mutable std::vector<char> gather_pending_;
   mutable size_t in_flight_ = 0;
   std::function<void(size_t)> gather_wait_;
+  mutable std::function<void()> refresh_masters_;  // set while the master weights are behind
 };
 
 // f(piece, item, k, n) for every overlap of an optimizer piece with an item of the arena (a

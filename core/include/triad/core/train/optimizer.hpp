@@ -47,6 +47,7 @@ class Optimizer {
   void adamw(double lr, int t);
   void offloaded_adamw(double lr, int t);
   void after_step();
+  void start_gathers();
 
   ModelState& state_;
   const ParamSpec& spec_;
@@ -58,6 +59,7 @@ class Optimizer {
   // unit: the model state waits for each where the layers read it.
   bool gathers_deferred_ = false;
   std::vector<ArenaRange> units_;
+  std::vector<std::pair<size_t, size_t>> slices_;  // this rank's (arena offset, count) per unit
   size_t offloaded_bytes_ = 0;
 };
 
