@@ -52,7 +52,7 @@ class Optimizer {
   ModelState& state_;
   const ParamSpec& spec_;
   const GptLayout& arena_;
-  const OptimizerConfig& cfg_;
+  const OptimizerConfig cfg_;  // a copy: callers may pass a temporary
   Place place_;
   DistributedRun* dist_;
   // The data plugin leaves the parameter gathers after the step in flight (data_v4.h), one per
