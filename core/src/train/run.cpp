@@ -488,6 +488,12 @@ void Run::shard_state() {
         : zstage == 2 ? "4Ψ + 12Ψ/N"
                       : "16Ψ/N",
         mib(size_t(model_state_paper)), model_state_bytes, model_state_paper);
+  if ((partitioning & TRIAD_DATA_GATHER_DEFERRED) && !opts.quiet)
+    spdlog::info(
+        "ZeRO stage {}: each layer's parameter all-gather after the step runs behind the "
+        "next forward pass, waited for where the layer is first read{} "
+        "(zero_optimization.overlap_param_gather)",
+        zstage, act == DType::f32 ? "" : ", in the compute dtype");
   if (dist) dist->data->take_traffic();  // from here on: the steps' own
 }
 
