@@ -287,9 +287,6 @@ void ModelState::gathered(size_t u) const {
   gather_pending_[u] = 0;
   --in_flight_;
   gather_wait_(u);
-  const ArenaRange& r = gather_units_[u];
-  if (act_ != DType::f32 && !refresh_masters_ && r.size())
-    dev_.convert(advance(compute_.data(), r.begin, act_), act_, params_.data() + r.begin, r.size());
 }
 
 void ModelState::arrive(size_t offset) const {

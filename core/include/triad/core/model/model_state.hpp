@@ -205,7 +205,7 @@ class ModelState {
   const void* unit_weight(size_t offset) const;
   void complete(size_t u) const;     // waits for u's transfers and retires them
   void arrive(size_t offset) const;  // the deferred gather of the unit holding offset, ended
-  void gathered(size_t u) const;     // ends deferred gather u (fp32: refreshes its compute copy)
+  void gathered(size_t u) const;     // ends deferred gather u
   void masters_whole() const;        // the master weights gathered from their owners if behind
   // Windows without churn: a window a unit is done with waits here for the next unit of its size
   // (every block's unit has one size) instead of going back to the device (on the CPU an mmap,
