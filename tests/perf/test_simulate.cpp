@@ -199,6 +199,47 @@ TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
   EXPECT_NEAR(p.step_s, step, step * 1e-9);
 }
 
+// The same layout on a machine that hides a tensor-parallel collective wholly behind the GEMM
+// beside it (overlap.tensor_parallel 1): in each block's backward the layernorm outputs' gathers
+// run behind the qkv and fc input-gradient GEMMs, the input gradients' reduce-scatters behind
+// their weight-gradient GEMMs, each GEMM (3·t·h² and 4·t·h² FLOPs per rank) far shorter than its
+// collective, so two of each GEMM's time is hidden; the head's input-gradient all-reduce behind
+// its weight GEMM (t·h·V FLOPs per rank). parallel.overlap_tensor_comm false hides nothing.
+TEST(Predict, TensorCommOverlapHidesTheColumnBackwardCollectivesByHand) {
+  const std::string toy = kToy;
+  const triad::Machine mc = triad::load_machine(
+      write("toy-tp-overlap.yaml", toy + "overlap: {data_parallel: 0, tensor_parallel: 1}\n"));
+  EXPECT_EQ(mc.overlap_data_parallel, 0.0);
+  EXPECT_EQ(mc.overlap_tensor_parallel, 1.0);
+  for (const bool overlap : {true, false}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config(std::string("parallel: {pipeline_model_parallel_size: 2, "
+                               "tensor_model_parallel_size: 2, sequence_parallel: true, "
+                               "overlap_tensor_comm: ") +
+                   (overlap ? "true" : "false") + "}\npipeline: gpipe\n"),
+        {}, 4);
+    const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
+    const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
+    const double block_hidden = overlap ? 2 * (3 + 4) * kTokens * kH * kH / 1e12 : 0.0;
+    const double head_hidden = overlap ? kHead / 2 : 0.0;
+    const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 3 * ar - block_hidden;
+    const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce;
+    const double b1 = kBlock + kHead + 4 * ar - block_hidden - head_hidden;
+    const double msg = a + kTokens * kH * 4 / 2 / 1e9;
+    const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
+    const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
+    const double s0_b1 = s1_b1 + msg + b0, step = std::max(s0_b1, s1_b0 + msg) + b0;
+    EXPECT_NEAR(p.step_s, step, step * 1e-9) << "overlap_tensor_comm " << overlap;
+  }
+  // A share above 1 is refused, naming the key.
+  try {
+    triad::load_machine(write("toy-bad-overlap.yaml", toy + "overlap: {tensor_parallel: 1.5}\n"));
+    ADD_FAILURE() << "overlap.tensor_parallel 1.5 accepted";
+  } catch (const triad::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap.tensor_parallel"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Predict, DataParallelRingAllReduceByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   const triad::Config cfg = triad::load_config(toy_config("pipeline: gpipe\n"), {}, 2);

@@ -35,7 +35,6 @@ const std::map<std::string_view, std::string_view>& without_effect() {
       {"--no-bias-dropout-fusion", "a kernel choice"},
       {"--no-gradient-accumulation-fusion", "a kernel choice"},
       {"--no-persist-layer-norm", "a kernel choice"},
-      {"--no-async-tensor-model-parallel-allreduce", "a scheduling choice"},
       {"--apply-query-key-layer-scaling", "no effect on the math in fp32 softmax"},
       {"--no-query-key-layer-scaling", "no effect on the math in fp32 softmax"},
       {"--attention-softmax-in-fp32", "Triad's softmax is fp32"},
@@ -111,6 +110,7 @@ const std::vector<std::string_view>& special_names() {
                                                   "--normalization",
                                                   "--dataloader-type",
                                                   "--deepspeed_config",
+                                                  "--no-async-tensor-model-parallel-allreduce",
                                                   "--deepspeed-config"};
   return n;
 }
@@ -342,6 +342,9 @@ bool MegatronReader::special(const std::string& arg, const std::vector<std::stri
     set("checkpoint.load", YAML::Node(value_of(arg, values)), src);
     set("checkpoint.resume", YAML::Node("true"),
         src + " (continues from it when it holds a checkpoint, starts afresh when not)");
+  } else if (arg == "--no-async-tensor-model-parallel-allreduce") {
+    if (!values.empty()) not_carried(arg, values, "a switch takes no value");
+    set("parallel.overlap_tensor_comm", YAML::Node("false"), src);
   } else if (arg == "--valid-data-path") {
     set("data.valid_path", YAML::Node(value_of(arg, values)), src);
   } else if (arg == "--test-data-path") {

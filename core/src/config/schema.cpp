@@ -176,6 +176,7 @@ std::vector<Section> runtime_sections() {
            F("virtual_pipeline_model_parallel_size",
              TRIAD_SLOT(parallel.virtual_pipeline_model_parallel_size))
                .min(1),
+           F("overlap_tensor_comm", TRIAD_SLOT(parallel.overlap_tensor_comm)),
        }},
       {"zero_optimization",
        {

@@ -141,7 +141,8 @@ TransportRequest::TransportRequest(TransportRequest&& o) noexcept
       what_(std::move(o.what_)),
       op_(o.op_),
       group_(o.group_),
-      bytes_(o.bytes_) {
+      bytes_(o.bytes_),
+      posted_(o.posted_) {
   o.req_ = nullptr;
 }
 
@@ -152,6 +153,7 @@ TransportRequest& TransportRequest::operator=(TransportRequest&& o) noexcept {
     req_ = o.req_;
     what_ = std::move(o.what_);
     describe(o.op_, o.group_, o.bytes_);
+    posted_ = o.posted_;
     o.req_ = nullptr;
   }
   return *this;
@@ -172,7 +174,13 @@ bool TransportRequest::test() {
 void TransportRequest::wait(std::chrono::milliseconds timeout) {
   if (!req_) return;
   TraceSpan span(TraceKind::communication, op_);
-  if (span) span.arg("group", group_).arg("bytes", bytes_);
+  if (span) {
+    span.arg("group", group_).arg("bytes", bytes_);
+    if (posted_ != std::chrono::steady_clock::time_point{})
+      span.arg("ahead_us", std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now() - posted_)
+                               .count());
+  }
   inst_->check(inst_->ops->wait(inst_->handle, req_, timeout.count()), what_);
 }
 
@@ -256,6 +264,7 @@ TransportRequest issue(const std::shared_ptr<detail::TransportInstance>& inst, s
   inst->check(call(&req), what);
   TransportRequest r(inst, req, std::move(what));
   r.describe(op, group, count * ((uint64_t(dtype.bits) * dtype.lanes + 7) / 8));
+  if (active_trace()) r.mark_posted();
   return r;
 }
 

@@ -437,8 +437,9 @@ void GPT::attention_backward(LayerActs& a, void* dqkv, const void* dattn_out, in
     attn_.backward(args);
 }
 
-const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t, double* counter) {
-  if (c == TRIAD_TENSOR_IDENTITY) return in;
+GPT::PendingExchange GPT::exchange_start(int c, void* in, void* out, int N, int width, DType t,
+                                         double* counter) {
+  if (c == TRIAD_TENSOR_IDENTITY) return {{}, in, tp_.timeout};
   const size_t total = size_t(N) * width;  // the whole, unsplit buffer
   const double bytes = double(total) * dtype_bytes(t), k = tp_.size;
   const DLDataType dt = dl_dtype(t);
@@ -447,20 +448,21 @@ const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t,
   switch (c) {
     case TRIAD_TENSOR_ALL_REDUCE: {  // into `out` when given, else in place
       void* dst = out ? out : in;
-      comm.all_reduce(in, dst, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
       *counter += 2 * (k - 1) / k * bytes;
-      return dst;
+      return {comm.all_reduce(in, dst, total, dt, TRIAD_REDUCE_SUM, d), dst, tp_.timeout};
     }
     case TRIAD_TENSOR_ALL_GATHER:  // in: this rank's block of total / tp
-      comm.all_gather(in, out, total, dt, d).wait(tp_.timeout);
       *counter += (k - 1) / k * bytes;
-      return out;
+      return {comm.all_gather(in, out, total, dt, d), out, tp_.timeout};
     case TRIAD_TENSOR_REDUCE_SCATTER:  // out: this rank's block of total / tp
-      comm.reduce_scatter(in, out, total, dt, TRIAD_REDUCE_SUM, d).wait(tp_.timeout);
       *counter += (k - 1) / k * bytes;
-      return out;
+      return {comm.reduce_scatter(in, out, total, dt, TRIAD_REDUCE_SUM, d), out, tp_.timeout};
   }
   throw std::logic_error("unknown tensor-parallel collective " + std::to_string(c));
+}
+
+const void* GPT::exchange(int c, void* in, void* out, int N, int width, DType t, double* counter) {
+  return exchange_start(c, in, out, N, width, t, counter).finish();
 }
 
 // A part every rank holds whole reads every token: gathered under sequence parallelism.
@@ -468,9 +470,14 @@ int GPT::whole_part_input() const {
   return sp_ ? TRIAD_TENSOR_ALL_GATHER : TRIAD_TENSOR_IDENTITY;
 }
 
-const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split) {
+GPT::PendingExchange GPT::column_input_start(const ActBuffer& x, const ActBuffer& full, int N,
+                                             bool split) {
   const int c = split ? at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward : whole_part_input();
-  return exchange(c, x.data(), full.data(), N, C_, act_, &volume_.activations);
+  return exchange_start(c, x.data(), full.data(), N, C_, act_, &volume_.activations);
+}
+
+const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split) {
+  return column_input_start(x, full, N, split).finish();
 }
 
 void GPT::keep_own_tokens(const void* full, void* out, int N) {
@@ -544,12 +551,40 @@ void GPT::row_parallel_weights(const void* dy, const void* x, float* dW, float* 
                        nullptr, N, K, C_, act_, GradWrite::overwrite);
 }
 
-const void* GPT::column_input_grad(int N, bool split) {
+GPT::PendingExchange GPT::column_input_grad_start(int N, bool split) {
   const triad_tensor_collectives_v1& c = at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT);
-  if (split) return exchange(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
-  if (!sp_) return dcol_;  // whole and identical on every rank
+  if (split)
+    return exchange_start(c.backward, dcol_, dln_.data(), N, C_, act_, &volume_.activations);
+  if (!sp_) return {{}, dcol_, tp_.timeout};  // whole and identical on every rank
   keep_own_tokens(dcol_, dln_.data(), N);
-  return dln_.data();
+  return {{}, dln_.data(), tp_.timeout};
+}
+
+const void* GPT::column_input_grad(int N, bool split) {
+  return column_input_grad_start(N, split).finish();
+}
+
+const void* GPT::column_backward(const void* dy, const ActBuffer& x, const ActBuffer& full,
+                                 const void* x_kept, const void* W, float* dW, float* dbias, int N,
+                                 int OC, bool split) {
+  const bool weights = dW || dbias;
+  if (!tp_.overlap_backward) {
+    const void* in = !weights ? nullptr : x_kept ? x_kept : column_input(x, full, N, split);
+    dev_.matmul_backward(dcol_, dW, dbias, dy, in, W, N, C_, OC, act_, GradWrite::overwrite);
+    return column_input_grad(N, split);
+  }
+  // The input-gradient GEMM needs no input: its gather runs behind it. The two GEMMs are the
+  // ones matmul_backward runs together, so the bits are the same either way.
+  PendingExchange gather;
+  if (weights && !x_kept) gather = column_input_start(x, full, N, split);
+  dev_.matmul_backward(dcol_, nullptr, nullptr, dy, nullptr, W, N, C_, OC, act_,
+                       GradWrite::overwrite);
+  const void* in = weights ? (x_kept ? x_kept : gather.finish()) : nullptr;
+  PendingExchange reduced = column_input_grad_start(N, split);
+  if (weights)
+    dev_.matmul_backward(nullptr, dW, dbias, dy, in, nullptr, N, C_, OC, act_,
+                         GradWrite::overwrite);
+  return reduced.finish();
 }
 
 void GPT::reduce_replicated(const std::vector<float*>& grads) {
@@ -754,12 +789,11 @@ void GPT::head_backward(ActSet& s, float loss_scale, bool reduce_now, Half half)
   // half leaves them there for head_weights().
   dev_.crossentropy_backward(s.logits.data(), s.logits.data(), s.ce_lse.data(), s.targets.data(),
                              loss_scale / N, N, vocab_, act_);
-  const void* lnf = gemm_input(s.lnf, s.lnf_full);
   // The first writes into dcol_ and dres_ overwrite them: no zeroing pass before.
-  dev_.matmul_backward(dcol_, half == Half::whole ? state_.grad(wte_) : nullptr, nullptr,
-                       s.logits.data(), lnf, state_.weight(wte_), N, C, vocab_.rows, act_,
-                       GradWrite::overwrite);
-  const void* dlnf = column_input_grad(N, shards_.vocab > 1);
+  const void* dlnf =
+      column_backward(s.logits.data(), s.lnf, s.lnf_full, gemm_input(s.lnf, s.lnf_full),
+                      state_.weight(wte_), half == Half::whole ? state_.grad(wte_) : nullptr,
+                      nullptr, N, vocab_.rows, shards_.vocab > 1);
   dev_.layernorm_backward(dres_.data(), state_.grad(lnf_w_), state_.grad(lnf_b_), dlnf,
                           s.res_out.data(), state_.weight(lnf_w_), s.lnf_mean.data(),
                           s.lnf_rstd.data(), Ns, C, act_, GradWrite::overwrite);
@@ -823,11 +857,9 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
                         a.mlp_pre.data());
   if (deferred.column) keep(a.mlp_pre.data(), dmlp_pre_, size_t(N), size_t(Fl));
   // The input only the weight gradient reads: gathered again when the forward gathered it.
-  const void* ln2 = deferred.column ? nullptr : column_input(a.ln2, col_full_, N, mlp_split);
-  dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.fc_w,
-                       deferred.column ? nullptr : g.fc_b, dmlp_pre_.data(), ln2, p.fc_w, N, C, Fl,
-                       act_, GradWrite::overwrite);
-  const void* dln2 = column_input_grad(N, mlp_split);
+  const void* dln2 = column_backward(dmlp_pre_.data(), a.ln2, col_full_, nullptr, p.fc_w,
+                                     deferred.column ? nullptr : g.fc_w,
+                                     deferred.column ? nullptr : g.fc_b, N, Fl, mlp_split);
   dev_.layernorm_backward(dres_.data(), g.ln2_w, g.ln2_b, dln2, a.res_mid.data(), p.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), Ns, C, act_, GradWrite::accumulate);
   // Attention: res_mid = res_in + c_proj(attn(c_attn(ln1(res_in))))
@@ -841,11 +873,9 @@ void GPT::block_backward(size_t i, ActSet& s, bool reduce_now, Half half) {
   attention_backward(a, dqkv_.data(), dattn_out_.data(), B);
   if (rope_) rotate_qk(dqkv_, B, true);
   if (deferred.column) keep(a.qkv.data(), dqkv_, size_t(N), size_t(3 * Cl));
-  const void* ln1 = deferred.column ? nullptr : column_input(a.ln1, col_full_, N, attn_split);
-  dev_.matmul_backward(dcol_, deferred.column ? nullptr : g.attn_w,
-                       deferred.column ? nullptr : g.attn_b, dqkv_.data(), ln1, p.attn_w, N, C,
-                       3 * Cl, act_, GradWrite::overwrite);
-  const void* dln1 = column_input_grad(N, attn_split);
+  const void* dln1 = column_backward(dqkv_.data(), a.ln1, col_full_, nullptr, p.attn_w,
+                                     deferred.column ? nullptr : g.attn_w,
+                                     deferred.column ? nullptr : g.attn_b, N, 3 * Cl, attn_split);
   dev_.layernorm_backward(dres_.data(), g.ln1_w, g.ln1_b, dln1, in, p.ln1_w, a.ln1_mean.data(),
                           a.ln1_rstd.data(), Ns, C, act_, GradWrite::accumulate);
   if (reduce_now && half == Half::whole) reduce_replicated(block_partial_grads(i));

@@ -124,10 +124,10 @@ class Reader {
 };
 
 void read_device(const Reader& r, const YAML::Node& d, Machine& m) {
-  r.known(d, "device",
-          {"memory", "peak_tflops", "efficiency", "attention", "memory_bandwidth_gbs",
-           "backward_ratio", "attention_backward_ratio", "blocks", "cores",
-           "waiting_share", "share_efficiency"});
+  r.known(
+      d, "device",
+      {"memory", "peak_tflops", "efficiency", "attention", "memory_bandwidth_gbs", "backward_ratio",
+       "attention_backward_ratio", "blocks", "cores", "waiting_share", "share_efficiency"});
   if (!d["memory"]) r.fail("device.memory", "is missing", "add e.g. 'memory: 80GiB'");
   m.memory = double(parse_bytes(d["memory"].Scalar(), "machine '" + m.path + "': device.memory"));
   const YAML::Node peak = d["peak_tflops"];
@@ -220,13 +220,16 @@ Machine load_machine(const std::string& path) {
       r.positive(doc, "host_memory_bandwidth_gbs", "host_memory_bandwidth_gbs", 0) * 1e9;
   if (m.host_memory_bandwidth == 0) m.host_memory_bandwidth = m.memory_bandwidth;
   if (const YAML::Node o = doc["overlap"]) {
-    r.known(o, "overlap", {"data_parallel"});
-    if (o["data_parallel"]) {
-      m.overlap_data_parallel = r.number(o["data_parallel"], "overlap.data_parallel");
-      if (m.overlap_data_parallel < 0 || m.overlap_data_parallel > 1)
-        r.fail("overlap.data_parallel", "is " + o["data_parallel"].Scalar(),
-               "give a share from 0 to 1");
-    }
+    r.known(o, "overlap", {"data_parallel", "tensor_parallel"});
+    auto share = [&](const char* k, double& out) {
+      if (!o[k]) return;
+      out = r.number(o[k], std::string("overlap.") + k);
+      if (out < 0 || out > 1)
+        r.fail(std::string("overlap.") + k, "is " + o[k].Scalar(), "give a share from 0 to 1");
+    };
+    share("data_parallel", m.overlap_data_parallel);
+    m.overlap_tensor_parallel = m.overlap_data_parallel;  // unless given
+    share("tensor_parallel", m.overlap_tensor_parallel);
   }
   if (const YAML::Node o = doc["overheads"]) {
     r.known(o, "overheads", {"per_step_ms", "per_micro_batch_ms", "per_pass_us"});

@@ -57,12 +57,26 @@ struct Setup {
 
 // One pass of one piece of a stage: its compute (FLOPs and element-wise work) and its
 // tensor-parallel collectives, forward and backward (recomputation included in the backward).
+// bwd_hidden: the part of bwd_comm a whole backward runs behind its column-parallel GEMMs
+// (parallel.overlap_tensor_comm); a split backward's input half hides none (its weight GEMMs wait
+// for the other half).
 struct PassTime {
-  double fwd = 0, fwd_comm = 0, bwd = 0, bwd_comm = 0;
+  double fwd = 0, fwd_comm = 0, bwd = 0, bwd_comm = 0, bwd_hidden = 0;
   void add(const PassTime& o) {
     fwd += o.fwd, fwd_comm += o.fwd_comm, bwd += o.bwd, bwd_comm += o.bwd_comm;
+    bwd_hidden += o.bwd_hidden;
   }
+  double bwd_exposed() const { return bwd_comm - bwd_hidden; }
 };
+
+// What parallel.overlap_tensor_comm hides of a column-parallel GEMM's backward collectives: the
+// input's gather (`gather`) behind the input-gradient GEMM and the input gradient's reduction
+// (`reduce`) behind the weight-gradient GEMM, each as long as the forward GEMM (`gemm`, the same
+// FLOPs), the machine's tensor-parallel overlap share of whichever is shorter.
+double hidden_behind_column(const Setup& u, double gemm, double gather, double reduce) {
+  if (!u.cfg.parallel.overlap_tensor_comm) return 0;
+  return u.mc.overlap_tensor_parallel * (std::min(gather, gemm) + std::min(reduce, gemm));
+}
 
 double flops_time(const Setup& u, double flops, const Curve& curve) {
   if (flops <= 0) return 0;
@@ -168,10 +182,18 @@ PassTime block_time(const Setup& u) {
   p.bwd = bwd;
   // Under sequence parallelism the backward gathers each part's layernorm output again for its
   // weight gradient (the engine keeps it token-split, model.cpp's col_full_).
-  const double regather = u.cfg.parallel.sequence_parallel
-                              ? 2 * collective_time(u.tp_link(), "all_gather", msg, u.tp)
-                              : 0.0;
-  p.bwd_comm = p.fwd_comm + regather;
+  const bool sp = u.cfg.parallel.sequence_parallel;
+  const double gather = sp ? collective_time(u.tp_link(), "all_gather", msg, u.tp) : 0.0;
+  p.bwd_comm = p.fwd_comm + 2 * gather;
+  // Each part's first GEMM (qkv, fc) hides the gather again behind its input gradient and, where
+  // the part is split, its input gradient's reduce-scatter (all-reduce without sequence
+  // parallelism) behind its weight gradient.
+  const double th2 = tokens * h * h;
+  const double reduce = sp ? ar / 2 : ar;  // as part() counts it
+  p.bwd_hidden = hidden_behind_column(u, flops_time(u, 6 * th2 / ta, u.mc.efficiency), gather,
+                                      ta > 1 ? reduce : 0.0) +
+                 hidden_behind_column(u, flops_time(u, 8 * th2 / tm, u.mc.efficiency), gather,
+                                      tm > 1 ? reduce : 0.0);
   if (u.recompute == Recompute::full) {
     p.bwd += p.fwd;
     p.bwd_comm += p.fwd_comm;
@@ -201,9 +223,12 @@ PassTime head_time(const Setup& u) {
   p.bwd = u.mc.backward_ratio * p.fwd;
   if (tv > 1) {
     // Vocab-parallel cross-entropy: the max, the sum of exponentials and the target logit per
-    // token forward; the head input's gradient all-reduced backward.
+    // token forward; the head input's gradient all-reduced backward, behind the head's weight
+    // gradient GEMM (its input is kept gathered: nothing to gather again).
     p.fwd_comm = 3 * collective_time(u.tp_link(), "all_reduce", tokens * 4, u.tp);
     p.bwd_comm = collective_time(u.tp_link(), "all_reduce", tokens * u.h * u.act, u.tp);
+    p.bwd_hidden = hidden_behind_column(
+        u, flops_time(u, 2 * tokens * u.h * u.vocab / tv, u.mc.efficiency), 0.0, p.bwd_comm);
   }
   return p;
 }
@@ -455,7 +480,7 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
   PipeCosts costs;
   costs.pass = [&](int st, int c, bool backward) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
-    return (backward ? p.bwd + p.bwd_comm : p.fwd + p.fwd_comm) + mc.per_pass;
+    return (backward ? p.bwd + p.bwd_exposed() : p.fwd + p.fwd_comm) + mc.per_pass;
   };
   // A split backward (BACKWARD_INPUT, then BACKWARD_WEIGHT): half of the compute each (a GEMM's
   // input and weight gradients cost the same), the tensor-parallel collectives in the input half
@@ -495,10 +520,16 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
       w.fwd += p.fwd * u.m;
       w.bwd += p.bwd * u.m;
       w.last_bwd += p.bwd;
-      b.tensor += (p.fwd_comm + p.bwd_comm) * u.m;
     }
-    for (const triad_pipe_instr_v1& in : streams[size_t(st)].instrs)
+    // The tensor-parallel time each pass exposes, as costs.pass and costs.half charge it.
+    for (const triad_pipe_instr_v1& in : streams[size_t(st)].instrs) {
       w.split = w.split || in.op == TRIAD_PIPE_BACKWARD_WEIGHT;
+      if (in.chunk < 0) continue;
+      const PassTime& p = chunks[size_t(st)][size_t(in.chunk)];
+      if (in.op == TRIAD_PIPE_FORWARD) b.tensor += p.fwd_comm;
+      if (in.op == TRIAD_PIPE_BACKWARD) b.tensor += p.bwd_exposed();
+      if (in.op == TRIAD_PIPE_BACKWARD_INPUT) b.tensor += p.bwd_comm;
+    }
     if (u.pp > 1 && (st == 0 || st == u.pp - 1))
       w.tied_sum = {tied_start - timing.end[size_t(st)], tied_sum};
     b.compute = timing.busy[size_t(st)] - b.tensor;

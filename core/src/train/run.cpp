@@ -381,6 +381,7 @@ void Run::build_model() {
   tpc.rank = me.tp;
   tpc.size = tp();
   tpc.sequence_parallel = cfg.parallel.sequence_parallel;
+  tpc.overlap_backward = cfg.parallel.overlap_tensor_comm;
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   timeout = wait_bound(t);
@@ -506,9 +507,12 @@ void Run::describe() const {
       "parameters",
       m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
       spec.padded_vocab_size, m.position_embedding, model().full_layout().total);
-  spdlog::info("layout: {}; tensor: {}{}; {} parameters on each tensor-parallel rank",
+  spdlog::info("layout: {}; tensor: {}{}{}; {} parameters on each tensor-parallel rank",
                groups.describe(), tensor->name(),
                cfg.parallel.sequence_parallel && tp() > 1 ? " with sequence parallelism" : "",
+               cfg.parallel.overlap_tensor_comm && tp() > 1
+                   ? ", its backward collectives behind the GEMMs (parallel.overlap_tensor_comm)"
+                   : "",
                model().num_params());
   spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
                t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps, dp());

@@ -159,6 +159,12 @@ struct ParallelConfig {
   std::vector<int> stage_layers;
   // Model chunks per stage (Megatron's interleaved schedule); 1 = not interleaved.
   int virtual_pipeline_model_parallel_size = 1;
+  // In each column-parallel GEMM's backward (qkv, the MLP's first, the vocab-parallel head) the
+  // tensor group's collectives run behind the GEMMs: the input's gather again (sequence
+  // parallelism) behind the input-gradient GEMM, the input gradient's all-reduce or
+  // reduce-scatter behind the weight-gradient GEMM, as Megatron's linear layers do by default
+  // (--no-async-tensor-model-parallel-allreduce turns that off). The same bits either way.
+  bool overlap_tensor_comm = true;
 };
 
 // DeepSpeed's zero_optimization section.

@@ -64,6 +64,9 @@ class TransportRequest {
     group_ = group;
     bytes_ = bytes;
   }
+  // While a step is traced: when the operation was posted, so that its wait records how long it
+  // ran before anybody waited ("ahead_us": the time it had behind other work).
+  void mark_posted() { posted_ = std::chrono::steady_clock::now(); }
 
  private:
   void release();
@@ -73,6 +76,7 @@ class TransportRequest {
   const char* op_ = "wait";
   const char* group_ = "";
   uint64_t bytes_ = 0;
+  std::chrono::steady_clock::time_point posted_{};
 };
 
 class Communicator {

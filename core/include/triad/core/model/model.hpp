@@ -20,6 +20,7 @@
 
 #include "triad/core/config/config.hpp"
 #include "triad/core/device/device.hpp"
+#include "triad/core/dist/transport.hpp"
 #include "triad/core/model/activation_pool.hpp"
 #include "triad/core/model/boundary_slots.hpp"
 #include "triad/core/model/context_attention.hpp"
@@ -42,6 +43,10 @@ struct TensorParallel {
   std::array<triad_tensor_collectives_v1, TRIAD_TENSOR_BOUNDARY_COUNT> boundary{};
   Communicator* comm = nullptr;  // the tensor group; null when size is 1
   std::chrono::milliseconds timeout{300000};
+  // parallel.overlap_tensor_comm: in a column-parallel GEMM's backward, the input's gather
+  // (sequence parallelism) runs behind the input-gradient GEMM and the input gradient's reduction
+  // behind the weight-gradient GEMM; false runs each collective, then waits, then computes.
+  bool overlap_backward = true;
 };
 
 // This rank's place in its context-parallel group (issue 32): every micro-batch's sequence is
@@ -275,12 +280,28 @@ class GPT {
   // whole, unsplit size) from `in`, and returns where the result is: `in` itself for the
   // identity, `out` otherwise (an all-reduce with no `out` works in place and returns `in`).
   const void* exchange(int c, void* in, void* out, int N, int width, DType t, double* counter);
+  // A collective exchange_start() posted and nobody has waited for yet; finish() waits (within
+  // the group's timeout) and returns where the result is. Nothing to wait for when no
+  // collective runs (the identity, a copy done at once).
+  struct PendingExchange {
+    TransportRequest request;
+    const void* result = nullptr;
+    std::chrono::milliseconds timeout{0};
+    const void* finish() {
+      if (request) request.wait(timeout);
+      return result;
+    }
+  };
+  // exchange() without the wait: the buffers stay in use until finish().
+  PendingExchange exchange_start(int c, void* in, void* out, int N, int width, DType t,
+                                 double* counter);
   // Each boundary below serves a part the plan splits (`split`: the plugin's collectives run
   // there) or one every rank holds whole (the core's own: nothing moves without sequence
   // parallelism; with it, a whole part reads every token (gathered in) and each rank keeps its
   // own tokens of what comes out, and of the input's gradient).
   // The input of the first matmul: x itself, or x gathered over the group into full.
   const void* column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split);
+  PendingExchange column_input_start(const ActBuffer& x, const ActBuffer& full, int N, bool split);
   // y (Ns,C) = x (N,K) @ W^T over this rank's slice of the K inputs, reduced as ROW_OUTPUT
   // says, + the bias (fused into the GEMM when nothing is reduced).
   void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K,
@@ -302,6 +323,16 @@ class GPT {
   // The gradient of the first matmul's input from dcol_ (partial sums when split), reduced as
   // COLUMN_INPUT says; returns the (Ns,C) result.
   const void* column_input_grad(int N, bool split);
+  PendingExchange column_input_grad_start(int N, bool split);
+  // A column-parallel GEMM's backward (dcol_ overwritten with the input's gradient, dW and dbias
+  // added unless null), its input gathered as column_input() does and the input gradient
+  // reduced as column_input_grad() does; returns the (Ns,C) input gradient. With
+  // tp_.overlap_backward the gather runs behind the input-gradient GEMM and the reduction behind
+  // the weight-gradient GEMM (Megatron's asynchronous tensor-parallel backward). `x_kept`: the
+  // input when the caller holds it whole already (no gather), else null.
+  const void* column_backward(const void* dy, const ActBuffer& x, const ActBuffer& full,
+                              const void* x_kept, const void* W, float* dW, float* dbias, int N,
+                              int OC, bool split);
   // out (Ns,C) = this rank's tokens of full (N,C), under sequence parallelism.
   void keep_own_tokens(const void* full, void* out, int N);
   // The collective that brings a whole part its input: all-gather under sequence parallelism,

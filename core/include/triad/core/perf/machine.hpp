@@ -35,6 +35,8 @@
 //     # per collective, where measured: intra_node: {..., all_gather: {bandwidth_gbs, latency_us}}
 //   host_memory_bandwidth_gbs: 200   # the offloaded optimizer's step (optional: memory_bandwidth)
 //   overlap: {data_parallel: 0.9}    # share of data-parallel traffic hidden behind compute
+//                                    # tensor_parallel: the same for a column GEMM's backward
+//                                    # collectives (optional, default data_parallel's)
 //   overheads: {per_step_ms: 0, per_micro_batch_ms: 0, per_pass_us: 0}   # optional
 #pragma once
 
@@ -84,6 +86,9 @@ struct Machine {
   double share_efficiency = 1;
   Link intra_node, inter_node, host;
   double overlap_data_parallel = 0;
+  // The share of a tensor-parallel collective hidden behind the GEMM it runs beside
+  // (parallel.overlap_tensor_comm); the data-parallel share unless given.
+  double overlap_tensor_parallel = 0;
   double per_step = 0, per_micro_batch = 0, per_pass = 0;  // seconds
 
   // The dense matrix peak for a precision ("fp32", "bf16", "fp16"; fp32 with allow_tf32 takes
