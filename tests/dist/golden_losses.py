@@ -20,6 +20,8 @@ def results():
             sys.exit(f"FAIL {name}: steps {steps}, expected 1..10 once each")
         rec = {"loss": [r["loss"] for r in rows], "grad_norm": [r["grad_norm"] for r in rows]}
         valid = {str(r["step"]): r["valid_loss"] for r in rows if "valid_loss" in r}
+        # Megatron's second evaluation at the end of training, after a last step that evaluated.
+        valid.update({f"{r['step']} end": r["valid_loss_end"] for r in rows if "valid_loss_end" in r})
         if valid:
             rec["valid_loss"] = valid
         out[name] = rec

@@ -6,7 +6,7 @@
 #   layouts: single process (with export_hf), dp 2 ZeRO-1, tp 2 + sequence parallelism, pp 2
 #   1f1b, interleaved pp 2 x 2 chunks, ZeRO-3 + optimizer offload on dp 2, tp 2 x pp 2 x dp 2,
 #   full activation recomputation, dp 2 ZeRO-2 stopped after step 5 and resumed from its
-#   checkpoint, and evaluation every 5 steps.
+#   checkpoint, and evaluation every 5 steps (with Megatron's second evaluation after step 10).
 # Tolerance (golden_losses.py): 1e-5 relative per value. Measured on this fixture (lr 1e-3, a
 # smooth descent: rounding differences do not blow up after a spike): every other summation
 # order moves the values by at most 1.3e-7 relative over the 10 steps: the other GEMM library

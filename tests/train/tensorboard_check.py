@@ -153,10 +153,14 @@ def read_file(path, series, where, killed):
             if v.WhichOneof("value") != "simple_value":
                 fail(f"{path}: record {i}: tag {v.tag!r} is not a simple_value")
             key = (v.tag, ev.step)
+            # Megatron's second evaluation at the end of training: the validation tags once more
+            # at the last step, after the first (kept at step + 0.5).
+            if key in where and "lm loss validation" in v.tag and (v.tag, ev.step + 0.5) not in where:
+                key = (v.tag, ev.step + 0.5)
             if key in where:
                 fail(f"{path}: tag {v.tag!r} at step {ev.step} also in {where[key]}")
             where[key] = os.path.basename(path)
-            series.setdefault(v.tag, {})[ev.step] = v.simple_value
+            series.setdefault(v.tag, {})[key[1]] = v.simple_value
             scalars += 1
         count += 1
     print(f"{os.path.basename(path)}: {count} records, {scalars} scalars, every CRC verified")
@@ -205,6 +209,15 @@ def expected(metrics, batch, tb_interval, log_interval, seq=None, world=1):
             # Megatron's perplexity: exp(min(20, loss)).
             assert r["valid_ppl"] == math.exp(min(20, r["valid_loss"])), r
             put("lm-loss-validation", "lm loss validation ppl", s, r["valid_ppl"])
+        if "valid_loss_end" in r:  # written after the first, at the same step (and samples)
+            assert r["valid_ppl_end"] == math.exp(min(20, r["valid_loss_end"])), r
+            for tag, value in (("lm loss validation", r["valid_loss_end"]),
+                               ("lm loss validation ppl", r["valid_ppl_end"])):
+                name = f"lm-loss-validation/{tag}" if grouped else tag
+                want.setdefault(name, {})[s + 0.5] = value
+                want.setdefault(name + " vs samples", {})[s * batch + 0.5] = value
+                if grouped:
+                    want.setdefault(name + " vs tokens", {})[s * batch * seq + 0.5] = value
     return want
 
 

@@ -3,7 +3,8 @@
 # configs/gpt-tiny.yaml runs, read by tensorboard_check.py (its own CRC-32C and protobuf types).
 # One section per ctest test:
 #   events   one rank, dp 2 (rank 0 alone writes) with tensorboard_log_interval 3, fp16's loss
-#            scaler with a step skipped on overflow; validation every 3 steps, log_interval 2:
+#            scaler with a step skipped on overflow; validation every 3 steps (a last step 6
+#            that evaluates twice, as Megatron does at the end of training), log_interval 2:
 #            every record's CRCs verify, every scalar equals metrics.jsonl's value of its step
 #            (float32), under Megatron-LM's tags and under Megatron-DeepSpeed's grouped ones;
 #            no event file without the key.
@@ -59,6 +60,12 @@ section_events() {
   must_train 1 one.log --set training.train_iters=7 --set output.dir=one \
     --set logging.tensorboard_dir=one/tb
   check one 1 1
+  # A last step that evaluates (6, every 3): Megatron's second evaluation at the end of training,
+  # the same tags once more at step 6.
+  must_train 1 end.log --set training.train_iters=6 --set output.dir=end \
+    --set logging.tensorboard_dir=end/tb
+  grep -q '"valid_loss_end"' end/metrics.jsonl || fail "no end-of-training evaluation at step 6"
+  check end 1 1
   # The flag, another interval, and two ranks: rank 0 writes the one file.
   must_train 2 dp2.log --set training.train_iters=7 --set output.dir=dp2 \
     --set logging.tensorboard_log_interval=3 --tensorboard-dir dp2/tb

@@ -149,6 +149,8 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
     trace.end_step();
     outcome.valid_loss = trainer.evaluate_after(step);
     if (std::isfinite(outcome.valid_loss)) result.valid_loss = outcome.valid_loss;
+    outcome.valid_loss_end = trainer.evaluate_at_end(step);
+    if (std::isfinite(outcome.valid_loss_end)) result.valid_loss = outcome.valid_loss_end;
     result.steps.push_back(metrics.record(outcome));
     tensorboard.record(result.steps.back());
     // Megatron's --exit-interval, and a stop signal: save (when checkpoints are on) and end.

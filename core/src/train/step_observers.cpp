@@ -76,6 +76,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
   const double peak_tflops = run_.peak_tflops;
   StepRecord r;
   r.valid_loss = s.valid_loss;
+  r.valid_loss_end = s.valid_loss_end;
   r.step = s.step;
   r.loss = s.loss;
   r.lr = s.lr;
@@ -115,6 +116,10 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
     if (std::isfinite(s.valid_loss)) {
       j["valid_loss"] = s.valid_loss;
       j["valid_ppl"] = megatron_ppl(s.valid_loss);
+    }
+    if (std::isfinite(s.valid_loss_end)) {
+      j["valid_loss_end"] = s.valid_loss_end;
+      j["valid_ppl_end"] = megatron_ppl(s.valid_loss_end);
     }
     jsonl_->write_line(j.dump());
   }
@@ -191,9 +196,19 @@ void TensorBoardLog::record(const StepRecord& r) {
     both("lm-loss-validation", "lm loss validation", r.valid_loss);
     both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(r.valid_loss));
   }
-  events_->write_scalars(r.step, by_step);
-  events_->write_scalars(int64_t(samples), by_samples);
-  if (grouped) events_->write_scalars(int64_t(tokens), by_tokens);
+  // The end of training's second evaluation: the same tags at the same step once more, after the
+  // first, as Megatron writes them.
+  for (const bool end : {false, true}) {
+    if (end) {
+      if (!std::isfinite(r.valid_loss_end)) break;
+      by_step.clear(), by_samples.clear(), by_tokens.clear();
+      both("lm-loss-validation", "lm loss validation", r.valid_loss_end);
+      both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(r.valid_loss_end));
+    }
+    events_->write_scalars(r.step, by_step);
+    events_->write_scalars(int64_t(samples), by_samples);
+    if (grouped) events_->write_scalars(int64_t(tokens), by_tokens);
+  }
 }
 
 void TensorBoardLog::close() {

@@ -290,6 +290,18 @@ double TrainingStep::evaluate_after(int step) {
   return loss;
 }
 
+double TrainingStep::evaluate_at_end(int step) {
+  const TrainingConfig& t = run_.cfg.training;
+  if (!run_.valid || step != t.train_iters || step % t.eval_interval != 0) return std::nan("");
+  const double loss = evaluate(step / t.eval_interval);
+  if (!run_.opts.quiet)
+    spdlog::info(
+        "validation loss at the end of training (step {}, the next validation batches) | loss "
+        "{:.4f} | perplexity {:.3f} | {} batches",
+        step, loss, std::exp(loss), t.eval_iters);
+  return loss;
+}
+
 // Validation: forward passes only, over eval_iters global batches of the validation data, the
 // pipeline's activations passed on as in training (buffer 0; no backward follows). Evaluation
 // `round` reads validation batches [round·eval_iters, (round+1)·eval_iters): like Megatron's

@@ -67,10 +67,11 @@ struct StepRecord {
   double tflops = 0;  // per device (Megatron's formula over the job, divided by the ranks)
   double mfu = 0;     // tflops / the device's peak; 0 when the peak is unknown
   size_t peak_bytes = 0;
-  double valid_loss = std::nan("");  // validation loss after this step, if it evaluated
-  bool scaled = false;               // fp16: the loss was scaled (loss_scale, skipped hold)
-  bool skipped = false;              // fp16: gradients overflowed, no update
-  double loss_scale = 1;             // fp16: the loss scale of the step
+  double valid_loss = std::nan("");      // validation loss after this step, if it evaluated
+  double valid_loss_end = std::nan("");  // the end of training's second evaluation (last step)
+  bool scaled = false;                   // fp16: the loss was scaled (loss_scale, skipped hold)
+  bool skipped = false;                  // fp16: gradients overflowed, no update
+  double loss_scale = 1;                 // fp16: the loss scale of the step
 };
 
 // Megatron's count for a rank of pipeline stage `stage`: per micro-batch 4 all-reduces of the

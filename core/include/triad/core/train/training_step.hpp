@@ -25,6 +25,9 @@ struct StepOutcome {
   double efficiency = 0, pass_efficiency = 0;
   std::vector<double> stage_peak;
   double valid_loss = std::nan("");
+  // Megatron's end-of-training evaluation, after the last step when that step also evaluated
+  // (every eval_interval): the next validation batches (NaN otherwise).
+  double valid_loss_end = std::nan("");
   // fp16: the loss scale this step ran with, whether its gradients overflowed and it was skipped,
   // and the steps skipped so far in the run.
   bool scaled = false, skipped = false;
@@ -38,6 +41,11 @@ class TrainingStep final : public StepHooks {
   StepOutcome run(int step);
   // The validation loss after `step` when training.eval_interval calls for one (NaN otherwise).
   double evaluate_after(int step);
+  // Megatron evaluates once more when training ends, on the next validation batches, also when
+  // the last step has just evaluated (its pretrain()'s evaluation "on validation set" after
+  // train()); the loss of that second evaluation after `step`, NaN where there is none (not the
+  // last step, or the last step did not evaluate: then evaluate_after() was the end's).
+  double evaluate_at_end(int step);
 
   // StepHooks: the instructions that are the data plugin's and the optimizer's.
   GPT::GradsReady grads_ready(bool last) override;
