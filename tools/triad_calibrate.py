@@ -245,7 +245,7 @@ device:
   memory_bandwidth_gbs: {d['bw'] / 1e9:.4g}
   backward_ratio: {d['backward_ratio']:.4g}   # the head's
   cores: {d['cores']}
-  waiting_share: {d['waiting']:.3g}   # fitted to a run with two ranks per core
+  waiting_share: {d['waiting']:.3g}   # fitted to runs with two ranks per core, each beside one rank
   share_efficiency: {d['share']:.4g}   # cores x (time, one rank) / (time, a rank per core)
 links:
   intra_node: {link}, {ops}}}
@@ -258,19 +258,20 @@ calibration: {json.dumps(d['raw'])}
         f.write(text)
 
 
-def fit_waiting(simulate, a, d, probe, b, sets, measured_ms):
-    """The waiting_share in [0, 1] at which the model predicts the crowded run's step (bisection;
-    the prediction grows with it)."""
-    def predicted(w):
+def fit_waiting(simulate, a, d, probe, b, sets, solo_sets, ratio):
+    """The waiting_share in [0, 1] at which the model predicts the crowded run's step `ratio`
+    times the step of the same model on one rank (`solo_sets`), as measured side by side
+    (bisection; the crowded prediction grows with it, the single rank's does not depend on it)."""
+    def predicted(w, world=2 * d["cores"], extra=sets):
         d["waiting"] = w
         write_description(probe, a, d)
-        cmd = [simulate, a.config, "--machine", probe, "--json", "--world",
-               str(2 * d["cores"])]
+        cmd = [simulate, a.config, "--machine", probe, "--json", "--world", str(world)]
         for x in ["model.num_layers=2", f"training.micro_batch_size={b}", "attention=naive",
-                  "data.kind=synthetic"] + list(sets):
+                  "data.kind=synthetic"] + list(extra):
             cmd += ["--set", x]
         return json.loads(run(cmd, "triad-simulate on the crowded run"))["layouts"][0][
             "ms_per_step"]
+    measured_ms = ratio * predicted(0.0, 1, solo_sets)
     lo, hi = 0.0, 1.0
     if predicted(lo) >= measured_ms:
         return lo
@@ -320,11 +321,20 @@ def main(argv):
                                    extra=[f"training.seed={i + 2}"])
             ratios.append(sum(alone[k] for k in passes) / sum(shared[k] for k in passes))
         share = cores * statistics.median(ratios)
-        # Twice as many ranks as cores, as a 2-stage pipeline: how much of a core a waiting rank
-        # keeps (fitted below against the model's prediction of this run).
+        # Twice as many ranks as cores, as a 2-stage pipeline, each run beside the same model on
+        # one rank (three alternated pairs, the median of their step ratios, so that the
+        # machine's drift between minutes cancels as in the sharing ratios): how much of a core
+        # a waiting rank keeps (fitted below against the model's prediction of that ratio).
         crowd_sets = ("parallel.pipeline_model_parallel_size=2",
                       "training.gradient_accumulation_steps=4")
-        crowd = traced_layers(launch, a.config, mid, work, ranks=2 * cores, extra=crowd_sets)
+        solo_sets = ("training.gradient_accumulation_steps=4",)
+        crowd_ratios = []
+        for i in range(3):
+            seed = [f"training.seed={i + 2}"]
+            solo = traced_layers(launch, a.config, mid, work, extra=list(solo_sets) + seed)
+            crowd = traced_layers(launch, a.config, mid, work, ranks=2 * cores,
+                                  extra=list(crowd_sets) + seed)
+            crowd_ratios.append(crowd["ms_per_step"] / solo["ms_per_step"])
         ops, raw_coll = collectives(bench_coll, a.ranks, work)
         h, s = model["h"], model["s"]
         vp = (model["vocab"] + 127) // 128 * 128
@@ -360,7 +370,8 @@ def main(argv):
         d["per_step_ms"] = 0.0
         d["raw"] = {"layers": {str(b): layers[b] for b in layers},
                     "plugins": {p: {str(b): r[b] for b in r} for p, r in runs.items()},
-                    "sharing_ratios": ratios, "memory_bandwidth": bw, "collectives": raw_coll}
+                    "sharing_ratios": ratios, "crowded_ratios": crowd_ratios,
+                    "memory_bandwidth": bw, "collectives": raw_coll}
         # The per-step overhead: what the calibration runs took beyond the model's prediction.
         probe = os.path.join(work, "probe.yaml")
         write_description(probe, a, d)
@@ -374,7 +385,8 @@ def main(argv):
                                   "triad-simulate on the calibration runs"))
             over.append(layers[b]["ms_per_step"] - pred["layouts"][0]["ms_per_step"])
         d["per_step_ms"] = max(0.0, statistics.median(over))
-        d["waiting"] = fit_waiting(simulate, a, d, probe, mid, crowd_sets, crowd["ms_per_step"])
+        d["waiting"] = fit_waiting(simulate, a, d, probe, mid, crowd_sets, solo_sets,
+                                   statistics.median(crowd_ratios))
         write_description(a.out, a, d)
     print(f"{TOOL}: wrote {a.out} in {time.time() - t0:.0f} s: peak {peak / 1e9:.1f} GFLOP/s, "
           f"memory {bw / 1e9:.1f} GB/s, all-reduce {ops['all_reduce'][0] / 1e9:.2f} GB/s + "
