@@ -240,13 +240,20 @@ for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp
               f"grad norm {worst['grad_norm']:.2e}")
 
 # Pipeline efficiency over the passes (the schedule's span) is at least the whole step's and at most
-# 1 (the step also holds the reductions and the optimizer; start times differ by microseconds).
+# 1 (the step also holds the reductions and the optimizer; start times differ by microseconds);
+# each stage's compute time (stage_compute_ms) is positive, no longer than the step, and they sum
+# to the efficiency's numerator (to the float pairs' rounding of the all-reduced sum).
 for o in ("pp2", "pp4", "pp2gpipe", "pp2v2", "pp2zb", "pp4zb", "tp2pp2dp2sp"):
+    stages = 4 if o.startswith("pp4") else 2
     for r in metrics(o):
         e, pe = r["pipeline_efficiency"], r["pipeline_pass_efficiency"]
+        busy, ms = r["stage_compute_ms"], r["ms_per_step"]
         checks += 1
         if not (0 < e <= pe * 1.01 and pe <= 1):
             fail(f"{o} step {r['step']}: pipeline efficiency {e} over the step, {pe} over the passes")
+        if (len(busy) != stages or not all(0 < b <= ms for b in busy)
+                or abs(sum(busy) / (stages * ms) - e) > 1e-6 * e):
+            fail(f"{o} step {r['step']}: stage_compute_ms {busy} in a {ms} ms step, efficiency {e}")
 
 # Step 1's whole gradients, relative to each tensor's largest element.
 g_runs = ("g_tp2sp", "g_tp4", "g_tp2pp2", "g_pp2zb", "g_z1pp2dp2", "g_z2dp2", "g_z3tp2dp2")

@@ -107,6 +107,7 @@ StepRecord MetricsLog::record(const StepOutcome& s) {
         {"pipeline_efficiency", pp > 1 ? nlohmann::json(s.efficiency) : nlohmann::json()},
         {"pipeline_pass_efficiency", pp > 1 ? nlohmann::json(s.pass_efficiency) : nlohmann::json()},
         {"stage_peak_memory_bytes", pp > 1 ? nlohmann::json(s.stage_peak) : nlohmann::json()},
+        {"stage_compute_ms", pp > 1 ? nlohmann::json(s.stage_busy_ms) : nlohmann::json()},
         {"peak_memory_bytes", r.peak_bytes}};
     if (s.scaled) {
       j["loss_scale"] = s.loss_scale;

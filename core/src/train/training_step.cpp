@@ -148,10 +148,12 @@ StepOutcome TrainingStep::run(int step) {
   // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
   // communication and waiting included); and each stage's peak memory (GPipe's grows with
   // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
-  // busy time, then its peak and the tail after its last pass each in its own slot.
+  // busy time, then its peak, the tail after its last pass and its busy time each in its own
+  // slot.
   if (pp > 1) {
-    std::vector<double> mine(2 * size_t(pp) + 1, 0.0);
+    std::vector<double> mine(3 * size_t(pp) + 1, 0.0);
     mine[0] = work.busy_ms;
+    mine[size_t(2 * pp + run_.me.pp) + 1] = work.busy_ms;
     mine[size_t(run_.me.pp) + 1] = double(run_.peak_bytes());
     // The step ends at once on every stage (the agreement above): how long before it each
     // stage's last pass ended, on its own clock.
@@ -159,9 +161,10 @@ StepOutcome TrainingStep::run(int step) {
         std::chrono::duration<double, std::milli>(end - work.last_pass_end).count();
     const std::vector<double> all = dist->sum(*dist->comms.pp, mine);
     out.efficiency = all[0] / (pp * out.ms);
-    const double tail = *std::min_element(all.begin() + pp + 1, all.end());
+    const double tail = *std::min_element(all.begin() + pp + 1, all.begin() + 2 * pp + 1);
     out.pass_efficiency = all[0] / (pp * (out.ms - tail));
     out.stage_peak.assign(all.begin() + 1, all.begin() + pp + 1);
+    out.stage_busy_ms.assign(all.begin() + 2 * pp + 1, all.end());
   }
   return out;
 }

@@ -24,6 +24,9 @@ struct StepOutcome {
   // share, which m/(m+p-1) models), and each stage's peak.
   double efficiency = 0, pass_efficiency = 0;
   std::vector<double> stage_peak;
+  // Each stage's compute time in the step (ms): the slowest one's over the passes' span is the
+  // bottleneck stage's efficiency, which m/(m+p-1) bounds from below when stages are unequal.
+  std::vector<double> stage_busy_ms;
   double valid_loss = std::nan("");
   // Megatron's end-of-training evaluation, after the last step when that step also evaluated
   // (every eval_interval): the next validation batches (NaN otherwise).
