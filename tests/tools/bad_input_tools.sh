@@ -680,6 +680,7 @@ bench)
     --build "$BUILD" --config "$W/fifo"
   expect bench-pipeline "--only 'bogus': the tables are efficiency, zb and memory" $P \
     "$B/bench-pipeline" --only bogus
+  expect bench-pipeline "--set 'bogus': give KEY=VALUE" $P "$B/bench-pipeline" --set bogus
   expect bench-attention-cuda-peer.py "argument --d: 'x' is not a comma-separated list" $P \
     "$B/bench-attention-cuda-peer.py" --d x
   ;;
