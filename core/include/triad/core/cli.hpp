@@ -104,9 +104,15 @@ inline void parse(CLI::App& app, int argc, const char* const* argv) {
   refuse_empty_values(app);
 }
 
+// A whole line to stderr in one write: a launcher reading several ranks' stderr (and stopping the
+// others when one fails) never sees it cut between the tool's name and the message.
+inline void write_line(const std::string& line) {
+  std::cerr << (line + "\n") << std::flush;
+}
+
 // The one line of a failed entry point; returns its exit code (kExitUserError).
 inline int fail(const std::string& tool, const std::string& what) {
-  std::cerr << tool << ": error: " << what << std::endl;
+  write_line(tool + ": error: " + what);
   return kExitUserError;
 }
 
@@ -135,7 +141,7 @@ int run_main(const std::string& tool, Body&& body) {
   } catch (const UserError& e) {
     return fail(tool, e.what());
   } catch (const std::exception& e) {
-    std::cerr << tool << ": internal error: " << e.what() << std::endl;
+    write_line(tool + ": internal error: " + e.what());
     return 1;
   }
 }
