@@ -488,7 +488,7 @@ std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) 
 }
 
 size_t collective_scalars(int stages) {
-  return 2 * (stages > 1 ? 3 * size_t(stages) + 1 : 2);
+  return 2 * (stages > 1 ? 3 * size_t(stages) : 2);
 }
 
 namespace {

@@ -193,22 +193,23 @@ void TensorBoardLog::record(const StepRecord& r) {
       by_step.emplace_back("throughput", r.tflops);
     }
   }
-  if (std::isfinite(r.valid_loss)) {
-    both("lm-loss-validation", "lm loss validation", r.valid_loss);
-    both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(r.valid_loss));
-  }
-  // The end of training's second evaluation: the same tags at the same step once more, after the
-  // first, as Megatron writes them.
-  for (const bool end : {false, true}) {
-    if (end) {
-      if (!std::isfinite(r.valid_loss_end)) break;
-      by_step.clear(), by_samples.clear(), by_tokens.clear();
-      both("lm-loss-validation", "lm loss validation", r.valid_loss_end);
-      both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(r.valid_loss_end));
-    }
+  auto validation = [&](double loss) {
+    both("lm-loss-validation", "lm loss validation", loss);
+    both("lm-loss-validation", "lm loss validation ppl", megatron_ppl(loss));
+  };
+  auto flush = [&] {
     events_->write_scalars(r.step, by_step);
     events_->write_scalars(int64_t(samples), by_samples);
     if (grouped) events_->write_scalars(int64_t(tokens), by_tokens);
+    by_step.clear(), by_samples.clear(), by_tokens.clear();
+  };
+  if (std::isfinite(r.valid_loss)) validation(r.valid_loss);
+  flush();
+  // The end of training's second evaluation: the same tags at the same step once more, after the
+  // first, as Megatron writes them.
+  if (std::isfinite(r.valid_loss_end)) {
+    validation(r.valid_loss_end);
+    flush();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "triad/core/dist/rank_status.hpp"
@@ -147,24 +148,23 @@ StepOutcome TrainingStep::run(int step) {
   out.ms = std::chrono::duration<double, std::milli>(end - t0).count();
   // Pipeline efficiency: the stages' compute time over stages x the step time (1 - bubble,
   // communication and waiting included); and each stage's peak memory (GPipe's grows with
-  // the micro-batches, 1F1B's with the stages). One all-reduce over the stages: this stage's
-  // busy time, then its peak, the tail after its last pass and its busy time each in its own
-  // slot.
+  // the micro-batches, 1F1B's with the stages). One all-reduce over the stages, each stage
+  // filling its own slot of three rows: its peak, the tail after its last pass, its busy time.
   if (pp > 1) {
-    std::vector<double> mine(3 * size_t(pp) + 1, 0.0);
-    mine[0] = work.busy_ms;
-    mine[size_t(2 * pp + run_.me.pp) + 1] = work.busy_ms;
-    mine[size_t(run_.me.pp) + 1] = double(run_.peak_bytes());
+    const size_t me = size_t(run_.me.pp), p = size_t(pp);
+    std::vector<double> mine(3 * p, 0.0);
+    mine[me] = double(run_.peak_bytes());
     // The step ends at once on every stage (the agreement above): how long before it each
     // stage's last pass ended, on its own clock.
-    mine[size_t(pp + run_.me.pp) + 1] =
-        std::chrono::duration<double, std::milli>(end - work.last_pass_end).count();
+    mine[p + me] = std::chrono::duration<double, std::milli>(end - work.last_pass_end).count();
+    mine[2 * p + me] = work.busy_ms;
     const std::vector<double> all = dist->sum(*dist->comms.pp, mine);
-    out.efficiency = all[0] / (pp * out.ms);
-    const double tail = *std::min_element(all.begin() + pp + 1, all.begin() + 2 * pp + 1);
-    out.pass_efficiency = all[0] / (pp * (out.ms - tail));
-    out.stage_peak.assign(all.begin() + 1, all.begin() + pp + 1);
-    out.stage_busy_ms.assign(all.begin() + 2 * pp + 1, all.end());
+    out.stage_peak.assign(all.begin(), all.begin() + pp);
+    out.stage_busy_ms.assign(all.begin() + 2 * pp, all.end());
+    const double busy = std::accumulate(out.stage_busy_ms.begin(), out.stage_busy_ms.end(), 0.0);
+    const double tail = *std::min_element(all.begin() + pp, all.begin() + 2 * pp);
+    out.efficiency = busy / (pp * out.ms);
+    out.pass_efficiency = busy / (pp * (out.ms - tail));
   }
   return out;
 }

@@ -69,8 +69,8 @@ struct MemoryEstimate {
 // for one to come back when all are in flight, which the bound makes safe.
 std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams);
 // The floats of the buffer the distributed run reduces its scalars in, two per value
-// (DistributedRun::sum): the loss and the stop request; with pipeline stages the stages' summed
-// busy time and each stage's peak memory, tail and busy time.
+// (DistributedRun::sum): the loss and the stop request; with pipeline stages each stage's peak
+// memory, tail and busy time.
 size_t collective_scalars(int stages);
 
 // One estimate per pipeline stage (a rank of that stage with tensor- and data-parallel rank 0,
