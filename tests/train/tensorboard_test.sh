@@ -66,6 +66,14 @@ section_events() {
     --set logging.tensorboard_dir=end/tb
   grep -q '"valid_loss_end"' end/metrics.jsonl || fail "no end-of-training evaluation at step 6"
   check end 1 1
+  # None when --exit-interval divides the last step: Megatron exits before it.
+  must_train 1 endexit.log --set training.train_iters=6 --set training.exit_interval=6 \
+    --set output.dir=endexit --set logging.tensorboard_dir=endexit/tb
+  grep -q '"valid_loss"' endexit/metrics.jsonl || fail "no evaluation at step 6 under exit_interval 6"
+  if grep -q '"valid_loss_end"' endexit/metrics.jsonl; then
+    fail "an end-of-training evaluation although exit_interval 6 ends the run at step 6"
+  fi
+  check endexit 1 1
   # The flag, another interval, and two ranks: rank 0 writes the one file.
   must_train 2 dp2.log --set training.train_iters=7 --set output.dir=dp2 \
     --set logging.tensorboard_log_interval=3 --tensorboard-dir dp2/tb

@@ -149,14 +149,15 @@ RunResult train(const Config& cfg, const TrainOptions& opts) {
     trace.end_step();
     outcome.valid_loss = trainer.evaluate_after(step);
     if (std::isfinite(outcome.valid_loss)) result.valid_loss = outcome.valid_loss;
-    outcome.valid_loss_end = trainer.evaluate_at_end(step);
+    // Megatron's exit on --exit-interval comes before its end-of-training evaluation, also at
+    // the last step: none then.
+    const bool interval_exit = t.exit_interval > 0 && step % t.exit_interval == 0;
+    if (!interval_exit) outcome.valid_loss_end = trainer.evaluate_at_end(step);
     if (std::isfinite(outcome.valid_loss_end)) result.valid_loss = outcome.valid_loss_end;
     result.steps.push_back(metrics.record(outcome));
     tensorboard.record(result.steps.back());
     // Megatron's --exit-interval, and a stop signal: save (when checkpoints are on) and end.
-    const bool exit_now =
-        outcome.stop_requested ||
-        (t.exit_interval > 0 && step % t.exit_interval == 0 && step < t.train_iters);
+    const bool exit_now = outcome.stop_requested || (interval_exit && step < t.train_iters);
     checkpoints.after_step(step, exit_now);
     if (exit_now) {
       result.stop_signal = outcome.stop_requested ? (stop_signal() ? stop_signal() : SIGTERM) : 0;
