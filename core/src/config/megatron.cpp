@@ -538,8 +538,10 @@ void MegatronReader::derive() {
   };
   phase("--lr-warmup-samples", "lr_schedule.lr_warmup_samples", 1);
   phase("--lr-warmup-tokens", "lr_schedule.lr_warmup_samples", seq);
-  const bool decay = phase("--lr-decay-samples", "lr_schedule.lr_decay_samples", 1) |
-                     phase("--lr-decay-tokens", "lr_schedule.lr_decay_samples", seq);
+  // Both flags are read (each may be given), so no short-circuit.
+  const bool decay_samples = phase("--lr-decay-samples", "lr_schedule.lr_decay_samples", 1);
+  const bool decay_tokens = phase("--lr-decay-tokens", "lr_schedule.lr_decay_samples", seq);
+  const bool decay = decay_samples || decay_tokens;
   // Sample-based training decays over its samples unless told otherwise (not its whole steps).
   if (auto it = later_.find("--train-samples"); it != later_.end() && !decay)
     set("lr_schedule.lr_decay_samples",
