@@ -11,7 +11,6 @@
 #include <cublas_v2.h>
 #include <dlfcn.h>
 
-#include <mutex>
 #include <string>
 
 namespace {
