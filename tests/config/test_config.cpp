@@ -1336,6 +1336,33 @@ TEST_F(ConfigTest, ContextParallelKeysAndLayout) {
   unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
 }
 
+// parallel.tp_comm_overlap: off by default (Megatron's --tp-comm-overlap is opt-in), read from
+// YAML and written back; on a GPU with tp > 1 and sequence parallelism refused in one line
+// naming the key until tools/gpu-check's row passes; without sequence parallelism nothing
+// to refuse (it changes nothing).
+TEST_F(ConfigTest, TpCommOverlapKeyAndGpuRefusal) {
+  EXPECT_FALSE(load_config(write(kBase), {}).parallel.tp_comm_overlap);
+  Config c = load_config(write(kBase),
+                         {"parallel.tensor_model_parallel_size=2",
+                          "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"},
+                         2);
+  EXPECT_TRUE(c.parallel.tp_comm_overlap);
+  EXPECT_NE(to_yaml(c).find("tp_comm_overlap: true"), std::string::npos) << to_yaml(c);
+  EXPECT_EQ(runnable_refusal(c), "");
+  Config g = c;
+  g.device = "cuda";
+  unsetenv("TRIAD_UNVERIFIED_GPU_LAYOUTS");
+  const std::string why = runnable_refusal(g);
+  if (cuda_device_built()) {
+    EXPECT_NE(why.find("parallel.tp_comm_overlap"), std::string::npos) << why;
+    EXPECT_NE(why.find("set parallel.tp_comm_overlap: false"), std::string::npos) << why;
+    g.parallel.sequence_parallel = false;
+    EXPECT_EQ(runnable_refusal(g), "");
+  } else {
+    EXPECT_NE(why.find("is not available in this build"), std::string::npos) << why;
+  }
+}
+
 TEST_F(ConfigTest, ContextParallelBadInput) {
   // cp not dividing world / (tp x pp): tp, cp, pp and the world named.
   expect_error(kBase, {"parallel.context_parallel_size 3", "world size 8", "tp 2", "pp 1", "= 4"},

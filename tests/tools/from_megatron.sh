@@ -80,6 +80,7 @@ has gpt_13b_3d '^  stage: 1 +# --use-distributed-optimizer'
 has gpt_13b_3d '^  position_embedding: rope +# --position-embedding-type rope$'
 has gpt_13b_3d \
   '^  overlap_tensor_comm: false +# --no-async-tensor-model-parallel-allreduce$'
+has gpt_13b_3d '^  tp_comm_overlap: true +# --tp-comm-overlap$'
 has gpt_350m_zero2 '^  stage: 2 +# --zero-stage 2$'
 has gpt_350m_zero2 \
   '^  reduce_bucket_size: 500000000 +# ds_zero2.json: zero_optimization.reduce_bucket_size$'

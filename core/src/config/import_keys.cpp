@@ -49,6 +49,7 @@ const std::vector<KeyRow>& key_table() {
       {"parallel.tensor_model_parallel_size", "", "--tensor-model-parallel-size"},
       {"parallel.pipeline_model_parallel_size", "", "--pipeline-model-parallel-size"},
       {"parallel.sequence_parallel", "", "--sequence-parallel"},
+      {"parallel.tp_comm_overlap", "", "--tp-comm-overlap"},
       {"parallel.context_parallel_size", "", "--context-parallel-size"},
       {"parallel.virtual_pipeline_model_parallel_size", "",
        "--virtual-pipeline-model-parallel-size"},

@@ -45,6 +45,13 @@ std::string runnable_refusal(const Config& c) {
         unverified_on_gpu("parallel.context_parallel_size " + std::to_string(cp) + in);
     if (!why.empty()) return why + ", or use device: cpu";
   }
+  // The tensor group's ring (parallel.tp_comm_overlap): GEMMs per rank's tokens beside nccl's
+  // grouped send/recv, started by progress(); not yet run on a GPU.
+  const auto& par = c.parallel;
+  if (par.tp_comm_overlap && par.sequence_parallel && par.tensor_model_parallel_size > 1) {
+    const std::string why = unverified_on_gpu("parallel.tp_comm_overlap" + in);
+    if (!why.empty()) return why + ", or set parallel.tp_comm_overlap: false";
+  }
   return "";
 }
 

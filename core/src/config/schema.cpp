@@ -177,6 +177,7 @@ std::vector<Section> runtime_sections() {
              TRIAD_SLOT(parallel.virtual_pipeline_model_parallel_size))
                .min(1),
            F("overlap_tensor_comm", TRIAD_SLOT(parallel.overlap_tensor_comm)),
+           F("tp_comm_overlap", TRIAD_SLOT(parallel.tp_comm_overlap)),
        }},
       {"zero_optimization",
        {

@@ -480,6 +480,81 @@ const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N, 
   return column_input_start(x, full, N, split).finish();
 }
 
+void GPT::column_forward(const ActBuffer& x, const ActBuffer& full, int N, bool split,
+                         const RowGemm& gemm) {
+  const int c = split ? at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward : whole_part_input();
+  if (!tp_.overlap_chunks || c != TRIAD_TENSOR_ALL_GATHER) {
+    gemm(column_input(x, full, N, split), 0, N);
+    return;
+  }
+  const size_t Ns = size_t(N / tp_.size);
+  ring_gather(x.data(), full.data(), N,
+              [&](int q, const void* rows) { gemm(rows, size_t(q) * Ns, int(Ns)); });
+}
+
+const void* GPT::row_output_grad_ring(const void* dy, int N, const RowGemm& dx_rows) {
+  const size_t Ns = size_t(N / tp_.size);
+  void* full = drow_full_.data();  // every token's, in order, for the weight gradient
+  dev_.copy(advance(full, size_t(tp_.rank) * Ns * size_t(C_), act_), dy,
+            Ns * size_t(C_) * dtype_bytes(act_));
+  ring_gather(dy, full, N,
+              [&](int q, const void* rows) { dx_rows(rows, size_t(q) * Ns, int(Ns)); });
+  return full;
+}
+
+std::array<TransportRequest, 2> GPT::ring_step(void* into, const void* from, size_t elems) {
+  const int t = tp_.size, r = tp_.rank;
+  const DLDataType dt = dl_dtype(act_);
+  const DLDevice d = dev_.dl_device();
+  Communicator& comm = *tp_.comm;
+  std::array<TransportRequest, 2> step{comm.recv(into, elems, dt, (r + t - 1) % t, 0, d),
+                                       comm.send(from, elems, dt, (r + 1) % t, 0, d)};
+  volume_.activations += double(elems) * dtype_bytes(act_);
+  progress();  // a transport that holds point-to-point work until asked (nccl) starts it
+  return step;
+}
+
+void GPT::ring_gather(const void* own, void* full, int N, const BlockUse& use) {
+  const int t = tp_.size, r = tp_.rank;
+  const size_t block = size_t(N / t) * size_t(C_);
+  const auto block_of = [&](int q) { return advance(full, size_t(q) * block, act_); };
+  for (int i = 0; i < t; ++i) {
+    const int q = (r - i + t) % t;  // the block in hand: rank r - i's
+    const void* in = i == 0 ? own : block_of(q);
+    std::array<TransportRequest, 2> step;  // the previous rank's block in hand comes in
+    if (i + 1 < t) step = ring_step(block_of((q + t - 1) % t), in, block);
+    use(q, in);
+    for (TransportRequest& req : step)
+      if (req) req.wait(tp_.timeout);
+  }
+}
+
+void GPT::ring_reduce_scatter(void* y, const void* x, const void* W, int N, int K) {
+  // Three (Ns,C) blocks of row_partial_ in turn (two at t = 2): the block computed at step i,
+  // C_i, in slot 2i mod 3 and the sum received for the next step, R_i, in slot 2i + 1 mod 3; C_i
+  // is computed while C_{i-1} and R_{i-1} are in flight.
+  const int t = tp_.size, r = tp_.rank, Ns = N / t;
+  const size_t block = size_t(Ns) * size_t(C_);
+  const auto slot = [&](int k) {
+    return advance(row_partial_.data(), size_t(k % 3) * block, act_);
+  };
+  std::array<TransportRequest, 2> step;
+  void* received = nullptr;
+  for (int i = 0; i < t; ++i) {
+    const int c = ((r - i - 1) % t + t) % t;  // rank c's tokens; the last step this rank's own
+    void* out = i + 1 < t ? slot(2 * i) : y;
+    dev_.matmul_forward(out, advance(x, size_t(c) * size_t(Ns) * size_t(K), act_), W, nullptr, Ns,
+                        K, C_, act_);
+    for (TransportRequest& req : step)
+      if (req) req.wait(tp_.timeout);
+    if (received) dev_.residual_forward(out, out, received, block, act_);
+    if (i + 1 < t) {  // the sum so far of rank c's tokens goes on to the next rank
+      received = slot(2 * i + 1);
+      step = ring_step(received, out, block);
+    }
+  }
+}
+
 void GPT::keep_own_tokens(const void* full, void* out, int N) {
   const size_t rows = size_t(N) / size_t(tp_.size), elems = rows * size_t(C_);
   dev_.copy(out, advance(full, size_t(tp_.rank) * elems, act_), elems * dtype_bytes(act_));
@@ -500,6 +575,11 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
   // Each rank's product over its slice of the inputs is a partial sum: reduce, then add the
   // (replicated) bias once.
   const int Ns = sp_ ? N / tp_.size : N;
+  if (sp_ && tp_.overlap_chunks && c.forward == TRIAD_TENSOR_REDUCE_SCATTER) {
+    ring_reduce_scatter(y, x, W, N, K);
+    dev_.bias_forward(y, bias, Ns, C_, act_);
+    return;
+  }
   dev_.matmul_forward(row_partial_.data(), x, W, nullptr, N, K, C_, act_);
   exchange(c.forward, row_partial_.data(), y, N, C_, act_, &volume_.activations);
   dev_.bias_forward(y, bias, Ns, C_, act_);
@@ -535,8 +615,28 @@ void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const v
   const bool whole = row_output_whole(split, at(TRIAD_TENSOR_BOUNDARY_ROW_OUTPUT));
   // Split: the (replicated) bias was added once, after the reduction, on this rank's tokens.
   if (!whole && dbias) dev_.bias_backward(dbias, dy, sp_ ? N / tp_.size : N, C_, act_);
-  const void* dfull = row_output_grad(dy, N, split);
   float* db = whole ? dbias : nullptr;
+  if (sp_ && tp_.overlap_chunks && row_output_grad_op(split) == TRIAD_TENSOR_ALL_GATHER) {
+    // The input gradient row by row as the gather brings them; the weight gradient over every
+    // token at the end, in token order (the same GEMM as below, so the same bits).
+    const size_t Kw = size_t(K);
+    const RowGemm dx_rows = [&](const void* d, size_t row0, int rows) {
+      void* to = advance(dx, row0 * Kw, act_);
+      if (gelu_pre)
+        dev_.matmul_backward_dgelu(to, advance(dmlp_act_.data(), row0 * Kw, act_),
+                                   advance(gelu_pre, row0 * Kw, act_), nullptr, nullptr, d, nullptr,
+                                   W, rows, K, C_, act_);
+      else
+        dev_.matmul_backward(to, nullptr, nullptr, d, nullptr, W, rows, K, C_, act_,
+                             GradWrite::overwrite);
+    };
+    const void* dfull = row_output_grad_ring(dy, N, dx_rows);
+    if (dW || db)
+      dev_.matmul_backward(nullptr, dW, db, dfull, x, nullptr, N, K, C_, act_,
+                           GradWrite::overwrite);
+    return;
+  }
+  const void* dfull = row_output_grad(dy, N, split);
   if (gelu_pre)
     dev_.matmul_backward_dgelu(dx, dmlp_act_.data(), gelu_pre, dW, db, dfull, x, W, N, K, C_, act_);
   else
@@ -641,8 +741,10 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
                            Ns, C, eps, act_);
   // qkv (N,3Cl) = ln1 @ Wqkv^T + b   (this rank's heads of q, k and v)
   const bool attn_split = shards_.attention > 1, mlp_split = shards_.mlp > 1;
-  const void* ln1 = column_input(a.ln1, col_full_, N, attn_split);
-  dev_.matmul_forward(a.qkv.data(), ln1, p.attn_w, p.attn_b, N, C, 3 * Cl, act_);
+  column_forward(a.ln1, col_full_, N, attn_split, [&](const void* x, size_t row0, int rows) {
+    dev_.matmul_forward(advance(a.qkv.data(), row0 * size_t(3 * Cl), act_), x, p.attn_w, p.attn_b,
+                        rows, C, 3 * Cl, act_);
+  });
   if (rope_) {
     rotate_qk(a.qkv, B, false);
   }
@@ -653,8 +755,12 @@ void GPT::block_forward(size_t i, ActSet& s, void* out, bool fuse_norms) {
   // ln2 = layernorm(res_mid) in the same pass
   dev_.residual_layernorm_forward(a.res_mid.data(), a.ln2.data(), a.ln2_mean.data(),
                                   a.ln2_rstd.data(), in, out, p.ln2_w, p.ln2_b, Ns, C, eps, act_);
-  const void* ln2 = column_input(a.ln2, col_full_, N, mlp_split);
-  dev_.matmul_gelu_forward(a.mlp_act.data(), a.mlp_pre.data(), ln2, p.fc_w, p.fc_b, N, C, Fl, act_);
+  column_forward(a.ln2, col_full_, N, mlp_split, [&](const void* x, size_t row0, int rows) {
+    const size_t off = row0 * size_t(Fl);
+    dev_.matmul_gelu_forward(advance(a.mlp_act.data(), off, act_),
+                             advance(a.mlp_pre.data(), off, act_), x, p.fc_w, p.fc_b, rows, C, Fl,
+                             act_);
+  });
   // out = res_mid + mlp_act @ Wfcproj^T + b
   row_parallel_forward(out, a.mlp_act.data(), p.fc_proj_w, p.fc_proj_b, N, Fl, mlp_split);
   const bool next_block = i + 1 < s.layers.size();

@@ -382,6 +382,7 @@ void Run::build_model() {
   tpc.size = tp();
   tpc.sequence_parallel = cfg.parallel.sequence_parallel;
   tpc.overlap_backward = cfg.parallel.overlap_tensor_comm;
+  tpc.overlap_chunks = cfg.parallel.tp_comm_overlap;
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   timeout = wait_bound(t);
@@ -507,12 +508,16 @@ void Run::describe() const {
       "parameters",
       m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
       spec.padded_vocab_size, m.position_embedding, model().full_layout().total);
-  spdlog::info("layout: {}; tensor: {}{}{}; {} parameters on each tensor-parallel rank",
-               groups.describe(), tensor->name(),
-               cfg.parallel.sequence_parallel && tp() > 1 ? " with sequence parallelism" : "",
+  const bool sp = cfg.parallel.sequence_parallel && tp() > 1;
+  spdlog::info("layout: {}; tensor: {}{}{}{}; {} parameters on each tensor-parallel rank",
+               groups.describe(), tensor->name(), sp ? " with sequence parallelism" : "",
                cfg.parallel.overlap_tensor_comm && tp() > 1
                    ? ", its backward collectives behind the GEMMs (parallel.overlap_tensor_comm)"
                    : "",
+               !cfg.parallel.tp_comm_overlap || tp() == 1 ? ""
+               : sp ? ", its forward gathers and reduce-scatters in chunks behind the GEMMs "
+                      "(parallel.tp_comm_overlap)"
+                    : ", parallel.tp_comm_overlap without effect (it needs sequence_parallel)",
                model().num_params());
   spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",
                t.global_batch_size, t.micro_batch_size, t.gradient_accumulation_steps, dp());

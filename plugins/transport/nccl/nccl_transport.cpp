@@ -16,7 +16,8 @@
 // Uneven blocks (count % n != 0) use grouped reduce / broadcast calls, since NCCL's
 // reduce_scatter and all_gather take equal blocks only. all_to_all is one group of a send and a
 // receive per peer (itself included: NCCL copies that block). NCCL progresses on its own
-// stream, so progress() has nothing to do.
+// stream, so progress() has only the held send/recv to start (a ring step the core posts and
+// then computes beside, parallel.tp_comm_overlap).
 //
 // A wait that passes its timeout aborts the communicator (ncclCommAbort: NCCL cannot cancel
 // one operation, and a kernel waiting for a peer would hold the stream forever); so does an
@@ -346,6 +347,9 @@ class Nccl final : public sdk::TransportPlugin {
                "barrier: ncclAllReduce");
     return record("barrier", c);
   }
+
+  // The held send/recv start now, beside the compute that follows.
+  void progress() override { flush(); }
 
   bool test(sdk::TransportRequest& req) override {
     flush();

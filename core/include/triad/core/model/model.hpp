@@ -47,6 +47,12 @@ struct TensorParallel {
   // (sequence parallelism) runs behind the input-gradient GEMM and the input gradient's reduction
   // behind the weight-gradient GEMM; false runs each collective, then waits, then computes.
   bool overlap_backward = true;
+  // parallel.tp_comm_overlap, under sequence parallelism: the forward's gathers and
+  // reduce-scatters and the backward's gathers of the row-parallel GEMMs' output gradients run
+  // around a ring of point-to-point steps, each step's transfer behind the GEMM of another rank's
+  // tokens (Megatron's --tp-comm-overlap); false runs each whole collective, then waits, then
+  // computes.
+  bool overlap_chunks = false;
 };
 
 // This rank's place in its context-parallel group (issue 32): every micro-batch's sequence is
@@ -302,6 +308,30 @@ class GPT {
   // The input of the first matmul: x itself, or x gathered over the group into full.
   const void* column_input(const ActBuffer& x, const ActBuffer& full, int N, bool split);
   PendingExchange column_input_start(const ActBuffer& x, const ActBuffer& full, int N, bool split);
+  // A GEMM over rows [row0, row0 + rows) of a column-parallel matmul's (N,C) input, read from
+  // `in` (those rows alone), writing the same rows of its output.
+  using RowGemm = std::function<void(const void* in, size_t row0, int rows)>;
+  // The column-parallel GEMM over its input gathered as column_input() does. With
+  // tp_.overlap_chunks and a gather: around ring_gather(), each rank's tokens computed as they
+  // arrive, this rank's own first (the gathered input lands in `full`, but for its own block).
+  void column_forward(const ActBuffer& x, const ActBuffer& full, int N, bool split,
+                      const RowGemm& gemm);
+  // The gather row_output_grad() runs, around ring_gather(), each rank's rows of dx (the input
+  // gradient, from `dx_rows`) computed as they arrive, this rank's own first from dy itself.
+  // Returns every token's gradient, in token order in drow_full_.
+  const void* row_output_grad_ring(const void* dy, int N, const RowGemm& dx_rows);
+  // tp_.overlap_chunks (Megatron's ring exchange): every rank's (Ns,C) block of `own` into
+  // `full` (N,C, token order) in t - 1 steps, each passing the block in hand to the next rank
+  // and taking the previous rank's, while use(q, its rows) runs on the block in hand (rank q's;
+  // this rank's own, from `own`, first). `full` keeps own's slot as it was.
+  using BlockUse = std::function<void(int q, const void* rows)>;
+  void ring_gather(const void* own, void* full, int N, const BlockUse& use);
+  // y (Ns,C) = the sum over the group of x (N,K) @ W^T for this rank's tokens, without the bias,
+  // around the ring: step i computes one rank's tokens, adds the sum the previous rank passed on
+  // and passes it to the next, while the next step's GEMM runs; the last step is this rank's own.
+  void ring_reduce_scatter(void* y, const void* x, const void* W, int N, int K);
+  // One ring step: `elems` from the previous rank into `into`, from `from` to the next, started.
+  std::array<TransportRequest, 2> ring_step(void* into, const void* from, size_t elems);
   // y (Ns,C) = x (N,K) @ W^T over this rank's slice of the K inputs, reduced as ROW_OUTPUT
   // says, + the bias (fused into the GEMM when nothing is reduced).
   void row_parallel_forward(void* y, const void* x, const void* W, const void* bias, int N, int K,
