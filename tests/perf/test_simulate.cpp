@@ -157,18 +157,24 @@ constexpr double kTokens = 2 * 32, kH = 64;
 constexpr double kBlock = (24 * kTokens * kH * kH + 4 * 2 * 32.0 * 32 * kH) / 1e12;
 constexpr double kHead = 2 * kTokens * kH * 256 / 1e12;
 
+// GPipe's step on 2 stages of 2 micro-batches, as triad-schedule prints it (every forward, then
+// the backwards last micro-batch first), from each stage's forward and backward pass times and
+// one transfer's.
+double gpipe_two_stages(double f0, double b0, double f1, double b1, double msg) {
+  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
+  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
+  const double s0_b1 = s1_b1 + msg + b0;
+  return std::max(s0_b1, s1_b0 + msg) + b0;
+}
+
 TEST(Predict, TwoStagePipelineByHand) {
   const triad::Machine mc = triad::load_machine(write("toy.yaml", kToy));
   const triad::Config cfg = triad::load_config(
       toy_config("parallel: {pipeline_model_parallel_size: 2}\npipeline: gpipe\n"), {}, 2);
   const triad::Prediction p = triad::predict(cfg, 2, 1, mc);
-  // GPipe, as triad-schedule prints it: every forward, then the backwards last micro-batch first.
   const double f0 = kBlock, b0 = 2 * f0, f1 = kBlock + kHead, b1 = 2 * f1;
   const double msg = 10e-6 + kTokens * kH * 4 / 1e9;
-  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
-  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
-  const double s0_b1 = s1_b1 + msg + b0, s0_b0 = std::max(s0_b1, s1_b0 + msg) + b0;
-  const double step = s0_b0;
+  const double step = gpipe_two_stages(f0, b0, f1, b1, msg);
   EXPECT_NEAR(p.step_s, step, step * 1e-9);
   EXPECT_EQ(p.slowest_stage, 0);
   EXPECT_NEAR(p.breakdown.compute, 2 * (f0 + b0), 1e-9 * step);
@@ -193,9 +199,7 @@ TEST(Predict, SequenceParallelStagesSendTheirSliceByHand) {
   const double f0 = kBlock / 2 + 3 * ar, b0 = kBlock + 3 * ar;
   const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce, b1 = kBlock + kHead + 4 * ar;
   const double msg = a + kTokens * kH * 4 / 2 / 1e9;
-  const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
-  const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
-  const double s0_b1 = s1_b1 + msg + b0, step = std::max(s0_b1, s1_b0 + msg) + b0;
+  const double step = gpipe_two_stages(f0, b0, f1, b1, msg);
   EXPECT_NEAR(p.step_s, step, step * 1e-9);
 }
 
@@ -226,9 +230,7 @@ TEST(Predict, TensorCommOverlapHidesTheColumnBackwardCollectivesByHand) {
     const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce;
     const double b1 = kBlock + kHead + 4 * ar - block_hidden - head_hidden;
     const double msg = a + kTokens * kH * 4 / 2 / 1e9;
-    const double s1_f0 = f0 + msg + f1, s1_f1 = std::max(s1_f0, 2 * f0 + msg) + f1;
-    const double s1_b1 = s1_f1 + b1, s1_b0 = s1_b1 + b1;
-    const double s0_b1 = s1_b1 + msg + b0, step = std::max(s0_b1, s1_b0 + msg) + b0;
+    const double step = gpipe_two_stages(f0, b0, f1, b1, msg);
     EXPECT_NEAR(p.step_s, step, step * 1e-9) << "overlap_tensor_comm " << overlap;
   }
   // A share above 1 is refused, naming the key.
@@ -237,6 +239,40 @@ TEST(Predict, TensorCommOverlapHidesTheColumnBackwardCollectivesByHand) {
     ADD_FAILURE() << "overlap.tensor_parallel 1.5 accepted";
   } catch (const triad::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("overlap.tensor_parallel"), std::string::npos) << e.what();
+  }
+}
+
+// parallel.tp_comm_overlap on the same layout and machine: the forward's gathers (before qkv and
+// fc) and reduce-scatters (after the projections) and the backward's gathers of the projections'
+// output gradients go around a ring of t = 2 ranks, one GEMM per rank's tokens. The toy's GEMMs
+// run at one speed whatever their size and its element-wise work is free, so the ring costs
+// nothing more, and each GEMM (qkv 3·t·h², proj t·h², fc and its projection 4·t·h² per rank) is
+// far shorter than a collective: each hides the GEMMs of all its steps but one, (t-1)/t of the
+// GEMM. Forward: 1/2·(3 + 4 + 1 + 4); backward, behind the projections' input gradients:
+// 1/2·(1 + 4).
+TEST(Predict, TpCommOverlapHidesTheChunkedCollectivesByHand) {
+  const std::string toy = kToy;
+  const triad::Machine mc = triad::load_machine(
+      write("toy-tp-chunks.yaml", toy + "overlap: {data_parallel: 0, tensor_parallel: 1}\n"));
+  for (const bool chunks : {true, false}) {
+    const triad::Config cfg = triad::load_config(
+        toy_config(std::string("parallel: {pipeline_model_parallel_size: 2, "
+                               "tensor_model_parallel_size: 2, sequence_parallel: true, "
+                               "tp_comm_overlap: ") +
+                   (chunks ? "true" : "false") + "}\npipeline: gpipe\n"),
+        {}, 4);
+    const triad::Prediction p = triad::predict(cfg, 4, 2, mc);
+    const double a = 10e-6, ar = 2 * a + kTokens * kH * 4 / 1e9, ce = 2 * a + kTokens * 4 / 1e9;
+    const double th2 = kTokens * kH * kH / 1e12;
+    const double fwd_hidden = chunks ? 0.5 * (3 + 4 + 1 + 4) * th2 : 0.0;
+    const double input_hidden = chunks ? 0.5 * (1 + 4) * th2 : 0.0;
+    const double block_hidden = 2 * (3 + 4) * th2 + input_hidden, head_hidden = kHead / 2;
+    const double f0 = kBlock / 2 + 3 * ar - fwd_hidden, b0 = kBlock + 3 * ar - block_hidden;
+    const double f1 = kBlock / 2 + 2 * ar + kHead / 2 + 3 * ce - fwd_hidden;
+    const double b1 = kBlock + kHead + 4 * ar - block_hidden - head_hidden;
+    const double msg = a + kTokens * kH * 4 / 2 / 1e9;
+    const double step = gpipe_two_stages(f0, b0, f1, b1, msg);
+    EXPECT_NEAR(p.step_s, step, step * 1e-9) << "tp_comm_overlap " << chunks;
   }
 }
 

@@ -58,15 +58,20 @@ struct Setup {
 // One pass of one piece of a stage: its compute (FLOPs and element-wise work) and its
 // tensor-parallel collectives, forward and backward (recomputation included in the backward).
 // bwd_hidden: the part of bwd_comm a whole backward runs behind its column-parallel GEMMs
-// (parallel.overlap_tensor_comm); a split backward's input half hides none (its weight GEMMs wait
-// for the other half).
+// (parallel.overlap_tensor_comm); a split backward's input half hides none of it (its weight GEMMs
+// wait for the other half). fwd_hidden and input_hidden: what parallel.tp_comm_overlap's chunks
+// hide of fwd_comm and of bwd_comm behind the forward's GEMMs and the backward's input-gradient
+// GEMMs (a split backward's input half too).
 struct PassTime {
-  double fwd = 0, fwd_comm = 0, bwd = 0, bwd_comm = 0, bwd_hidden = 0;
+  double fwd = 0, fwd_comm = 0, fwd_hidden = 0, bwd = 0, bwd_comm = 0, bwd_hidden = 0,
+         input_hidden = 0;
   void add(const PassTime& o) {
-    fwd += o.fwd, fwd_comm += o.fwd_comm, bwd += o.bwd, bwd_comm += o.bwd_comm;
-    bwd_hidden += o.bwd_hidden;
+    fwd += o.fwd, fwd_comm += o.fwd_comm, fwd_hidden += o.fwd_hidden, bwd += o.bwd;
+    bwd_comm += o.bwd_comm, bwd_hidden += o.bwd_hidden, input_hidden += o.input_hidden;
   }
-  double bwd_exposed() const { return bwd_comm - bwd_hidden; }
+  double fwd_exposed() const { return fwd_comm - fwd_hidden; }
+  double bwd_exposed() const { return bwd_comm - bwd_hidden - input_hidden; }
+  double input_half_exposed() const { return bwd_comm - input_hidden; }
 };
 
 // What parallel.overlap_tensor_comm hides of a column-parallel GEMM's backward collectives: the
@@ -78,6 +83,25 @@ double hidden_behind_column(const Setup& u, double gemm, double gather, double r
   return u.mc.overlap_tensor_parallel * (std::min(gather, gemm) + std::min(reduce, gemm));
 }
 
+// Whether the engine runs the tensor group's sequence-parallel traffic in chunks
+// (parallel.tp_comm_overlap).
+bool chunked_tensor_comm(const Setup& u) {
+  return u.cfg.parallel.tp_comm_overlap && u.cfg.parallel.sequence_parallel && u.tp > 1;
+}
+
+struct ChunkedGemm {
+  double time = 0, last = 0, extra = 0;
+};
+// What parallel.tp_comm_overlap's ring hides of a gather feeding the GEMM `g` or a
+// reduce-scatter it feeds (GPT::ring_gather, ring_reduce_scatter): each of its t - 1 steps moves
+// one rank's block beside the GEMM of another's, so all of it up to the GEMMs but one (g.last,
+// the step with nothing in flight), the machine's tensor-parallel overlap share of that.
+double hidden_in_chunks(const Setup& u, const ChunkedGemm& g, double gather, double reduce) {
+  if (!chunked_tensor_comm(u)) return 0;
+  const double beside = g.time - g.last;
+  return u.mc.overlap_tensor_parallel * (std::min(gather, beside) + std::min(reduce, beside));
+}
+
 double flops_time(const Setup& u, double flops, const Curve& curve) {
   if (flops <= 0) return 0;
   return flops / (u.peak * curve.at(flops) * u.share);
@@ -85,6 +109,19 @@ double flops_time(const Setup& u, double flops, const Curve& curve) {
 
 double bytes_time(const Setup& u, double bytes) {
   return bytes / (u.mc.memory_bandwidth * u.share);
+}
+
+// A GEMM of `flops` as parallel.tp_comm_overlap's ring runs it: t GEMMs of flops/t, one per
+// rank's tokens, on the curve by their own FLOPs; one feeding a reduce-scatter adds each step's
+// sum received to its block (t - 1 adds of a (b·s/t, h) block: two reads and a write).
+// `last`: one of them; `extra`: its time over the whole GEMM's.
+ChunkedGemm chunked_gemm(const Setup& u, double flops, bool feeds_reduce) {
+  const double t = u.tp, block = u.b * u.s / t * u.h * u.act;
+  ChunkedGemm g;
+  g.last = flops_time(u, flops / t, u.mc.efficiency);
+  g.time = t * g.last + (feeds_reduce ? bytes_time(u, 3 * block * (t - 1)) : 0.0);
+  g.extra = g.time - flops_time(u, flops, u.mc.efficiency);
+  return g;
 }
 
 // A block's four matrix products, each on the curve by its own FLOPs (cuBLAS runs them as four
@@ -194,9 +231,30 @@ PassTime block_time(const Setup& u) {
                                       ta > 1 ? reduce : 0.0) +
                  hidden_behind_column(u, flops_time(u, 8 * th2 / tm, u.mc.efficiency), gather,
                                       tm > 1 ? reduce : 0.0);
+  // Chunked (tp_comm_overlap): each part's first GEMM (qkv, fc) reads its gathered input, its
+  // second (the projections) feeds the reduce-scatter of a split part's output forward and, in the
+  // backward, reads the gathered output gradient for its input gradient (the same FLOPs).
+  // The engine runs those GEMMs in pieces (chunked_gemm_time): their longer time is added.
+  if (chunked_tensor_comm(u)) {
+    const double moved = ar / 2;  // one all-gather or reduce-scatter, as part() counts them
+    const ChunkedGemm qkv = chunked_gemm(u, 6 * th2 / ta, false);
+    const ChunkedGemm proj = chunked_gemm(u, 2 * th2 / ta, ta > 1);
+    const ChunkedGemm fc = chunked_gemm(u, 8 * th2 / tm, false);
+    const ChunkedGemm fc_proj = chunked_gemm(u, 8 * th2 / tm, tm > 1);
+    const ChunkedGemm proj_dx = chunked_gemm(u, 2 * th2 / ta, false);  // their input gradients
+    const ChunkedGemm fc_proj_dx = chunked_gemm(u, 8 * th2 / tm, false);
+    p.fwd += qkv.extra + proj.extra + fc.extra + fc_proj.extra;
+    p.bwd += proj_dx.extra + fc_proj_dx.extra;
+    p.fwd_hidden = hidden_in_chunks(u, qkv, moved, 0) + hidden_in_chunks(u, fc, moved, 0) +
+                   hidden_in_chunks(u, proj, 0, ta > 1 ? moved : 0) +
+                   hidden_in_chunks(u, fc_proj, 0, tm > 1 ? moved : 0);
+    p.input_hidden =
+        hidden_in_chunks(u, proj_dx, moved, 0) + hidden_in_chunks(u, fc_proj_dx, moved, 0);
+  }
   if (u.recompute == Recompute::full) {
     p.bwd += p.fwd;
     p.bwd_comm += p.fwd_comm;
+    p.input_hidden += p.fwd_hidden;
   } else if (u.recompute == Recompute::selective) {
     p.bwd += attn_t;
   }
@@ -340,7 +398,7 @@ double overlapped_param_gather(const Setup& u, int stage, const StageWork& w) {
   const std::vector<size_t>& sizes = u.stage_units[size_t(stage)];
   const size_t n = sizes.size();
   const bool first = stage == 0, last = stage == u.pp - 1;
-  auto forward = [](const PassTime& p) { return p.fwd + p.fwd_comm; };
+  auto forward = [](const PassTime& p) { return p.fwd + p.fwd_exposed(); };
   const double block = forward(block_time(u)), embedding = forward(embedding_time(u));
   const double head = forward(head_time(u));
   double gathered = 0, clock = w.first_forward, waited = 0;
@@ -480,14 +538,14 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
   PipeCosts costs;
   costs.pass = [&](int st, int c, bool backward) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
-    return (backward ? p.bwd + p.bwd_exposed() : p.fwd + p.fwd_comm) + mc.per_pass;
+    return (backward ? p.bwd + p.bwd_exposed() : p.fwd + p.fwd_exposed()) + mc.per_pass;
   };
   // A split backward (BACKWARD_INPUT, then BACKWARD_WEIGHT): half of the compute each (a GEMM's
   // input and weight gradients cost the same), the tensor-parallel collectives in the input half
   // (they carry the input gradient), and each half one pass's overhead.
   costs.half = [&](int st, int c, bool weight) {
     const PassTime& p = chunks[size_t(st)][size_t(c)];
-    return p.bwd / 2 + (weight ? 0.0 : p.bwd_comm) + mc.per_pass;
+    return p.bwd / 2 + (weight ? 0.0 : p.input_half_exposed()) + mc.per_pass;
   };
   // Every tensor rank sends its own copy of the stage's (b, s, h) output, or its 1/tp of the
   // tokens under sequence parallelism (GPT::stage_bytes), to its peer at once; links are per
@@ -526,9 +584,9 @@ StepTime step_time(const Setup& u, const std::vector<PipeSchedule>& streams) {
       w.split = w.split || in.op == TRIAD_PIPE_BACKWARD_WEIGHT;
       if (in.chunk < 0) continue;
       const PassTime& p = chunks[size_t(st)][size_t(in.chunk)];
-      if (in.op == TRIAD_PIPE_FORWARD) b.tensor += p.fwd_comm;
+      if (in.op == TRIAD_PIPE_FORWARD) b.tensor += p.fwd_exposed();
       if (in.op == TRIAD_PIPE_BACKWARD) b.tensor += p.bwd_exposed();
-      if (in.op == TRIAD_PIPE_BACKWARD_INPUT) b.tensor += p.bwd_comm;
+      if (in.op == TRIAD_PIPE_BACKWARD_INPUT) b.tensor += p.input_half_exposed();
     }
     if (u.pp > 1 && (st == 0 || st == u.pp - 1))
       w.tied_sum = {tied_start - timing.end[size_t(st)], tied_sum};
