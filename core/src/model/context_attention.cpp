@@ -18,8 +18,9 @@ namespace triad {
 
 namespace {
 
-// The ring's messages on the group's communicator: key/value blocks and their gradients.
-constexpr uint32_t kTagKv = 1, kTagDkv = 2;
+// The ring's messages on the group's communicator (key/value blocks and their gradients) carry
+// tag 0 and match in the order they are posted, the same on every rank: nccl takes no other tag.
+constexpr uint32_t kRingTag = 0;
 
 std::string num(int64_t v) {
   return std::to_string(v);
@@ -446,7 +447,7 @@ class Ring {
   int cur = 0;  // which of each pair of blocks is in hand
 
   Ring(void* base, const ContextShape& s, int64_t B, Communicator& group, Device& dev, DType act,
-       std::chrono::milliseconds timeout)
+       std::chrono::milliseconds timeout, const std::function<void()>& progress)
       : B_(B),
         H_(s.heads),
         Tl_(s.seq_len / group.size()),
@@ -457,7 +458,8 @@ class Ring {
         group_(group),
         dev_(dev),
         act_(act),
-        timeout_(timeout) {
+        timeout_(timeout),
+        progress_(progress) {
     const int64_t max_n = s.max_batch * H_ * Tl_ * D_;
     lse = static_cast<float*>(base);
     void* blocks = static_cast<char*>(base) + context_lse_bytes(size_t(s.max_batch * H_ * Tl_));
@@ -479,13 +481,15 @@ class Ring {
   View grad_k() const { return blocked(dkv[cur]); }
   View grad_v() const { return blocked(advance(dkv[cur], size_t(n_), act_)); }
 
-  // Sends blocks[cur] to rank r + 1 and receives blocks[1 - cur] from rank r - 1.
-  void pass(void* const blocks[2], uint32_t tag, ContextTraffic& t) {
+  // Sends blocks[cur] to rank r + 1 and receives blocks[1 - cur] from rank r - 1, started at
+  // once (progress_) so that they move while the step's attention runs.
+  void pass(void* const blocks[2], ContextTraffic& t) {
     const int next = (rank_ + 1) % cp_, prev = (rank_ + cp_ - 1) % cp_;
     const DLDataType dt = dl_dtype(act_);
-    pending_.push_back(
-        group_.recv(blocks[1 - cur], uint64_t(2 * n_), dt, prev, tag, dev_.dl_device()));
-    pending_.push_back(group_.send(blocks[cur], uint64_t(2 * n_), dt, next, tag, dev_.dl_device()));
+    const DLDevice d = dev_.dl_device();
+    pending_.push_back(group_.recv(blocks[1 - cur], uint64_t(2 * n_), dt, prev, kRingTag, d));
+    pending_.push_back(group_.send(blocks[cur], uint64_t(2 * n_), dt, next, kRingTag, d));
+    if (progress_) progress_();
     t.bytes += uint64_t(2 * n_) * dtype_bytes(act_);
     t.operations += 1;
   }
@@ -520,6 +524,7 @@ class Ring {
   Device& dev_;
   DType act_;
   std::chrono::milliseconds timeout_;
+  const std::function<void()>& progress_;
   std::vector<TransportRequest> pending_;
 };
 
@@ -530,11 +535,11 @@ void ContextAttention::ring_forward(const triad_attention_fwd_args_v1& args, int
   const DLDevice dv = dev_.dl_device();
   const CallViews c = call_views(args, nullptr, B, H, Tl, D, dv, act_);
   const View &q = c.q, &out = c.out;
-  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_);
+  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_, progress_);
   ring.load(c.k, c.v);
   bool seen[2] = {false, false};
   for (int step = 0; step < cp_; ++step) {
-    if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, fwd_traffic_);
+    if (step < cp_ - 1) ring.pass(ring.kv, fwd_traffic_);
     const View kb = ring.block_k(), vb = ring.block_v();
     ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
       Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
@@ -558,7 +563,7 @@ void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, in
   const CallViews c = call_views(args, &args, B, H, Tl, D, dv, act_);
   const View &q = c.q, &out = c.out, &dout = c.dout, &dq = c.dq;
   const float* lse = c.lse;
-  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_);
+  Ring ring(work_.data(), shape_, B, group_, dev_, act_, timeout_, progress_);
   ring.load(c.k, c.v);
   const int64_t NC = B * H * C * D;  // one chunk's (B,H,C,D)
   // The final lse of each query chunk, contiguous (B,H,C) as the plugin takes it.
@@ -573,7 +578,7 @@ void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, in
   void* pdv = advance(pdk, size_t(NC), act_);
   const Strides part_rows = packed(H, C, D);
   for (int step = 0; step < cp_; ++step) {
-    if (step < cp_ - 1) ring.pass(ring.kv, kTagKv, bwd_traffic_);
+    if (step < cp_ - 1) ring.pass(ring.kv, bwd_traffic_);
     const View kb = ring.block_k(), vb = ring.block_v(), gk = ring.grad_k(), gv = ring.grad_v();
     ring.pairs(step, args.causal != 0, [&](int qc, int kc, bool causal) {
       Tensor tq = q.tokens(qc * C, C), tk = kb.tokens(kc * C, C), tv = vb.tokens(kc * C, C);
@@ -589,7 +594,7 @@ void ContextAttention::ring_backward(const triad_attention_bwd_args_v1& args, in
     });
     // This block's gradients go on with it; after the last step they go home to their owner,
     // rank r + 1, as this rank's own arrive from rank r - 1.
-    if (cp_ > 1) ring.pass(ring.dkv, kTagDkv, bwd_traffic_);
+    if (cp_ > 1) ring.pass(ring.dkv, bwd_traffic_);
     ring.end_step();
   }
   const View gk = ring.grad_k(), gv = ring.grad_v();

@@ -180,6 +180,7 @@ void GPT::setup_context() {
   ctx_ = std::make_unique<ContextAttention>(cp_.method, attn_, *cp_.comm, dev_, act_,
                                             ContextShape{maxB_, Hl_, cfg_.seq_length, C_ / H_}, 1,
                                             tp_.timeout);
+  ctx_->set_progress([this] { progress(); });
   if (has_embedding_ && !rope_) {
     wpe_own_ = ActBuffer(dev_, size_t(T_) * C_, act_, "activations");
     dwpe_own_ = Buffer<float>(dev_, size_t(T_) * C_, "activation gradients");

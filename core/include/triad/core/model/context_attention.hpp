@@ -52,6 +52,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,11 @@ class ContextAttention {
   // Everything allocated: the component's workspace and the plugin's.
   size_t workspace_bytes() const;
 
+  // Called right after each ring step's send and receive are posted, before the block's
+  // attention runs beside them: a transport that holds point-to-point work until asked (nccl)
+  // starts it there.
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
+
  private:
   using View = detail::ContextView;
   void ulysses_forward(const triad_attention_fwd_args_v1& args, int64_t B);
@@ -175,6 +181,7 @@ class ContextAttention {
   Buffer<uint8_t> work_;
   Buffer<uint8_t> plugin_work_;
   ContextTraffic fwd_traffic_, bwd_traffic_;
+  std::function<void()> progress_;
 };
 
 }  // namespace triad
