@@ -134,6 +134,9 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
                  TRIAD_TRANSPORT_OP_SPLIT;
   if (groups.tp_size() > 1)
     ops |= TRIAD_TRANSPORT_OP_ALL_GATHER | TRIAD_TRANSPORT_OP_REDUCE_SCATTER;
+  // parallel.tp_comm_overlap's ring: untagged send/recv on the tensor group.
+  if (groups.tp_size() > 1 && cfg.parallel.sequence_parallel && cfg.parallel.tp_comm_overlap)
+    ops |= TRIAD_TRANSPORT_OP_SEND_RECV;
   if (groups.pp_size() > 1) ops |= TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_TAGS;
   run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
   check_context_parallel_transport(*run->transport, groups.cp_size(),
