@@ -111,6 +111,37 @@ TEST(PipelineBackend, SendCopiesFollowFromTheStreams) {
   EXPECT_EQ(pipeline_send_copies(one->schedules(1, 4)), (std::vector<int>{0}));
 }
 
+// A transport without tags (nccl) matches messages in the order they are posted: every shipped
+// schedule sends to each stage in the order that stage receives (so each runs there), and a
+// stream that does not is named by its first message out of order.
+TEST(PipelineBackend, ShippedSchedulesSendInTheOrderTheirPeersReceive) {
+  for (const char* path : {TRIAD_1F1B_PLUGIN, TRIAD_GPIPE_PLUGIN, TRIAD_ZBH1_PLUGIN}) {
+    Backend be(path);
+    for (int p = 1; p <= 4; ++p)
+      for (int m = 1; m <= 9; ++m)
+        EXPECT_EQ(pipeline_order_mismatch(be->schedules(p, m)), "")
+            << path << " p " << p << " m " << m;
+  }
+  Backend il(TRIAD_INTERLEAVED_PLUGIN);
+  for (int p = 2; p <= 4; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m = p; m <= 3 * p; m += p)
+        EXPECT_EQ(pipeline_order_mismatch(il->schedules(p, m, v)), "")
+            << "interleaved p " << p << " v " << v << " m " << m;
+  // Stage 1 receiving micro-batch 1's activation before micro-batch 0's.
+  Backend one(TRIAD_1F1B_PLUGIN);
+  std::vector<PipeSchedule> swapped = one->schedules(2, 2);
+  auto& instrs = swapped[1].instrs;
+  std::vector<size_t> recvs;
+  for (size_t i = 0; i < instrs.size(); ++i)
+    if (instrs[i].op == TRIAD_PIPE_RECV_ACTIVATION) recvs.push_back(i);
+  ASSERT_EQ(recvs.size(), 2u);
+  std::swap(instrs[recvs[0]].micro_batch, instrs[recvs[1]].micro_batch);
+  EXPECT_EQ(pipeline_order_mismatch(swapped),
+            "stage 0 sends the activation of micro-batch 0 (chunk 0) as its message 1 to stage 1, "
+            "which receives the activation of micro-batch 1 (chunk 0) there");
+}
+
 TEST(PipelineBackend, GPipeRunsEveryForwardThenEveryBackwardInReverse) {
   Backend be(TRIAD_GPIPE_PLUGIN);
   for (const PipeSchedule& s : be->schedules(3, 4)) {

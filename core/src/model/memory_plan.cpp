@@ -426,10 +426,59 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
 // the transport's progress alone. REDUCE_GRADS waits for every send. The count depends on the
 // streams only, so memory is the same on every run: GPipe's stages m copies, 1F1B's first stage
 // p, its last two; one stage none.
+namespace {
+// A message between stages: (receiving stage, kind 0 activation / 1 gradient, micro-batch, the
+// receiver's chunk), from either end's instruction.
+using MsgKey = std::tuple<int, int, int, int>;
+MsgKey recv_key(int s, const triad_pipe_instr_v1& in) {
+  return MsgKey{s, in.op == TRIAD_PIPE_RECV_GRAD, in.micro_batch, in.chunk};
+}
+MsgKey send_key(int pp, int s, const triad_pipe_instr_v1& in) {
+  if (in.op == TRIAD_PIPE_SEND_ACTIVATION)  // PipelineExecutor::next_stage
+    return MsgKey{(s + 1) % pp, 0, in.micro_batch, in.chunk + (s == pp - 1)};
+  return MsgKey{(s + pp - 1) % pp, 1, in.micro_batch, in.chunk - (s == 0)};  // prev_stage
+}
+bool is_send(const triad_pipe_instr_v1& in) {
+  return in.op == TRIAD_PIPE_SEND_ACTIVATION || in.op == TRIAD_PIPE_SEND_GRAD;
+}
+bool is_recv(const triad_pipe_instr_v1& in) {
+  return in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD;
+}
+std::string describe(const MsgKey& k) {
+  return std::string(std::get<1>(k) ? "the gradient" : "the activation") + " of micro-batch " +
+         std::to_string(std::get<2>(k)) + " (chunk " + std::to_string(std::get<3>(k)) + ")";
+}
+}  // namespace
+
+std::string pipeline_order_mismatch(const std::vector<PipeSchedule>& streams) {
+  const int pp = int(streams.size());
+  // Per (sender, receiver): the messages in the order the sender sends them, and in the order
+  // the receiver posts their receives.
+  std::map<std::pair<int, int>, std::vector<MsgKey>> sent, received;
+  for (int s = 0; s < pp; ++s)
+    for (const triad_pipe_instr_v1& in : streams[size_t(s)].instrs) {
+      if (is_send(in)) {
+        const MsgKey k = send_key(pp, s, in);
+        sent[{s, std::get<0>(k)}].push_back(k);
+      } else if (is_recv(in)) {
+        const int from = in.op == TRIAD_PIPE_RECV_GRAD ? (s + 1) % pp : (s + pp - 1) % pp;
+        received[{from, s}].push_back(recv_key(s, in));
+      }
+    }
+  for (const auto& [pair, out] : sent) {
+    const std::vector<MsgKey>& in = received[pair];
+    for (size_t i = 0; i < std::min(out.size(), in.size()); ++i)
+      if (out[i] != in[i])
+        return "stage " + std::to_string(pair.first) + " sends " + describe(out[i]) +
+               " as its message " + std::to_string(i + 1) + " to stage " +
+               std::to_string(pair.second) + ", which receives " + describe(in[i]) + " there";
+  }
+  return "";
+}
+
 std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) {
   const int pp = int(streams.size());
-  // A message: (receiving stage, kind 0 activation / 1 gradient, micro-batch, receiver's chunk).
-  using Key = std::tuple<int, int, int, int>;
+  using Key = MsgKey;
   using Clock = std::vector<int>;  // per stage: how many of its instructions are known reached
   std::map<Key, Clock> sent;       // each message with its sender's clock
   std::map<Key, int> posted;       // the receiver's own clock when it posted the receive
@@ -441,14 +490,6 @@ std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) 
   };
   std::vector<Stage> st(static_cast<size_t>(pp));
   for (Stage& g : st) g.clock.assign(size_t(pp), 0);
-  auto recv_key = [&](int s, const triad_pipe_instr_v1& in) {
-    return Key{s, in.op == TRIAD_PIPE_RECV_GRAD, in.micro_batch, in.chunk};
-  };
-  auto send_key = [&](int s, const triad_pipe_instr_v1& in) {
-    if (in.op == TRIAD_PIPE_SEND_ACTIVATION)  // PipelineExecutor::next_stage
-      return Key{(s + 1) % pp, 0, in.micro_batch, in.chunk + (s == pp - 1)};
-    return Key{(s + pp - 1) % pp, 1, in.micro_batch, in.chunk - (s == 0)};  // prev_stage
-  };
   for (bool moved = true; moved;) {
     moved = false;
     for (int s = 0; s < pp; ++s) {
@@ -470,7 +511,7 @@ std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) 
             const auto it = posted.find(k);
             return it != posted.end() && g.clock[size_t(std::get<0>(k))] >= it->second;
           });
-          const Key k = send_key(s, in);
+          const Key k = send_key(pp, s, in);
           sent.emplace(k, g.clock);
           g.unknown.push_back(k);
           g.copies = std::max(g.copies, int(g.unknown.size()));

@@ -39,7 +39,7 @@ std::pair<int, int> PipelineExecutor::prev_stage(int c) const {
   return {(me + pp - 1) % pp, c - (me == 0)};
 }
 uint32_t PipelineExecutor::tag_of(int mb, int chunk, int kind) const {
-  return uint32_t((mb * place_.chunks + chunk) * 2 + kind);
+  return place_.tagged ? uint32_t((mb * place_.chunks + chunk) * 2 + kind) : 0;
 }
 
 void PipelineExecutor::peer_wait(TransportRequest r, const char* what, int peer) {
@@ -103,6 +103,8 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
   // Each chunk's last BACKWARD or BACKWARD_WEIGHT of the step, the last to write its gradients
   // (the model sums sequence parallelism's partial gradients there; the hooks may hand the data
   // plugin finished ranges then).
+  const bool validation = tag_base != 0;
+  if (!place_.tagged) tag_base = 0;  // every message tag 0, in the order posted
   std::vector<size_t> last_backward(size_t(place_.chunks), 0);
   for (size_t i = 0; i < instrs.size(); ++i)
     if (instrs[i].op == TRIAD_PIPE_BACKWARD || instrs[i].op == TRIAD_PIPE_BACKWARD_WEIGHT)
@@ -161,7 +163,7 @@ PipelineExecutor::Work PipelineExecutor::run(const std::vector<triad_pipe_instr_
         peer_wait(
             pipe_->recv(chunk.stage_io(buf).input, io, dl_dtype(act_), prev_stage(c).first,
                         tag_base + tag_of(mb, c, 0), device_.dl_device()),
-            tag_base ? "receiving a validation activation from" : "receiving an activation from",
+            validation ? "receiving a validation activation from" : "receiving an activation from",
             prev_stage(c).first);
         break;
       case TRIAD_PIPE_RECV_GRAD:

@@ -92,10 +92,12 @@ void check_transport_memory(const Transport& chosen, const std::string& device_n
                   " memory, which device: " + device_name + " needs; " + fix);
 }
 
+// pipeline_order: the streams' first message out of order between stages ("" when none).
 std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistEnv& env,
                                                   const ProcessGroups& groups,
                                                   const PluginLoader& loader,
-                                                  const CoreServices& services, Device& device) {
+                                                  const CoreServices& services, Device& device,
+                                                  const std::string& pipeline_order) {
   auto run = std::make_unique<DistributedRun>();
   run->timeout = wait_bound(cfg.training);
   run->device = &device;
@@ -137,7 +139,17 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
   // parallel.tp_comm_overlap's ring: untagged send/recv on the tensor group.
   if (groups.tp_size() > 1 && cfg.parallel.sequence_parallel && cfg.parallel.tp_comm_overlap)
     ops |= TRIAD_TRANSPORT_OP_SEND_RECV;
-  if (groups.pp_size() > 1) ops |= TRIAD_TRANSPORT_OP_SEND_RECV | TRIAD_TRANSPORT_OP_TAGS;
+  if (groups.pp_size() > 1) {
+    ops |= TRIAD_TRANSPORT_OP_SEND_RECV;
+    // Without tags (nccl) the stages' messages match in the order posted: every schedule whose
+    // stages send in the order their peers receive runs so.
+    run->pipeline_tagged = run->transport->capabilities().ops & TRIAD_TRANSPORT_OP_TAGS;
+    if (!run->pipeline_tagged && !pipeline_order.empty())
+      throw UserError("pipeline '" + cfg.pipeline.name + "' with transport '" +
+                      run->transport->name() + "': " + pipeline_order +
+                      "; this transport's messages carry no tags and match in the order posted, "
+                      "so it cannot run this schedule; use transport: ucx or another schedule");
+  }
   run->transport->check_supported(memory, TRIAD_DTYPE_BIT_FP32, ops);
   check_context_parallel_transport(*run->transport, groups.cp_size(),
                                    cfg.parallel.context_parallel_method);
@@ -287,6 +299,7 @@ Run::Run(const Config& cfg_in, const TrainOptions& opts_in)
       pipeline->schedules(stages(), cfg.training.gradient_accumulation_steps, chunks_per_stage);
   schedule = streams[size_t(me.pp)];
   send_copies = pipeline_send_copies(streams)[size_t(me.pp)];
+  pipeline_order = pipeline_order_mismatch(streams);
   connect();
   open_data();
   build_model();
@@ -351,7 +364,7 @@ void Run::open_checkpoint() {
 // here, before any rank connects or allocates the model.
 void Run::connect() {
   if (opts.dist.distributed())
-    dist = start_distributed(cfg, opts.dist, groups, loader, *services, *device);
+    dist = start_distributed(cfg, opts.dist, groups, loader, *services, *device, pipeline_order);
   else
     make_data_plugin(cfg, loader, *services);  // a ZeRO stage it lacks is refused alike
 }

@@ -41,6 +41,9 @@ const triad_param_spec_v1 kParams[] = {
      "empty poll; 0 suits shared or oversubscribed cores, a few us may help on dedicated ones"},
     {"setup_timeout_ms", TRIAD_PARAM_INT, "120000",
      "limit for the blocking setup steps (address exchange, split)"},
+    {"tags", TRIAD_PARAM_BOOL, "true",
+     "send/recv matched by tag; false: tag 0 only, matched in the order posted, as nccl does "
+     "(to check that a pipeline schedule runs on such a transport)"},
 };
 
 std::string failed_with(const char* what, ucs_status_t st) {
@@ -171,6 +174,7 @@ class Ucx final : public sdk::TransportPlugin {
       spin_ = std::chrono::microseconds(std::max<long long>(0, params.get_int("spin_us")));
     if (params.has("tls")) tls_ = params.get_string("tls");
     if (params.has("setup_timeout_ms")) setup_timeout_ms_ = positive("setup_timeout_ms");
+    if (params.has("tags")) tags_ = params.get_bool("tags");
     // A tls that selects nothing is refused now, when the launcher checks the config, rather
     // than by every rank's init_world; the context is kept for init_world.
     if (!tls_.empty()) ctx_ = start_context(tls_);
@@ -179,8 +183,8 @@ class Ucx final : public sdk::TransportPlugin {
   ~Ucx() override { shutdown(); }
 
   triad_transport_caps_v1 capabilities() const override {
-    auto c = sdk::full_float_caps(TRIAD_MEM_BIT_HOST,
-                                  TRIAD_TRANSPORT_OP_TAGS | TRIAD_TRANSPORT_OP_ALL_TO_ALL);
+    const uint32_t tags = tags_ ? uint32_t(TRIAD_TRANSPORT_OP_TAGS) : 0u;
+    auto c = sdk::full_float_caps(TRIAD_MEM_BIT_HOST, tags | TRIAD_TRANSPORT_OP_ALL_TO_ALL);
     c.max_world_size = kMaxRanks;
     return c;
   }
@@ -307,6 +311,7 @@ class Ucx final : public sdk::TransportPlugin {
                               DLDataType t, DLDevice d, int peer, uint32_t tag) override {
     auto& c = comm(base);
     check_peer(c, peer, "send peer");
+    check_tag(tag, "send");
     CollArgs a = coll_args("send", buf, const_cast<void*>(buf), count, t, d, false, 0);
     return make(c,
                 what("send", count, t, -1) + " to rank " + std::to_string(peer) + " tag " +
@@ -318,6 +323,7 @@ class Ucx final : public sdk::TransportPlugin {
                               DLDevice d, int peer, uint32_t tag) override {
     auto& c = comm(base);
     check_peer(c, peer, "recv peer");
+    check_tag(tag, "recv");
     CollArgs a = coll_args("recv", buf, buf, count, t, d, false, 0);
     return make(c,
                 what("recv", count, t, -1) + " from rank " + std::to_string(peer) + " tag " +
@@ -387,6 +393,13 @@ class Ucx final : public sdk::TransportPlugin {
     if (peer < 0 || peer >= c.size())
       throw invalid(std::string(what) + " " + std::to_string(peer) + " is not a rank of this " +
                     std::to_string(c.size()) + "-rank communicator");
+  }
+
+  // tags: false takes tag 0 only (what the capabilities then say).
+  void check_tag(uint32_t tag, const char* op) const {
+    if (!tags_ && tag != 0)
+      throw sdk::unsupported(std::string(op) + ": tag " + std::to_string(tag) +
+                             " with tags: false (messages match in order); use tag 0");
   }
 
   CollArgs coll_args(const char* op, const void* send, void* recv, uint64_t count, DLDataType t,
@@ -505,6 +518,7 @@ class Ucx final : public sdk::TransportPlugin {
   Tuning tuning_;
   std::string tls_;
   long long setup_timeout_ms_ = 120000;
+  bool tags_ = true;
   std::chrono::microseconds spin_{0};
   ucp_context_h ctx_ = nullptr;
   ucp_worker_h worker_ = nullptr;

@@ -68,6 +68,10 @@ struct MemoryEstimate {
 // step (every stage's, from PipelineBackend::schedules). The executor makes this many and waits
 // for one to come back when all are in flight, which the bound makes safe.
 std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams);
+// Whether every stage sends its messages to each other stage in the order that stage posts
+// their receives, as a transport whose messages carry no tags (nccl) needs: "" if so, else the
+// first message out of order, in words.
+std::string pipeline_order_mismatch(const std::vector<PipeSchedule>& streams);
 // The floats of the buffer the distributed run reduces its scalars in, two per value
 // (DistributedRun::sum): the loss and the stop request; with pipeline stages each stage's peak
 // memory, tail and busy time.

@@ -47,6 +47,9 @@ class PipelineExecutor {
     int buffers = 1;                        // activation buffers per chunk
     int micro_batch = 1, seq_length = 1;    // B, T of each micro-batch
     int send_copies = 0;                    // staging copies for sends (pipeline_send_copies)
+    // The transport matches messages by tag; false: every message tag 0, matched in the order
+    // posted (the streams checked by pipeline_order_mismatch).
+    bool tagged = true;
   };
   // chunks: this stage's model chunks; pipe: the pipeline-parallel communicator (null with one
   // stage); grad_scale: what each BACKWARD scales the loss gradient by.

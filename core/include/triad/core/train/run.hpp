@@ -53,6 +53,7 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
 // order), and the data plugin, which gets the data-parallel communicator only.
 struct DistributedRun {
   std::unique_ptr<RendezvousClient> store;
+  bool pipeline_tagged = true;  // the transport matches the pipeline's messages by tag
   std::unique_ptr<Transport> transport;
   Communicator world;
   ParallelComms comms;
@@ -138,6 +139,9 @@ class Run {
   std::unique_ptr<PipelineBackend> pipeline;
   PipeSchedule schedule;  // this stage's instructions for one step
   int send_copies = 0;    // the executor's send staging copies (pipeline_send_copies)
+  // The streams' first message out of order between two stages (pipeline_order_mismatch; ""
+  // when none).
+  std::string pipeline_order;
   std::unique_ptr<DistributedRun> dist;
   std::unique_ptr<DataLoader> data, valid;
   TensorParallel tpc;
