@@ -10,6 +10,7 @@
 
 #include "triad/core/conformance/conformance.hpp"
 #include "triad/core/error.hpp"
+#include "triad/core/model/memory_plan.hpp"
 #include "triad/core/plugins/pipeline_backend.hpp"
 #include "triad/core/plugins/services.hpp"
 
@@ -67,7 +68,7 @@ int in_flight_bound(const std::string& name, int p, int v) {
 CaseResult layout_case(const PipelineBackend& be, int p, int v, int max_m,
                        const std::string& label) {
   std::vector<int> refused;
-  std::string refusal, last;
+  std::string refusal, last, out_of_order;
   int most_flying = 0, most_buffers = 0;
   const int bound = in_flight_bound(be.name(), p, v);
   for (int m = 1; m <= max_m; ++m) {
@@ -91,6 +92,9 @@ CaseResult layout_case(const PipelineBackend& be, int p, int v, int max_m,
                           : " chunk activations at once; Megatron's interleaving holds at most "
                             "(v+1)p-1 = ") +
                   std::to_string(bound)};
+    // Whether a transport without tags (nccl) can run it: published, not required.
+    if (std::string o = pipeline_order_mismatch(st.stages); !o.empty() && out_of_order.empty())
+      out_of_order = at + o;
     most_flying = std::max(most_flying, t.max_in_flight);
     most_buffers = std::max(most_buffers, held);
     last = "at m=" + std::to_string(m) + " buffers per stage " + pipe_counts_text(t.peak_buffers) +
@@ -109,6 +113,10 @@ CaseResult layout_case(const PipelineBackend& be, int p, int v, int max_m,
   if (bound > 0) d += " (bound " + std::to_string(bound) + ")";
   d += "; " + last;
   if (!refused_text.empty()) d += "; " + refused_text;
+  if (p > 1)
+    d += out_of_order.empty() ? "; every stage sends in the order its peer receives (runs on a "
+                                "transport without tags, such as nccl)"
+                              : "; needs a transport with tags (" + out_of_order + ")";
   return {label, Outcome::kPass, d};
 }
 
