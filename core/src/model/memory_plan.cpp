@@ -413,20 +413,6 @@ WindowPeak simulate_windows(const ParamSpec& spec, const std::vector<Chunk>& chu
   return {w.peak_grads, w.peak_params};
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Pipeline send staging. The executor copies what it sends into one of a fixed set of staging
-// buffers, made at its first stream, and takes a copy back once its send has finished; when all
-// are in flight it waits for one. That wait must never need the peer to do anything more, or two
-// stages could wait on each other: so the set is as large as the most sends a stage can have in
-// flight whose receive it cannot yet know the peer has posted. A stage knows that only from a
-// message the peer sent after posting it (vector clocks over the streams: a blocking receive
-// merges the sender's clock), whatever the machine's timing; a send known posted finishes with
-// the transport's progress alone. REDUCE_GRADS waits for every send. The count depends on the
-// streams only, so memory is the same on every run: GPipe's stages m copies, 1F1B's first stage
-// p, its last two; one stage none.
-namespace {
 // A message between stages: (receiving stage, kind 0 activation / 1 gradient, micro-batch, the
 // receiver's chunk), from either end's instruction.
 using MsgKey = std::tuple<int, int, int, int>;
@@ -476,6 +462,17 @@ std::string pipeline_order_mismatch(const std::vector<PipeSchedule>& streams) {
   return "";
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pipeline send staging. The executor copies what it sends into one of a fixed set of staging
+// buffers, made at its first stream, and takes a copy back once its send has finished; when all
+// are in flight it waits for one. That wait must never need the peer to do anything more, or two
+// stages could wait on each other: so the set is as large as the most sends a stage can have in
+// flight whose receive it cannot yet know the peer has posted. A stage knows that only from a
+// message the peer sent after posting it (vector clocks over the streams: a blocking receive
+// merges the sender's clock), whatever the machine's timing; a send known posted finishes with
+// the transport's progress alone. REDUCE_GRADS waits for every send. The count depends on the
+// streams only, so memory is the same on every run: GPipe's stages m copies, 1F1B's first stage
+// p, its last two; one stage none.
 std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) {
   const int pp = int(streams.size());
   using Key = MsgKey;
@@ -497,7 +494,7 @@ std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) 
       const auto& instrs = streams[size_t(s)].instrs;
       while (g.pc < instrs.size()) {
         const triad_pipe_instr_v1& in = instrs[g.pc];
-        const bool receive = in.op == TRIAD_PIPE_RECV_ACTIVATION || in.op == TRIAD_PIPE_RECV_GRAD;
+        const bool receive = is_recv(in);
         g.clock[size_t(s)] = int(g.pc) + 1;
         if (receive) {
           const Key k = recv_key(s, in);
@@ -506,7 +503,7 @@ std::vector<int> pipeline_send_copies(const std::vector<PipeSchedule>& streams) 
           if (it == sent.end()) break;  // blocked until the sender gets there
           for (int t = 0; t < pp; ++t)
             g.clock[size_t(t)] = std::max(g.clock[size_t(t)], it->second[size_t(t)]);
-        } else if (in.op == TRIAD_PIPE_SEND_ACTIVATION || in.op == TRIAD_PIPE_SEND_GRAD) {
+        } else if (is_send(in)) {
           std::erase_if(g.unknown, [&](const Key& k) {
             const auto it = posted.find(k);
             return it != posted.end() && g.clock[size_t(std::get<0>(k))] >= it->second;

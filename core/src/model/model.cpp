@@ -484,7 +484,7 @@ const void* GPT::column_input(const ActBuffer& x, const ActBuffer& full, int N, 
 void GPT::column_forward(const ActBuffer& x, const ActBuffer& full, int N, bool split,
                          const RowGemm& gemm) {
   const int c = split ? at(TRIAD_TENSOR_BOUNDARY_COLUMN_INPUT).forward : whole_part_input();
-  if (!tp_.overlap_chunks || c != TRIAD_TENSOR_ALL_GATHER) {
+  if (!tp_.overlap_ring || c != TRIAD_TENSOR_ALL_GATHER) {
     gemm(column_input(x, full, N, split), 0, N);
     return;
   }
@@ -576,7 +576,7 @@ void GPT::row_parallel_forward(void* y, const void* x, const void* W, const void
   // Each rank's product over its slice of the inputs is a partial sum: reduce, then add the
   // (replicated) bias once.
   const int Ns = sp_ ? N / tp_.size : N;
-  if (sp_ && tp_.overlap_chunks && c.forward == TRIAD_TENSOR_REDUCE_SCATTER) {
+  if (sp_ && tp_.overlap_ring && c.forward == TRIAD_TENSOR_REDUCE_SCATTER) {
     ring_reduce_scatter(y, x, W, N, K);
     dev_.bias_forward(y, bias, Ns, C_, act_);
     return;
@@ -617,7 +617,7 @@ void GPT::row_parallel_backward(void* dx, const void* dy, const void* x, const v
   // Split: the (replicated) bias was added once, after the reduction, on this rank's tokens.
   if (!whole && dbias) dev_.bias_backward(dbias, dy, sp_ ? N / tp_.size : N, C_, act_);
   float* db = whole ? dbias : nullptr;
-  if (sp_ && tp_.overlap_chunks && row_output_grad_op(split) == TRIAD_TENSOR_ALL_GATHER) {
+  if (sp_ && tp_.overlap_ring && row_output_grad_op(split) == TRIAD_TENSOR_ALL_GATHER) {
     // The input gradient row by row as the gather brings them; the weight gradient over every
     // token at the end, in token order (the same GEMM as below, so the same bits).
     const size_t Kw = size_t(K);

@@ -59,8 +59,8 @@ struct Setup {
 // tensor-parallel collectives, forward and backward (recomputation included in the backward).
 // bwd_hidden: the part of bwd_comm a whole backward runs behind its column-parallel GEMMs
 // (parallel.overlap_tensor_comm); a split backward's input half hides none of it (its weight GEMMs
-// wait for the other half). fwd_hidden and input_hidden: what parallel.tp_comm_overlap's chunks
-// hide of fwd_comm and of bwd_comm behind the forward's GEMMs and the backward's input-gradient
+// wait for the other half). fwd_hidden and input_hidden: what parallel.tp_comm_overlap's ring
+// hides of fwd_comm and of bwd_comm behind the forward's GEMMs and the backward's input-gradient
 // GEMMs (a split backward's input half too).
 struct PassTime {
   double fwd = 0, fwd_comm = 0, fwd_hidden = 0, bwd = 0, bwd_comm = 0, bwd_hidden = 0,
@@ -83,21 +83,21 @@ double hidden_behind_column(const Setup& u, double gemm, double gather, double r
   return u.mc.overlap_tensor_parallel * (std::min(gather, gemm) + std::min(reduce, gemm));
 }
 
-// Whether the engine runs the tensor group's sequence-parallel traffic in chunks
+// Whether the engine runs the tensor group's sequence-parallel traffic around a ring
 // (parallel.tp_comm_overlap).
-bool chunked_tensor_comm(const Setup& u) {
+bool ring_tensor_comm(const Setup& u) {
   return u.cfg.parallel.tp_comm_overlap && u.cfg.parallel.sequence_parallel && u.tp > 1;
 }
 
-struct ChunkedGemm {
+struct RingGemm {
   double time = 0, last = 0, extra = 0;
 };
 // What parallel.tp_comm_overlap's ring hides of a gather feeding the GEMM `g` or a
 // reduce-scatter it feeds (GPT::ring_gather, ring_reduce_scatter): each of its t - 1 steps moves
 // one rank's block beside the GEMM of another's, so all of it up to the GEMMs but one (g.last,
 // the step with nothing in flight), the machine's tensor-parallel overlap share of that.
-double hidden_in_chunks(const Setup& u, const ChunkedGemm& g, double gather, double reduce) {
-  if (!chunked_tensor_comm(u)) return 0;
+double hidden_by_ring(const Setup& u, const RingGemm& g, double gather, double reduce) {
+  if (!ring_tensor_comm(u)) return 0;
   const double beside = g.time - g.last;
   return u.mc.overlap_tensor_parallel * (std::min(gather, beside) + std::min(reduce, beside));
 }
@@ -115,9 +115,9 @@ double bytes_time(const Setup& u, double bytes) {
 // rank's tokens, on the curve by their own FLOPs; one feeding a reduce-scatter adds each step's
 // sum received to its block (t - 1 adds of a (b·s/t, h) block: two reads and a write).
 // `last`: one of them; `extra`: its time over the whole GEMM's.
-ChunkedGemm chunked_gemm(const Setup& u, double flops, bool feeds_reduce) {
+RingGemm ring_gemm(const Setup& u, double flops, bool feeds_reduce) {
   const double t = u.tp, block = u.b * u.s / t * u.h * u.act;
-  ChunkedGemm g;
+  RingGemm g;
   g.last = flops_time(u, flops / t, u.mc.efficiency);
   g.time = t * g.last + (feeds_reduce ? bytes_time(u, 3 * block * (t - 1)) : 0.0);
   g.extra = g.time - flops_time(u, flops, u.mc.efficiency);
@@ -231,25 +231,24 @@ PassTime block_time(const Setup& u) {
                                       ta > 1 ? reduce : 0.0) +
                  hidden_behind_column(u, flops_time(u, 8 * th2 / tm, u.mc.efficiency), gather,
                                       tm > 1 ? reduce : 0.0);
-  // Chunked (tp_comm_overlap): each part's first GEMM (qkv, fc) reads its gathered input, its
+  // The ring (tp_comm_overlap): each part's first GEMM (qkv, fc) reads its gathered input, its
   // second (the projections) feeds the reduce-scatter of a split part's output forward and, in the
-  // backward, reads the gathered output gradient for its input gradient (the same FLOPs).
-  // The engine runs those GEMMs in pieces (chunked_gemm_time): their longer time is added.
-  if (chunked_tensor_comm(u)) {
+  // backward, reads the gathered output gradient for its input gradient (the same FLOPs as the
+  // forward's, so the MLP projection's is fc's). The engine runs those GEMMs in pieces
+  // (ring_gemm): their longer time is added.
+  if (ring_tensor_comm(u)) {
     const double moved = ar / 2;  // one all-gather or reduce-scatter, as part() counts them
-    const ChunkedGemm qkv = chunked_gemm(u, 6 * th2 / ta, false);
-    const ChunkedGemm proj = chunked_gemm(u, 2 * th2 / ta, ta > 1);
-    const ChunkedGemm fc = chunked_gemm(u, 8 * th2 / tm, false);
-    const ChunkedGemm fc_proj = chunked_gemm(u, 8 * th2 / tm, tm > 1);
-    const ChunkedGemm proj_dx = chunked_gemm(u, 2 * th2 / ta, false);  // their input gradients
-    const ChunkedGemm fc_proj_dx = chunked_gemm(u, 8 * th2 / tm, false);
+    const RingGemm qkv = ring_gemm(u, 6 * th2 / ta, false);
+    const RingGemm proj = ring_gemm(u, 2 * th2 / ta, ta > 1);
+    const RingGemm fc = ring_gemm(u, 8 * th2 / tm, false);
+    const RingGemm fc_proj = ring_gemm(u, 8 * th2 / tm, tm > 1);
+    const RingGemm proj_dx = ring_gemm(u, 2 * th2 / ta, false);  // its input gradient
     p.fwd += qkv.extra + proj.extra + fc.extra + fc_proj.extra;
-    p.bwd += proj_dx.extra + fc_proj_dx.extra;
-    p.fwd_hidden = hidden_in_chunks(u, qkv, moved, 0) + hidden_in_chunks(u, fc, moved, 0) +
-                   hidden_in_chunks(u, proj, 0, ta > 1 ? moved : 0) +
-                   hidden_in_chunks(u, fc_proj, 0, tm > 1 ? moved : 0);
-    p.input_hidden =
-        hidden_in_chunks(u, proj_dx, moved, 0) + hidden_in_chunks(u, fc_proj_dx, moved, 0);
+    p.bwd += proj_dx.extra + fc.extra;
+    p.fwd_hidden = hidden_by_ring(u, qkv, moved, 0) + hidden_by_ring(u, fc, moved, 0) +
+                   hidden_by_ring(u, proj, 0, ta > 1 ? moved : 0) +
+                   hidden_by_ring(u, fc_proj, 0, tm > 1 ? moved : 0);
+    p.input_hidden = hidden_by_ring(u, proj_dx, moved, 0) + hidden_by_ring(u, fc, moved, 0);
   }
   if (u.recompute == Recompute::full) {
     p.bwd += p.fwd;

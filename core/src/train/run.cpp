@@ -143,8 +143,7 @@ std::unique_ptr<DistributedRun> start_distributed(const Config& cfg, const DistE
     ops |= TRIAD_TRANSPORT_OP_SEND_RECV;
     // Without tags (nccl) the stages' messages match in the order posted: every schedule whose
     // stages send in the order their peers receive runs so.
-    run->pipeline_tagged = run->transport->capabilities().ops & TRIAD_TRANSPORT_OP_TAGS;
-    if (!run->pipeline_tagged && !pipeline_order.empty())
+    if (!run->tagged() && !pipeline_order.empty())
       throw UserError("pipeline '" + cfg.pipeline.name + "' with transport '" +
                       run->transport->name() + "': " + pipeline_order +
                       "; this transport's messages carry no tags and match in the order posted, "
@@ -398,7 +397,7 @@ void Run::build_model() {
   tpc.size = tp();
   tpc.sequence_parallel = cfg.parallel.sequence_parallel;
   tpc.overlap_backward = cfg.parallel.overlap_tensor_comm;
-  tpc.overlap_chunks = cfg.parallel.tp_comm_overlap;
+  tpc.overlap_ring = cfg.parallel.tp_comm_overlap;
   tpc.boundary = plan.boundary;
   tpc.comm = dist ? dist->comms.tp.get() : nullptr;
   timeout = wait_bound(t);
@@ -531,8 +530,8 @@ void Run::describe() const {
                    ? ", its backward collectives behind the GEMMs (parallel.overlap_tensor_comm)"
                    : "",
                !cfg.parallel.tp_comm_overlap || tp() == 1 ? ""
-               : sp ? ", its forward gathers and reduce-scatters in chunks behind the GEMMs "
-                      "(parallel.tp_comm_overlap)"
+               : sp ? ", its forward gathers and reduce-scatters around a ring behind the "
+                      "GEMMs (parallel.tp_comm_overlap)"
                     : ", parallel.tp_comm_overlap without effect (it needs sequence_parallel)",
                model().num_params());
   spdlog::info("batch: global {} = micro {} x accumulation {} x data-parallel {}",

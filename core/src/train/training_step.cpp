@@ -30,7 +30,7 @@ PipelineExecutor::Place executor_place(const Run& run) {
   p.buffers = run.schedule.buffers;
   p.micro_batch = run.cfg.training.micro_batch_size;
   p.send_copies = run.send_copies;
-  p.tagged = !run.dist || run.dist->pipeline_tagged;
+  p.tagged = !run.dist || run.dist->tagged();
   p.seq_length = run.cfg.model.seq_length;
   return p;
 }

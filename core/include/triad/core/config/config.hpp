@@ -165,10 +165,11 @@ struct ParallelConfig {
   // reduce-scatter behind the weight-gradient GEMM, as Megatron's linear layers do by default
   // (--no-async-tensor-model-parallel-allreduce turns that off). The same bits either way.
   bool overlap_tensor_comm = true;
-  // Under sequence parallelism, the rest of the tensor group's traffic in chunks of the tokens:
-  // each column-parallel GEMM's forward gather, each row-parallel GEMM's forward reduce-scatter
-  // and its backward gather of the output gradient, each chunk's collective behind the GEMM of
-  // another chunk, this rank's own tokens first (Megatron's --tp-comm-overlap). The same bits.
+  // Under sequence parallelism, the rest of the tensor group's traffic around a ring of
+  // send/recv: each column-parallel GEMM's forward gather, each row-parallel GEMM's forward
+  // reduce-scatter and its backward gather of the output gradient, each step's transfer behind
+  // the GEMM of another rank's tokens, this rank's own first (Megatron's --tp-comm-overlap). The
+  // same bits at tp 2; at larger tp the ring adds a token's parts in its own order.
   bool tp_comm_overlap = false;
 };
 

@@ -52,7 +52,7 @@ struct TensorParallel {
   // around a ring of point-to-point steps, each step's transfer behind the GEMM of another rank's
   // tokens (Megatron's --tp-comm-overlap); false runs each whole collective, then waits, then
   // computes.
-  bool overlap_chunks = false;
+  bool overlap_ring = false;
 };
 
 // This rank's place in its context-parallel group (issue 32): every micro-batch's sequence is
@@ -312,7 +312,7 @@ class GPT {
   // `in` (those rows alone), writing the same rows of its output.
   using RowGemm = std::function<void(const void* in, size_t row0, int rows)>;
   // The column-parallel GEMM over its input gathered as column_input() does. With
-  // tp_.overlap_chunks and a gather: around ring_gather(), each rank's tokens computed as they
+  // tp_.overlap_ring and a gather: around ring_gather(), each rank's tokens computed as they
   // arrive, this rank's own first (the gathered input lands in `full`, but for its own block).
   void column_forward(const ActBuffer& x, const ActBuffer& full, int N, bool split,
                       const RowGemm& gemm);
@@ -320,7 +320,7 @@ class GPT {
   // gradient, from `dx_rows`) computed as they arrive, this rank's own first from dy itself.
   // Returns every token's gradient, in token order in drow_full_.
   const void* row_output_grad_ring(const void* dy, int N, const RowGemm& dx_rows);
-  // tp_.overlap_chunks (Megatron's ring exchange): every rank's (Ns,C) block of `own` into
+  // tp_.overlap_ring (Megatron's ring exchange): every rank's (Ns,C) block of `own` into
   // `full` (N,C, token order) in t - 1 steps, each passing the block in hand to the next rank
   // and taking the previous rank's, while use(q, its rows) runs on the block in hand (rank q's;
   // this rank's own, from `own`, first). `full` keeps own's slot as it was.

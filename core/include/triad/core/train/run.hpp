@@ -53,8 +53,9 @@ std::unique_ptr<DataParallelBackend> make_data_plugin(const Config& cfg, const P
 // order), and the data plugin, which gets the data-parallel communicator only.
 struct DistributedRun {
   std::unique_ptr<RendezvousClient> store;
-  bool pipeline_tagged = true;  // the transport matches the pipeline's messages by tag
   std::unique_ptr<Transport> transport;
+  // The transport matches send/recv by tag (else in the order posted, as nccl).
+  bool tagged() const { return transport->capabilities().ops & TRIAD_TRANSPORT_OP_TAGS; }
   Communicator world;
   ParallelComms comms;
   // The first and last pipeline stage of this rank's (tp, dp) position, which both hold the
