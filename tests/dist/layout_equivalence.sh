@@ -6,6 +6,8 @@
 #     rotary positions + flash2 (small tiles), tp 2 x dp 2; pp 2 and 4 with 1f1b and gpipe, an
 #     uneven partition, rotary + flash2 and flash1 with both schedules on pp 2, and
 #     tp 2 x pp 2 x dp 2 (8 ranks);
+#     tp 2 and 4 with sequence parallelism and parallel.tp_comm_overlap's ring; pp 2 on a
+#     transport without tags (ucx's tags: false);
 #   - step 1's gradients, gathered to whole tensors, to 1e-5 of each tensor's largest (tp, pp);
 #   - export_hf after one step of lr 1e-7 (so the file holds the initial weights, gathered from
 #     the ranks' slices, to ~1e-9): the same tensors within 1e-6 (vocabulary padding dropped);
@@ -65,6 +67,11 @@ run pp2uneven 2 1 2 false --set parallel.pipeline_partition=3,1
 run pp4 4 1 4 false
 run pp4gpipe 4 1 4 false --set pipeline=gpipe
 run tp2pp2dp2sp 8 2 2 true
+# parallel.tp_comm_overlap's ring (sequence parallelism) and a pipeline on a transport without
+# tags (ucx's tags: false, as nccl: every message tag 0, in the order posted).
+run tp2sp_ring 2 2 1 true --set parallel.tp_comm_overlap=true
+run tp4sp_ring 4 4 1 true --set parallel.tp_comm_overlap=true
+run pp2_untagged 2 1 2 false --set transport.tags=false
 # ZeRO stage 1 (optimizer state partitioned over dp; gradients reduce-scattered to their owners,
 # or with reduce_scatter false all-reduced in buckets): dp 2 and 4, accumulation 1 and 4, with
 # tp 2 and with pp 2.
@@ -204,7 +211,8 @@ def metrics(name):
 
 checks = 0
 for base, others in (("single", ["tp2", "tp2sp", "tp4", "tp4sp", "tp2dp2sp", "pp2", "pp2gpipe",
-                                 "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "pp2v2", "pp2v2m4",
+                                 "pp2uneven", "pp4", "pp4gpipe", "tp2pp2dp2sp", "tp2sp_ring", "tp4sp_ring", "pp2_untagged",
+                                 "pp2v2", "pp2v2m4",
                                  "tp2pp2v2sp", "pp2v2_ck", "pp2v2m4_sel", "z1dp2", "z1dp2ar", "z1dp4", "z1dp2acc4", "z1tp2dp2",
                                  "z1pp2dp2", "tp2sp_ck", "pp2_ck",
                                  *[f"z{st}{l}" for st in (2, 3)
